@@ -1,0 +1,16 @@
+//! # uroce-proto: sans-IO protocol state machines
+//!
+//! The second layer of uroce (`wire` → **`proto`** → `verbs` → `net` → `ffi`/`cli`).
+//! Everything here is a pure state machine: inputs (attributes, packets, the current time)
+//! go in as values and decisions come out as values. No sockets, no clocks, no threads,
+//! no `unsafe`. It may depend on `uroce-wire` and on nothing higher.
+//!
+//! Today it holds the IBTA queue-pair state machine ([`qp_state`]) as declarative data.
+//! The RC transport engine (requester / responder / completer) and the CM state machine
+//! will live here too.
+#![forbid(unsafe_code)]
+
+pub mod qp_state;
+pub mod memory;
+pub mod time;
+pub mod wr;

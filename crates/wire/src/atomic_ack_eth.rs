@@ -1,0 +1,133 @@
+//! AtomicAckETH: the 8-byte Atomic ACK Extended Transport Header of ATOMIC_ACKNOWLEDGE,
+//! carrying the remote value before the atomic operation (roce-spec.md §1.3).
+//!
+//! ```text
+//! bytes 0-7   Original remote data (64)
+//! ```
+
+use crate::error::{check_len, field, HeaderKind, WireError};
+
+/// Length of the AtomicAckETH in bytes.
+pub const LEN: usize = 8;
+
+mod offset {
+    pub const ORIG: usize = 0;
+}
+
+/// A read/write view of an AtomicAckETH at the start of a buffer.
+///
+/// After [`Header::new_checked`] no accessor panics; over a short buffer made with
+/// [`Header::new_unchecked`] missing bytes read as zero and writes to them are dropped.
+/// `Truncated` offsets are relative to the view's buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Header<T: AsRef<[u8]>> {
+    buffer: T,
+}
+
+impl<T: AsRef<[u8]>> Header<T> {
+    /// Wraps `buffer` without checking its length.
+    pub const fn new_unchecked(buffer: T) -> Header<T> {
+        Header { buffer }
+    }
+
+    /// Wraps `buffer` after checking that it holds a whole AtomicAckETH.
+    pub fn new_checked(buffer: T) -> Result<Header<T>, WireError> {
+        let h = Header::new_unchecked(buffer);
+        h.check_len()?;
+        Ok(h)
+    }
+
+    /// `Truncated { header: AtomicAckEth, .. }` if the buffer is shorter than [`LEN`].
+    pub fn check_len(&self) -> Result<(), WireError> {
+        check_len(HeaderKind::AtomicAckEth, self.buffer.as_ref(), 0, LEN)
+    }
+
+    /// The underlying buffer.
+    pub fn into_inner(self) -> T {
+        self.buffer
+    }
+
+    /// Original remote data.
+    pub fn orig(&self) -> u64 {
+        field::u64_at(self.buffer.as_ref(), offset::ORIG)
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> Header<T> {
+    /// Sets the original remote data.
+    pub fn set_orig(&mut self, value: u64) {
+        field::set_u64(self.buffer.as_mut(), offset::ORIG, value);
+    }
+}
+
+/// A parsed AtomicAckETH. Every bit pattern is valid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Repr {
+    /// The remote 8-byte value before the atomic operation.
+    pub orig: u64,
+}
+
+impl Repr {
+    /// Parses an AtomicAckETH view (`Truncated` if short).
+    pub fn parse<T: AsRef<[u8]> + ?Sized>(header: &Header<&T>) -> Result<Repr, WireError> {
+        header.check_len()?;
+        Ok(Repr {
+            orig: header.orig(),
+        })
+    }
+
+    /// Writes all 8 bytes.
+    pub fn emit<T: AsRef<[u8]> + AsMut<[u8]> + ?Sized>(&self, header: &mut Header<&mut T>) {
+        header.set_orig(self.orig);
+    }
+
+    /// Bytes [`Repr::emit`] writes: [`LEN`].
+    pub const fn buffer_len(&self) -> usize {
+        LEN
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Big-endian 0x8877665544332211, by hand.
+    const BYTES: [u8; LEN] = [0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11];
+
+    #[test]
+    fn parse_bytes() {
+        let h = Header::new_checked(&BYTES[..]).unwrap();
+        assert_eq!(h.orig(), 0x8877_6655_4433_2211);
+        assert_eq!(
+            Repr::parse(&h).unwrap(),
+            Repr {
+                orig: 0x8877_6655_4433_2211
+            }
+        );
+    }
+
+    #[test]
+    fn emit_bytes() {
+        let mut buf = [0u8; LEN];
+        let r = Repr {
+            orig: 0x8877_6655_4433_2211,
+        };
+        r.emit(&mut Header::new_unchecked(&mut buf[..]));
+        assert_eq!(buf, BYTES);
+        assert_eq!(r.buffer_len(), 8);
+    }
+
+    #[test]
+    fn every_short_length_is_truncated() {
+        for len in 0..LEN {
+            let err = WireError::Truncated {
+                header: HeaderKind::AtomicAckEth,
+                offset: 0,
+                needed: LEN,
+                available: len,
+            };
+            assert_eq!(Header::new_checked(&BYTES[..len]).unwrap_err(), err);
+            assert_eq!(Repr::parse(&Header::new_unchecked(&BYTES[..len])), Err(err));
+        }
+    }
+}

@@ -1,0 +1,209 @@
+//! DETH: the 8-byte Datagram Extended Transport Header of UD packets (roce-spec.md §1.3).
+//!
+//! ```text
+//! bytes 0-3   Q_Key (32)
+//! byte  4     reserved
+//! bytes 5-7   SrcQP (24)
+//! ```
+
+use crate::error::{check_len, field, HeaderKind, WireError};
+use crate::psn::PSN_MASK;
+
+/// Length of the DETH in bytes.
+pub const LEN: usize = 8;
+
+mod offset {
+    pub const QKEY: usize = 0;
+    pub const RESERVED: usize = 4;
+    pub const SRC_QP: usize = 5;
+}
+
+/// A read/write view of a DETH at the start of a buffer.
+///
+/// After [`Header::new_checked`] no accessor panics; over a short buffer made with
+/// [`Header::new_unchecked`] missing bytes read as zero and writes to them are dropped.
+/// `Truncated` offsets are relative to the view's buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Header<T: AsRef<[u8]>> {
+    buffer: T,
+}
+
+impl<T: AsRef<[u8]>> Header<T> {
+    /// Wraps `buffer` without checking its length.
+    pub const fn new_unchecked(buffer: T) -> Header<T> {
+        Header { buffer }
+    }
+
+    /// Wraps `buffer` after checking that it holds a whole DETH.
+    pub fn new_checked(buffer: T) -> Result<Header<T>, WireError> {
+        let h = Header::new_unchecked(buffer);
+        h.check_len()?;
+        Ok(h)
+    }
+
+    /// `Truncated { header: Deth, .. }` if the buffer is shorter than [`LEN`].
+    pub fn check_len(&self) -> Result<(), WireError> {
+        check_len(HeaderKind::Deth, self.buffer.as_ref(), 0, LEN)
+    }
+
+    /// The underlying buffer.
+    pub fn into_inner(self) -> T {
+        self.buffer
+    }
+
+    /// Q_Key.
+    pub fn qkey(&self) -> u32 {
+        field::u32_at(self.buffer.as_ref(), offset::QKEY)
+    }
+
+    /// The reserved byte.
+    pub fn reserved(&self) -> u8 {
+        field::u8_at(self.buffer.as_ref(), offset::RESERVED)
+    }
+
+    /// SrcQP (24 bits).
+    pub fn src_qp(&self) -> u32 {
+        field::u24_at(self.buffer.as_ref(), offset::SRC_QP)
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> Header<T> {
+    /// Sets the Q_Key.
+    pub fn set_qkey(&mut self, value: u32) {
+        field::set_u32(self.buffer.as_mut(), offset::QKEY, value);
+    }
+
+    /// Sets the reserved byte.
+    pub fn set_reserved(&mut self, value: u8) {
+        field::set_u8(self.buffer.as_mut(), offset::RESERVED, value);
+    }
+
+    /// Sets SrcQP from the low 24 bits of `value`.
+    pub fn set_src_qp(&mut self, value: u32) {
+        field::set_u24(self.buffer.as_mut(), offset::SRC_QP, value);
+    }
+}
+
+/// A parsed DETH. `parse` ignores the reserved byte; `emit` writes it as 0 and writes the
+/// low 24 bits of `src_qp` ([`Repr::validate`] rejects larger values instead).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Repr {
+    /// Q_Key.
+    pub qkey: u32,
+    /// Source QP number (24 bits).
+    pub src_qp: u32,
+}
+
+impl Repr {
+    /// Parses a DETH view (`Truncated` if short).
+    pub fn parse<T: AsRef<[u8]> + ?Sized>(header: &Header<&T>) -> Result<Repr, WireError> {
+        header.check_len()?;
+        Ok(Repr {
+            qkey: header.qkey(),
+            src_qp: header.src_qp(),
+        })
+    }
+
+    /// `InvalidField` if `src_qp` does not fit 24 bits.
+    pub fn validate(&self) -> Result<(), WireError> {
+        if self.src_qp > PSN_MASK {
+            return Err(WireError::InvalidField {
+                header: HeaderKind::Deth,
+                field: "src_qp",
+                value: u64::from(self.src_qp),
+            });
+        }
+        Ok(())
+    }
+
+    /// Writes all 8 bytes.
+    pub fn emit<T: AsRef<[u8]> + AsMut<[u8]> + ?Sized>(&self, header: &mut Header<&mut T>) {
+        header.set_qkey(self.qkey);
+        header.set_reserved(0);
+        header.set_src_qp(self.src_qp);
+    }
+
+    /// Bytes [`Repr::emit`] writes: [`LEN`].
+    pub const fn buffer_len(&self) -> usize {
+        LEN
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // The GSI Q_Key 0x80010000 and SrcQP 1 of a CM MAD (roce-spec.md §6.1), by hand.
+    const GSI: [u8; LEN] = [0x80, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01];
+    // Q_Key 0x11223344, reserved 0xff (ignored), SrcQP 0xabcdef.
+    const RESV_SET: [u8; LEN] = [0x11, 0x22, 0x33, 0x44, 0xff, 0xab, 0xcd, 0xef];
+
+    #[test]
+    fn parse_bytes() {
+        let h = Header::new_checked(&GSI[..]).unwrap();
+        assert_eq!(
+            Repr::parse(&h).unwrap(),
+            Repr {
+                qkey: 0x8001_0000,
+                src_qp: 1
+            }
+        );
+        let h = Header::new_checked(&RESV_SET[..]).unwrap();
+        assert_eq!(h.reserved(), 0xff);
+        assert_eq!(
+            Repr::parse(&h).unwrap(),
+            Repr {
+                qkey: 0x1122_3344,
+                src_qp: 0xab_cdef
+            }
+        );
+    }
+
+    #[test]
+    fn emit_bytes() {
+        let mut buf = [0x77u8; LEN];
+        let r = Repr {
+            qkey: 0x1122_3344,
+            src_qp: 0xab_cdef,
+        };
+        r.emit(&mut Header::new_unchecked(&mut buf[..]));
+        assert_eq!(buf, [0x11, 0x22, 0x33, 0x44, 0x00, 0xab, 0xcd, 0xef]);
+        assert_eq!(r.buffer_len(), 8);
+    }
+
+    #[test]
+    fn validate_rejects_wide_src_qp() {
+        let r = Repr {
+            qkey: 0,
+            src_qp: 0x0100_0000,
+        };
+        assert_eq!(
+            r.validate(),
+            Err(WireError::InvalidField {
+                header: HeaderKind::Deth,
+                field: "src_qp",
+                value: 0x0100_0000
+            })
+        );
+        assert!(Repr {
+            qkey: 0,
+            src_qp: 0xff_ffff
+        }
+        .validate()
+        .is_ok());
+    }
+
+    #[test]
+    fn every_short_length_is_truncated() {
+        for len in 0..LEN {
+            let err = WireError::Truncated {
+                header: HeaderKind::Deth,
+                offset: 0,
+                needed: LEN,
+                available: len,
+            };
+            assert_eq!(Header::new_checked(&GSI[..len]).unwrap_err(), err);
+            assert_eq!(Repr::parse(&Header::new_unchecked(&GSI[..len])), Err(err));
+        }
+    }
+}

@@ -1,0 +1,175 @@
+//! Property tests: for random valid packets of every opcode in the table,
+//! `emit` → `parse` gives the same repr (PadCnt normalised), `parse` → `emit` is
+//! byte-identical, and the emitted layout matches the spec's header sizes and offsets.
+
+mod common;
+
+use common::{arb_packet, arb_packet_for, spec_header_len, supported_rows, OwnedPacket};
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestRunner};
+use uroce_wire::opcode::{self, op, Operation, Position, OPCODE_TABLE};
+use uroce_wire::packet::segment;
+use uroce_wire::{bth, reth, PacketRepr, Pmtu, Psn, Transport, WireError};
+
+fn check_roundtrip(pkt: &OwnedPacket) -> Result<(), TestCaseError> {
+    let repr = pkt.repr();
+    let bytes = pkt.bytes();
+
+    // Layout, from the spec rather than from the crate: header sizes (§1.3), PadCnt
+    // (§1.6), BTH offsets (§1.2).
+    let hdr = spec_header_len(pkt.info.headers);
+    let len = pkt.payload.len();
+    let pad = (4 - len % 4) % 4;
+    prop_assert_eq!(bytes.len(), hdr + len + pad + 4);
+    prop_assert_eq!(bytes.len() % 4, 0);
+    prop_assert_eq!(bytes[0], pkt.bth.opcode);
+    prop_assert_eq!((bytes[1] >> 4) & 0x3, pad as u8, "PadCnt");
+    prop_assert_eq!(bytes[1] & 0x0f, 0, "TVer");
+    prop_assert_eq!(u16::from_be_bytes([bytes[2], bytes[3]]), pkt.bth.pkey);
+    prop_assert_eq!(bytes[4] & 0x3f, 0, "Resv6");
+    prop_assert_eq!(
+        u32::from_be_bytes([0, bytes[5], bytes[6], bytes[7]]),
+        pkt.bth.dest_qp
+    );
+    prop_assert_eq!(bytes[8] & 0x7f, 0, "Resv7");
+    prop_assert_eq!(
+        u32::from_be_bytes([0, bytes[9], bytes[10], bytes[11]]),
+        pkt.bth.psn.value()
+    );
+    prop_assert_eq!(&bytes[hdr..hdr + len], &pkt.payload[..]);
+    prop_assert!(
+        bytes[hdr + len..].iter().all(|b| *b == 0),
+        "pad and ICRC zero"
+    );
+
+    // emit → parse.
+    let parsed = PacketRepr::parse(&bytes).map_err(|e| TestCaseError::fail(e.to_string()))?;
+    let mut expected = repr;
+    expected.bth.pad_cnt = pad as u8;
+    prop_assert_eq!(parsed, expected);
+    prop_assert_eq!(parsed.info(), Some(pkt.info));
+    prop_assert_eq!(parsed.buffer_len(), bytes.len());
+    prop_assert_eq!(parsed.header_len(), hdr);
+
+    // parse → emit is byte-identical.
+    let mut again = vec![0xa5u8; parsed.buffer_len()];
+    let n = parsed
+        .emit(&mut again)
+        .map_err(|e| TestCaseError::fail(e.to_string()))?;
+    prop_assert_eq!(n, bytes.len());
+    prop_assert_eq!(&again, &bytes);
+
+    let line = parsed.to_string();
+    let expect_prefix = format!("{} {} ", pkt.info.transport, pkt.info.name);
+    prop_assert!(line.starts_with(&expect_prefix), "{}", line);
+    Ok(())
+}
+
+/// Every opcode gets its own run, so none can be missed by chance.
+#[test]
+fn every_opcode_roundtrips() {
+    let rows = supported_rows();
+    assert_eq!(rows.len(), OPCODE_TABLE.len() - 1, "all but FLUSH");
+    for row in rows {
+        let mut runner = TestRunner::new(Config {
+            cases: 40,
+            failure_persistence: None,
+            ..Config::default()
+        });
+        if let Err(e) = runner.run(&arb_packet_for(row), |pkt| check_roundtrip(&pkt)) {
+            panic!("{row} ({:#04x}): {e}", row.opcode);
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(Config { cases: 1000, ..Config::default() })]
+
+    #[test]
+    fn mixed_opcodes_roundtrip(pkt in arb_packet()) {
+        check_roundtrip(&pkt)?;
+    }
+
+    /// Segments tile the message, have the §1.6 sizes and positions, and each passes
+    /// `check_pmtu` with the opcode `opcode_for` picks.
+    #[test]
+    fn segments_tile_the_message(len in prop_oneof![0u64..3000, 0u64..200_000], mtu_idx in 0usize..5) {
+        let pmtu = Pmtu::ALL[mtu_idx];
+        let mtu = u64::from(pmtu.bytes());
+        let segs: Vec<_> = segment(len, pmtu).collect();
+        let count = if len == 0 { 1 } else { len.div_ceil(mtu) };
+        prop_assert_eq!(segs.len() as u64, count);
+        let mut next = 0u64;
+        for (i, s) in segs.iter().enumerate() {
+            prop_assert_eq!(s.offset, next);
+            next += u64::from(s.len);
+            let first = i == 0;
+            let last = i + 1 == segs.len();
+            let want = match (first, last) {
+                (true, true) => Position::Only,
+                (true, false) => Position::First,
+                (false, true) => Position::Last,
+                (false, false) => Position::Middle,
+            };
+            prop_assert_eq!(s.position, want);
+            match s.position {
+                Position::First | Position::Middle => prop_assert_eq!(u64::from(s.len), mtu),
+                Position::Last => prop_assert!(s.len >= 1 && u64::from(s.len) <= mtu),
+                Position::Only => prop_assert!(u64::from(s.len) <= mtu),
+            }
+        }
+        prop_assert_eq!(next, len);
+        // The first few packets of the message pass the PMTU check.
+        let data = vec![0u8; mtu as usize];
+        for s in segs.iter().take(3).chain(segs.last()) {
+            let opcode = opcode::opcode_for(Transport::Uc, Operation::RdmaWrite, s.position, true, false)
+                .expect("UC WRITE has every position");
+            let mut p = PacketRepr::new(bth_for(opcode), &data[..s.len as usize]);
+            if s.position.starts() {
+                p.reth = Some(reth::Repr { va: 0, rkey: 0, dma_len: len as u32 });
+            }
+            prop_assert_eq!(p.check_pmtu(pmtu), Ok(()));
+        }
+    }
+}
+
+fn bth_for(opcode: u8) -> bth::Repr {
+    bth::Repr {
+        opcode,
+        solicited: false,
+        mig_req: false,
+        pad_cnt: 0,
+        pkey: 0xffff,
+        fecn: false,
+        becn: false,
+        dest_qp: 1,
+        ack_req: false,
+        psn: Psn::ZERO,
+    }
+}
+
+#[test]
+fn flush_is_refused_both_ways() {
+    // RC FLUSH: BTH, FETH (4), RETH (16), ICRC (4).
+    let mut bytes = vec![0u8; 36];
+    bytes[0] = op::RC_FLUSH;
+    bytes[2] = 0xff;
+    bytes[3] = 0xff;
+    assert_eq!(
+        PacketRepr::parse(&bytes),
+        Err(WireError::UnsupportedOpcode(op::RC_FLUSH))
+    );
+    let p = PacketRepr {
+        reth: Some(reth::Repr {
+            va: 0,
+            rkey: 0,
+            dma_len: 0,
+        }),
+        ..PacketRepr::new(bth_for(op::RC_FLUSH), &[])
+    };
+    let mut buf = [0u8; 64];
+    assert_eq!(
+        p.emit(&mut buf),
+        Err(WireError::UnsupportedOpcode(op::RC_FLUSH))
+    );
+}
