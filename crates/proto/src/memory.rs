@@ -142,8 +142,13 @@ pub trait Memory {
 
     /// Checks that a remote access of `len` bytes at `va` with `rkey` would be allowed,
     /// without touching memory. A zero-length access is always allowed (IBA C9-88).
-    fn check_remote(&self, rkey: u32, va: u64, len: u64, op: RemoteOp)
-        -> Result<(), RemoteAccessError>;
+    fn check_remote(
+        &self,
+        rkey: u32,
+        va: u64,
+        len: u64,
+        op: RemoteOp,
+    ) -> Result<(), RemoteAccessError>;
 
     /// Copies `src` into remote-accessible memory (needs REMOTE_WRITE).
     fn write_remote(&self, rkey: u32, va: u64, src: &[u8]) -> Result<(), RemoteAccessError>;
@@ -185,16 +190,13 @@ pub fn sg_total(sges: &[Sge]) -> u64 {
 
 /// Copies `dst.len()` bytes starting at byte `offset` of the message described by `sges`
 /// (the SGEs laid end to end) out of local memory.
-pub fn gather(
-    mem: &dyn Memory,
-    sges: &[Sge],
-    offset: u64,
-    dst: &mut [u8],
-) -> Result<(), SgError> {
+pub fn gather(mem: &dyn Memory, sges: &[Sge], offset: u64, dst: &mut [u8]) -> Result<(), SgError> {
     walk(sges, offset, dst.len() as u64, |sge, at, start, n| {
-        let part = dst
-            .get_mut(start..start + n)
-            .ok_or(SgError::Overflow { offset, wanted: n as u64, total: sg_total(sges) })?;
+        let part = dst.get_mut(start..start + n).ok_or(SgError::Overflow {
+            offset,
+            wanted: n as u64,
+            total: sg_total(sges),
+        })?;
         mem.read_local(sge.lkey, at, part).map_err(SgError::from)
     })
 }
@@ -202,9 +204,11 @@ pub fn gather(
 /// Copies `src` into local memory at byte `offset` of the message described by `sges`.
 pub fn scatter(mem: &dyn Memory, sges: &[Sge], offset: u64, src: &[u8]) -> Result<(), SgError> {
     walk(sges, offset, src.len() as u64, |sge, at, start, n| {
-        let part = src
-            .get(start..start + n)
-            .ok_or(SgError::Overflow { offset, wanted: n as u64, total: sg_total(sges) })?;
+        let part = src.get(start..start + n).ok_or(SgError::Overflow {
+            offset,
+            wanted: n as u64,
+            total: sg_total(sges),
+        })?;
         mem.write_local(sge.lkey, at, part).map_err(SgError::from)
     })
 }
@@ -219,7 +223,11 @@ fn walk(
 ) -> Result<(), SgError> {
     let total = sg_total(sges);
     if offset.checked_add(len).is_none_or(|end| end > total) {
-        return Err(SgError::Overflow { offset, wanted: len, total });
+        return Err(SgError::Overflow {
+            offset,
+            wanted: len,
+            total,
+        });
     }
     let mut skip = offset;
     let mut done: u64 = 0;
@@ -234,8 +242,16 @@ fn walk(
         }
         let n = (sge_len - skip).min(len - done);
         // Both fit in usize: n ≤ len and done < len, and len came from a slice length.
-        let start = usize::try_from(done).map_err(|_| SgError::Overflow { offset, wanted: len, total })?;
-        let count = usize::try_from(n).map_err(|_| SgError::Overflow { offset, wanted: len, total })?;
+        let start = usize::try_from(done).map_err(|_| SgError::Overflow {
+            offset,
+            wanted: len,
+            total,
+        })?;
+        let count = usize::try_from(n).map_err(|_| SgError::Overflow {
+            offset,
+            wanted: len,
+            total,
+        })?;
         f(sge, sge.addr.wrapping_add(skip), start, count)?;
         done += n;
         skip = 0;

@@ -1,12 +1,13 @@
-//! Work requests and work completions: what the application posts and what it polls.
+//! Work requests: what the application posts. (Work completions are in [`crate::wc`] and
+//! re-exported here.)
 //!
 //! These are the verbs-level values the engines consume and produce. Numeric values match
 //! `enum ibv_wr_opcode`, `enum ibv_wc_status`, `enum ibv_wc_opcode` and the flag bits of
 //! libibverbs (roce-spec.md §3.4, §5.1), so the C ABI can convert by value.
 
 use crate::memory::Sge;
+pub use crate::wc::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
 use bitflags::bitflags;
-use core::fmt;
 
 /// The operation of a send work request (`enum ibv_wr_opcode` values).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -63,7 +64,10 @@ impl SendOpcode {
 
     /// True for the two atomics.
     pub const fn is_atomic(self) -> bool {
-        matches!(self, SendOpcode::AtomicCmpAndSwp | SendOpcode::AtomicFetchAndAdd)
+        matches!(
+            self,
+            SendOpcode::AtomicCmpAndSwp | SendOpcode::AtomicFetchAndAdd
+        )
     }
 
     /// The work-completion opcode reported for this WR.
@@ -172,151 +176,4 @@ pub struct RecvWr {
     pub wr_id: u64,
     /// Where incoming SEND data is scattered.
     pub sg_list: Vec<Sge>,
-}
-
-/// `enum ibv_wc_status` (roce-spec.md §5.1).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(u32)]
-#[allow(missing_docs)]
-pub enum WcStatus {
-    Success = 0,
-    LocLenErr = 1,
-    LocQpOpErr = 2,
-    LocEecOpErr = 3,
-    LocProtErr = 4,
-    WrFlushErr = 5,
-    MwBindErr = 6,
-    BadRespErr = 7,
-    LocAccessErr = 8,
-    RemInvReqErr = 9,
-    RemAccessErr = 10,
-    RemOpErr = 11,
-    RetryExcErr = 12,
-    RnrRetryExcErr = 13,
-    LocRddViolErr = 14,
-    RemInvRdReqErr = 15,
-    RemAbortErr = 16,
-    InvEecnErr = 17,
-    InvEecStateErr = 18,
-    FatalErr = 19,
-    RespTimeoutErr = 20,
-    GeneralErr = 21,
-}
-
-impl WcStatus {
-    /// The libibverbs spelling, e.g. `"IBV_WC_WR_FLUSH_ERR"`'s suffix `"WR_FLUSH_ERR"`.
-    pub const fn name(self) -> &'static str {
-        match self {
-            WcStatus::Success => "SUCCESS",
-            WcStatus::LocLenErr => "LOC_LEN_ERR",
-            WcStatus::LocQpOpErr => "LOC_QP_OP_ERR",
-            WcStatus::LocEecOpErr => "LOC_EEC_OP_ERR",
-            WcStatus::LocProtErr => "LOC_PROT_ERR",
-            WcStatus::WrFlushErr => "WR_FLUSH_ERR",
-            WcStatus::MwBindErr => "MW_BIND_ERR",
-            WcStatus::BadRespErr => "BAD_RESP_ERR",
-            WcStatus::LocAccessErr => "LOC_ACCESS_ERR",
-            WcStatus::RemInvReqErr => "REM_INV_REQ_ERR",
-            WcStatus::RemAccessErr => "REM_ACCESS_ERR",
-            WcStatus::RemOpErr => "REM_OP_ERR",
-            WcStatus::RetryExcErr => "RETRY_EXC_ERR",
-            WcStatus::RnrRetryExcErr => "RNR_RETRY_EXC_ERR",
-            WcStatus::LocRddViolErr => "LOC_RDD_VIOL_ERR",
-            WcStatus::RemInvRdReqErr => "REM_INV_RD_REQ_ERR",
-            WcStatus::RemAbortErr => "REM_ABORT_ERR",
-            WcStatus::InvEecnErr => "INV_EECN_ERR",
-            WcStatus::InvEecStateErr => "INV_EEC_STATE_ERR",
-            WcStatus::FatalErr => "FATAL_ERR",
-            WcStatus::RespTimeoutErr => "RESP_TIMEOUT_ERR",
-            WcStatus::GeneralErr => "GENERAL_ERR",
-        }
-    }
-}
-
-impl fmt::Display for WcStatus {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// `enum ibv_wc_opcode`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(u32)]
-#[allow(missing_docs)]
-pub enum WcOpcode {
-    Send = 0,
-    RdmaWrite = 1,
-    RdmaRead = 2,
-    CompSwap = 3,
-    FetchAdd = 4,
-    BindMw = 5,
-    LocalInv = 6,
-    Recv = 128,
-    RecvRdmaWithImm = 129,
-}
-
-bitflags! {
-    /// `enum ibv_wc_flags`.
-    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-    pub struct WcFlags: u32 {
-        /// A GRH (for RoCE: the IP header) precedes the data (UD).
-        const GRH = 1 << 0;
-        /// `imm_data` is valid.
-        const WITH_IMM = 1 << 1;
-        /// IP checksum verified.
-        const IP_CSUM_OK = 1 << 2;
-        /// `invalidated_rkey` is valid.
-        const WITH_INV = 1 << 3;
-    }
-}
-
-/// A work completion with the fields of `struct ibv_wc`. For error completions only
-/// `wr_id`, `status`, `qp_num` and `vendor_err` are meaningful (as in verbs).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct WorkCompletion {
-    /// The WR's id.
-    pub wr_id: u64,
-    /// Outcome.
-    pub status: WcStatus,
-    /// What completed.
-    pub opcode: WcOpcode,
-    /// Implementation-specific detail for errors (0 when none).
-    pub vendor_err: u32,
-    /// Bytes transferred (receives: bytes placed; READ: bytes read; atomics: 8).
-    pub byte_len: u32,
-    /// Immediate data (valid with `WITH_IMM`), as carried in ImmDt.
-    pub imm_data: u32,
-    /// The invalidated R_Key (valid with `WITH_INV`).
-    pub invalidated_rkey: u32,
-    /// The local QP number.
-    pub qp_num: u32,
-    /// The remote QP number (UD receives; RC/UC report the connected peer).
-    pub src_qp: u32,
-    /// Flags.
-    pub wc_flags: WcFlags,
-    /// P_Key index (always 0 on uroce).
-    pub pkey_index: u16,
-    /// Solicited event requested by the sender (receive completions). Not an `ibv_wc` field:
-    /// the CQ uses it for solicited-only notification.
-    pub solicited: bool,
-}
-
-impl WorkCompletion {
-    /// A completion with `status` and everything else zero.
-    pub const fn new(wr_id: u64, status: WcStatus, opcode: WcOpcode, qp_num: u32) -> Self {
-        WorkCompletion {
-            wr_id,
-            status,
-            opcode,
-            vendor_err: 0,
-            byte_len: 0,
-            imm_data: 0,
-            invalidated_rkey: 0,
-            qp_num,
-            src_qp: 0,
-            wc_flags: WcFlags::empty(),
-            pkey_index: 0,
-            solicited: false,
-        }
-    }
 }

@@ -20,20 +20,20 @@
 #![forbid(unsafe_code)]
 
 pub mod error;
-pub mod psn;
 pub mod opcode;
 pub mod pmtu;
+pub mod psn;
 
-pub mod bth;
-pub mod reth;
 pub mod aeth;
-pub mod atomic_eth;
 pub mod atomic_ack_eth;
-pub mod immdt;
-pub mod ieth;
+pub mod atomic_eth;
+pub mod bth;
 pub mod deth;
-pub mod xrceth;
+pub mod ieth;
+pub mod immdt;
 pub mod mad;
+pub mod reth;
+pub mod xrceth;
 
 pub mod packet;
 

@@ -1,0 +1,596 @@
+//! Typed errors, one enum per operation.
+//!
+//! Each variant says what was wrong and carries the offending value and its limit, so a
+//! caller (or the C ABI layer later) can both report and map it (`EINVAL`, `EBUSY`,
+//! `ENOMEM`, ...).
+
+use std::fmt;
+use std::net::IpAddr;
+
+use uroce_proto::qp_state::{AttrMask, ModifyError, QpState, QpType};
+
+use crate::event::{ElementKind, EventType};
+use crate::qp::WrOpcode;
+
+/// Object kinds, for error messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ObjectKind {
+    /// A device context.
+    Context,
+    /// A protection domain.
+    Pd,
+    /// A memory region.
+    Mr,
+    /// A completion queue.
+    Cq,
+    /// A completion channel.
+    CompChannel,
+    /// A queue pair.
+    Qp,
+    /// A shared receive queue.
+    Srq,
+    /// An XRC domain.
+    Xrcd,
+    /// An address handle.
+    Ah,
+}
+
+impl fmt::Display for ObjectKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ObjectKind::Context => "context",
+            ObjectKind::Pd => "PD",
+            ObjectKind::Mr => "MR",
+            ObjectKind::Cq => "CQ",
+            ObjectKind::CompChannel => "completion channel",
+            ObjectKind::Qp => "QP",
+            ObjectKind::Srq => "SRQ",
+            ObjectKind::Xrcd => "XRC domain",
+            ObjectKind::Ah => "AH",
+        })
+    }
+}
+
+/// The live children that keep a parent from being destroyed (only non-zero counts are
+/// printed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Children {
+    /// Protection domains.
+    pub pds: usize,
+    /// Completion queues.
+    pub cqs: usize,
+    /// Completion channels.
+    pub channels: usize,
+    /// XRC domains.
+    pub xrcds: usize,
+    /// Queue pairs.
+    pub qps: usize,
+    /// Memory regions.
+    pub mrs: usize,
+    /// Shared receive queues (including XRC SRQs).
+    pub srqs: usize,
+    /// Address handles.
+    pub ahs: usize,
+}
+
+impl Children {
+    /// Whether every count is zero.
+    pub fn is_empty(&self) -> bool {
+        *self == Children::default()
+    }
+}
+
+impl fmt::Display for Children {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let parts = [
+            (self.pds, "PD"),
+            (self.cqs, "CQ"),
+            (self.channels, "completion channel"),
+            (self.xrcds, "XRC domain"),
+            (self.qps, "QP"),
+            (self.mrs, "MR"),
+            (self.srqs, "SRQ"),
+            (self.ahs, "AH"),
+        ];
+        let mut first = true;
+        for (n, name) in parts {
+            if n > 0 {
+                if !first {
+                    f.write_str(", ")?;
+                }
+                write!(f, "{n} {name}(s)")?;
+                first = false;
+            }
+        }
+        if first {
+            f.write_str("nothing")?;
+        }
+        Ok(())
+    }
+}
+
+/// Why an explicit destroy failed. The handle is returned with the error, unchanged in the
+/// `Busy` case; in the `InUse` case the object is already unpublished (no new lookups, no new
+/// events) and a later `destroy` or drop finishes the job.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DestroyError {
+    /// The object still has children (`EBUSY` in verbs).
+    #[error("cannot destroy the {object}: it still has {children}")]
+    Busy {
+        /// What was being destroyed.
+        object: ObjectKind,
+        /// Its live children.
+        children: Children,
+    },
+    /// References to the object were still held when the destroy timeout expired
+    /// (unacknowledged events, lookups by the transport, references the application kept).
+    #[error("cannot destroy the {object}: {references} reference(s) still held (unacknowledged events?)")]
+    InUse {
+        /// What was being destroyed.
+        object: ObjectKind,
+        /// References beyond the handle's own.
+        references: usize,
+    },
+    /// The memory of a memory region could not be retired (accesses still in progress).
+    #[error("cannot deregister the MR: {0}")]
+    Memory(#[from] crate::mem::MemError),
+}
+
+/// Invalid device configuration or query.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DeviceError {
+    /// The name is empty, too long or has characters other than ASCII alphanumerics, `_`, `-`.
+    #[error("invalid device name {name:?}: 1-63 characters of [A-Za-z0-9_-]")]
+    InvalidName {
+        /// The name given.
+        name: String,
+    },
+    /// The address is unspecified (`0.0.0.0` / `::`).
+    #[error("device address {addr} is unspecified")]
+    UnspecifiedAddress {
+        /// The address given.
+        addr: IpAddr,
+    },
+    /// The link MTU cannot carry even a 256-byte payload plus headers.
+    #[error("link MTU {link_mtu} is below the minimum {min}")]
+    LinkMtuTooSmall {
+        /// The MTU given.
+        link_mtu: u32,
+        /// Smallest usable link MTU.
+        min: u32,
+    },
+    /// Only port 1 exists.
+    #[error("port {port} does not exist (the device has port 1 only)")]
+    InvalidPort {
+        /// The port asked for.
+        port: u8,
+    },
+    /// GID index out of the table.
+    #[error("GID index {index} is outside the table of {len} entries")]
+    InvalidGidIndex {
+        /// The index asked for.
+        index: u32,
+        /// Table length.
+        len: u32,
+    },
+    /// P_Key index out of the table.
+    #[error("P_Key index {index} is outside the table of {len} entries")]
+    InvalidPkeyIndex {
+        /// The index asked for.
+        index: u16,
+        /// Table length.
+        len: u16,
+    },
+}
+
+/// Why opening a context or allocating a simple object (PD, channel, XRC domain) failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum AllocError {
+    /// The device limit for this kind of object is reached.
+    #[error("too many {object}s (device limit {max})")]
+    Limit {
+        /// What was being allocated.
+        object: ObjectKind,
+        /// The limit.
+        max: u32,
+    },
+    /// The eventfd behind a pollable queue could not be created.
+    #[error("eventfd creation failed: {0}")]
+    Eventfd(rustix::io::Errno),
+}
+
+/// Why `create_cq` failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CreateCqError {
+    /// `cqe` is 0 or above the device's `max_cqe`.
+    #[error("CQ size {cqe} is outside 1..={max}")]
+    InvalidSize {
+        /// The size asked for.
+        cqe: u32,
+        /// `max_cqe`.
+        max: u32,
+    },
+    /// The completion channel belongs to another context.
+    #[error("the completion channel belongs to another context")]
+    ForeignChannel,
+    /// Device limit on CQs reached.
+    #[error("too many CQs (device limit {max})")]
+    Limit {
+        /// `max_cq`.
+        max: u32,
+    },
+}
+
+/// Why `req_notify` failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum NotifyError {
+    /// The CQ was created without a completion channel, so there is nothing to notify.
+    #[error("the CQ has no completion channel to notify")]
+    NoChannel,
+}
+
+/// Why a blocking wait on an event queue or completion channel ended without an item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum WaitError {
+    /// The queue was shut down (context closed / channel shut down) and is empty.
+    #[error("the queue was shut down")]
+    Shutdown,
+    /// The timeout expired.
+    #[error("timed out")]
+    Timeout,
+    /// `poll(2)` failed.
+    #[error("poll failed: {0}")]
+    Poll(rustix::io::Errno),
+}
+
+/// Why an event could not be raised.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RaiseError {
+    /// The event type names a different kind of object.
+    #[error("{event} is about a {expected:?}, not a {given:?}")]
+    WrongElement {
+        /// The event type.
+        event: EventType,
+        /// The kind it names.
+        expected: ElementKind,
+        /// The kind it was raised on.
+        given: ElementKind,
+    },
+}
+
+/// Why `create_qp` failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CreateQpError {
+    /// uroce does not implement this QP type (SMI, RAW_PACKET).
+    #[error("QP type {0} is not supported")]
+    UnsupportedType(QpType),
+    /// This QP type is created elsewhere (XRC_RECV: through its XRC domain).
+    #[error("a {0} QP must be created through an XRC domain")]
+    NeedsXrcDomain(QpType),
+    /// A capability exceeds the device limit.
+    #[error("QP capability {cap} = {value} exceeds the device limit {max}")]
+    CapTooLarge {
+        /// Which capability (`max_send_wr`, ...).
+        cap: &'static str,
+        /// The value asked for.
+        value: u32,
+        /// The limit.
+        max: u32,
+    },
+    /// A CQ the QP type needs was not given.
+    #[error("a {qp_type} QP needs a {which} CQ")]
+    MissingCq {
+        /// The QP type.
+        qp_type: QpType,
+        /// "send" or "recv".
+        which: &'static str,
+    },
+    /// The QP type has no receive side but a receive CQ or SRQ was given.
+    #[error("a {qp_type} QP has no receive queue; {what} must not be given")]
+    NoReceiveSide {
+        /// The QP type.
+        qp_type: QpType,
+        /// What was given.
+        what: &'static str,
+    },
+    /// The SRQ is an XRC SRQ (only usable through XRC QPs) or otherwise unusable.
+    #[error("the SRQ cannot be attached to a {0} QP")]
+    BadSrq(QpType),
+    /// A CQ, SRQ or domain belongs to another context.
+    #[error("the {0} belongs to another context")]
+    ForeignObject(ObjectKind),
+    /// Device QP limit reached, or the QPN space is full.
+    #[error("too many QPs (limit {max})")]
+    Limit {
+        /// `max_qp`.
+        max: u32,
+    },
+    /// The GSI QP (QPN 1) already exists in this context.
+    #[error("the GSI QP (QPN 1) already exists")]
+    GsiExists,
+}
+
+/// Why `modify_qp` failed; the QP is unchanged.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ModifyQpError {
+    /// The state table refused the transition or attribute set (names the attribute).
+    #[error(transparent)]
+    Table(#[from] ModifyError),
+    /// An attribute value is invalid.
+    #[error("attribute {name} is invalid: {reason}")]
+    InvalidValue {
+        /// The attribute bit.
+        attr: AttrMask,
+        /// Its verbs name (`IBV_QP_...`).
+        name: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+}
+
+impl ModifyQpError {
+    /// The attribute the error is about, when it names one.
+    pub fn attr(&self) -> Option<AttrMask> {
+        match self {
+            ModifyQpError::Table(
+                ModifyError::MissingAttribute { attr, .. }
+                | ModifyError::UnexpectedAttribute { attr, .. }
+                | ModifyError::ValueOutOfRange { attr, .. },
+            )
+            | ModifyQpError::InvalidValue { attr, .. } => Some(*attr),
+            ModifyQpError::Table(
+                ModifyError::CurStateNotAllowed { .. }
+                | ModifyError::CurStateMismatch { .. }
+                | ModifyError::CurStateValueMissing,
+            ) => Some(AttrMask::CUR_STATE),
+            ModifyQpError::Table(
+                ModifyError::InvalidTransition { .. }
+                | ModifyError::StateAttributeMissing { .. }
+                | ModifyError::SqStillDraining { .. },
+            ) => Some(AttrMask::STATE),
+            _ => None,
+        }
+    }
+}
+
+/// Why `post_send` / `post_recv` refused a work request (nothing was queued for it, and no
+/// completion is generated).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PostError {
+    /// The QP state does not accept this kind of post.
+    #[error("cannot post a {queue} WR in state {state}")]
+    InvalidState {
+        /// "send" or "receive".
+        queue: &'static str,
+        /// The QP's state.
+        state: QpState,
+    },
+    /// The QP has no such queue (XRC_RECV has no SQ; XRC_SEND no RQ).
+    #[error("a {qp_type} QP has no {queue} queue")]
+    NoQueue {
+        /// The QP type.
+        qp_type: QpType,
+        /// "send" or "receive".
+        queue: &'static str,
+    },
+    /// The QP receives from an SRQ; post to the SRQ instead.
+    #[error("the QP is attached to an SRQ; post receives to the SRQ")]
+    SrqAttached,
+    /// The opcode is not valid for the QP type, or not implemented.
+    #[error("opcode {opcode:?} is not supported on a {qp_type} QP")]
+    UnsupportedOpcode {
+        /// The opcode.
+        opcode: WrOpcode,
+        /// The QP type.
+        qp_type: QpType,
+    },
+    /// More SGEs than the queue allows.
+    #[error("{num} SGEs exceed the queue's max_sge {max}")]
+    TooManySge {
+        /// SGEs in the WR.
+        num: usize,
+        /// The limit.
+        max: u32,
+    },
+    /// Inline data larger than `max_inline_data`.
+    #[error("{len} bytes of inline data exceed max_inline_data {max}")]
+    InlineTooLong {
+        /// Inline bytes.
+        len: usize,
+        /// The limit.
+        max: u32,
+    },
+    /// The INLINE flag on an opcode that carries no local data to inline.
+    #[error("IBV_SEND_INLINE is not valid for {0:?}")]
+    InlineNotAllowed(WrOpcode),
+    /// An atomic WR whose local buffer is shorter than 8 bytes.
+    #[error("atomic WR needs an 8-byte local buffer, has {len}")]
+    AtomicLength {
+        /// Total SGE length.
+        len: u64,
+    },
+    /// An atomic WR whose remote address is not 8-byte aligned.
+    #[error("atomic remote address {addr:#x} is not 8-byte aligned")]
+    AtomicAlignment {
+        /// The remote address.
+        addr: u64,
+    },
+    /// A UD/GSI send without destination (AH, remote QPN, Q_Key).
+    #[error("a UD send WR needs a destination (AH, remote QPN, Q_Key)")]
+    MissingUdDestination,
+    /// The AH belongs to another protection domain than the QP.
+    #[error("the AH belongs to another protection domain")]
+    ForeignAh,
+    /// An XRC_SEND WR without a valid 24-bit remote SRQ number.
+    #[error("an XRC send WR needs a 24-bit remote SRQ number, got {0:#x}")]
+    BadRemoteSrqn(u32),
+    /// The message is longer than the device (or, for UD, the port MTU) allows.
+    #[error("message of {len} bytes exceeds the maximum {max}")]
+    MessageTooLong {
+        /// Total bytes.
+        len: u64,
+        /// The limit.
+        max: u64,
+    },
+    /// The queue already holds `max_*_wr` outstanding WRs.
+    #[error("the {queue} queue is full ({max} outstanding WRs)")]
+    QueueFull {
+        /// "send", "receive" or "SRQ".
+        queue: &'static str,
+        /// Its capacity.
+        max: u32,
+    },
+    /// The object is being destroyed.
+    #[error("the {0} is being destroyed")]
+    Destroyed(ObjectKind),
+}
+
+/// A batch post stopped at a bad WR; WRs before `index` were posted (`bad_wr` in verbs).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("WR #{index} was refused: {error}")]
+pub struct BatchPostError {
+    /// Index of the refused WR in the batch.
+    pub index: usize,
+    /// Why it was refused.
+    pub error: PostError,
+}
+
+/// Why the transport engine's call into a queue failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum EngineError {
+    /// `complete_send` with no started send WR.
+    #[error("no send WR is in flight")]
+    NoSendInFlight,
+    /// `complete_recv` with no taken receive WQE.
+    #[error("no receive WQE is in progress")]
+    NoRecvInProgress,
+    /// No receive WQE is available (RC: the responder answers with an RNR NAK).
+    #[error("no receive WQE available")]
+    NoRecvWqe,
+    /// The operation needs a queue the QP does not have.
+    #[error("the QP has no such queue")]
+    NoQueue,
+    /// The named SRQ does not exist or belongs to another XRC domain.
+    #[error("SRQ {0:#x} is unknown or not in this QP's XRC domain")]
+    BadSrq(u32),
+    /// The completion could not be stored: the CQ overflowed (CQ_ERR was raised) or was
+    /// already in error. The engine moves the QP to ERR.
+    #[error("CQ overrun: completion lost")]
+    CqOverrun,
+}
+
+/// Why `create_srq` failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CreateSrqError {
+    /// A size exceeds the device limit or is zero.
+    #[error("SRQ {what} = {value} is outside 1..={max}")]
+    InvalidSize {
+        /// `max_wr` or `max_sge`.
+        what: &'static str,
+        /// The value asked for.
+        value: u32,
+        /// The limit.
+        max: u32,
+    },
+    /// `srq_limit` larger than `max_wr`.
+    #[error("srq_limit {limit} exceeds max_wr {max_wr}")]
+    LimitTooLarge {
+        /// The limit asked for.
+        limit: u32,
+        /// `max_wr`.
+        max_wr: u32,
+    },
+    /// An object belongs to another context.
+    #[error("the {0} belongs to another context")]
+    ForeignObject(ObjectKind),
+    /// Device SRQ limit reached.
+    #[error("too many SRQs (limit {max})")]
+    Limit {
+        /// `max_srq`.
+        max: u32,
+    },
+}
+
+/// Why `modify_srq` failed; the SRQ is unchanged.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ModifySrqError {
+    /// `srq_limit` larger than `max_wr`.
+    #[error("srq_limit {limit} exceeds max_wr {max_wr}")]
+    LimitTooLarge {
+        /// The limit asked for.
+        limit: u32,
+        /// `max_wr`.
+        max_wr: u32,
+    },
+    /// A resize below the number of queued WRs or above the device limit.
+    #[error("max_wr {requested} is outside {min}..={max}")]
+    InvalidSize {
+        /// The size asked for.
+        requested: u32,
+        /// Smallest allowed (WRs queued now, at least 1).
+        min: u32,
+        /// `max_srq_wr`.
+        max: u32,
+    },
+}
+
+/// Why `create_ah` failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CreateAhError {
+    /// Only port 1 exists.
+    #[error("port {0} does not exist")]
+    InvalidPort(u8),
+    /// The source GID index names no populated GID entry.
+    #[error("source GID index {0} has no GID")]
+    InvalidSgidIndex(u8),
+    /// RoCE needs a global route: the destination GID must be set.
+    #[error("the destination GID is zero (RoCE address vectors must be global)")]
+    ZeroDgid,
+    /// The flow label has bits above the 20-bit field.
+    #[error("flow label {0:#x} exceeds 20 bits")]
+    FlowLabel(u32),
+    /// Device limit on AHs reached.
+    #[error("too many AHs (limit {max})")]
+    Limit {
+        /// `max_ah`.
+        max: u32,
+    },
+}
+
+/// Why `reg_mr` failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RegMrError {
+    /// The region parameters are invalid.
+    #[error(transparent)]
+    Mr(#[from] crate::mr::MrError),
+    /// Device MR limit reached.
+    #[error("too many MRs (limit {max})")]
+    Limit {
+        /// `max_mr`.
+        max: u32,
+    },
+}
+
+/// Why an XRC-domain operation failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum XrcError {
+    /// `open_qp`: no XRC_RECV QP with this number is owned by the domain.
+    #[error("the XRC domain owns no XRC_RECV QP {0:#x}")]
+    NoSuchQp(u32),
+}

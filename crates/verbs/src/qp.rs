@@ -1,0 +1,1574 @@
+//! Queue pairs: creation, `modify_qp` / `query_qp`, posting work requests, flushing, and the
+//! engine-facing queue API.
+//!
+//! # State machine
+//!
+//! [`QpRef::modify`] validates a call with `uroce_proto::qp_state` — the IBTA table as data
+//! ([`check_modify`], [`check_sq_drain`], [`QpAttrLimits::check_values`]) — plus the value
+//! checks that need the device (port, P_Key index, address vector, access flags, no
+//! alternate path on RoCE). Every check runs before anything changes, under the QP's lock,
+//! so a rejected modify leaves state and attributes exactly as they were; the error names
+//! the offending attribute ([`ModifyQpError::attr`]).
+//!
+//! Side effects of transitions (roce-spec §3.5, §4 notes):
+//! * **→ ERR**: every outstanding send WR completes with `WR_FLUSH_ERR` on the send CQ in
+//!   posting order — error completions are generated even for unsignaled WRs — and every
+//!   receive WR with `WR_FLUSH_ERR` on the receive CQ in posting order. A QP that receives
+//!   from an SRQ flushes only the WQEs it had already taken; the SRQ keeps its WQEs and the
+//!   QP raises `QP_LAST_WQE_REACHED`. WRs posted while in ERR are flushed immediately.
+//! * **→ RESET**: queues are discarded without completions; attributes return to their
+//!   initial values.
+//! * **RTS → SQD**: no new send WR starts; when none is in flight `SQ_DRAINED` is raised
+//!   (immediately if none was in flight). Like the Linux software driver, uroce raises it
+//!   whether or not `en_sqd_async_notify` was set. Leaving SQD for anything but ERR is
+//!   refused while the send queue still drains.
+//!
+//! # Posting
+//!
+//! [`QpRef::post_send`] follows the post rules of roce-spec §4 notes: RESET/INIT/RTR refuse,
+//! RTS queues, SQD queues without starting, SQE/ERR flush. The opcode must suit the QP type
+//! (RC and XRC_SEND: all implemented opcodes; UC: SEND and RDMA WRITE with or without
+//! immediate; UD/GSI: SEND with or without immediate), the SGE count and inline size must fit
+//! the QP's capabilities, atomics need 8 local bytes and an 8-byte aligned remote address,
+//! UD needs a destination whose AH is in the QP's PD, XRC_SEND a 24-bit remote SRQ number.
+//! A refused WR produces no completion. [`QpRef::post_recv`] accepts WRs in every state but
+//! RESET and refuses on QPs that receive through an SRQ.
+//!
+//! # Engine API
+//!
+//! The transport engine drives the queues through these methods (all on [`QpRef`]):
+//! * [`QpRef::next_send_wqe`] — the next send WR to start, in order (RTS only); it is then
+//!   *in flight*.
+//! * [`QpRef::complete_send`] — completes the oldest in-flight send WR with a status. A CQE
+//!   is written when `sq_sig_all`, the WR was `SIGNALED`, or the status is an error
+//!   (§3.4). In SQD, completing the last in-flight WR raises `SQ_DRAINED`.
+//! * [`QpRef::take_recv_wqe`] — takes the next receive WQE from the RQ or the SRQ (which
+//!   raises `SRQ_LIMIT_REACHED` when it crosses its armed limit); XRC_RECV QPs use
+//!   [`QpRef::take_xrc_recv_wqe`] with the SRQ number from the packet.
+//! * [`QpRef::complete_recv`] — completes the oldest taken receive WQE.
+//! * [`QpRef::enter_error`] — moves the QP to ERR for an internal error (flushing as
+//!   above) and optionally raises an event (`QP_FATAL`, `QP_REQ_ERR`, `QP_ACCESS_ERR`).
+//! * [`QpRef::raise_event`] — raises any QP event, e.g. `COMM_EST`.
+//!
+//! A CQ overrun while completing returns [`EngineError::CqOverrun`]; the engine then moves
+//! the QP to ERR.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::ops::Deref;
+
+use uroce_proto::qp_state::{
+    check_modify, check_sq_drain, AttrMask, PostOutcome, QpAttrLimits, QpAttrValues, QpState,
+    QpType,
+};
+use uroce_wire::pmtu::Pmtu;
+use uroce_wire::psn::Psn;
+
+use crate::ah::{AhAttr, AhRef};
+use crate::context::{dec, try_inc, ContextCore, GSI_QPN, MAX_QPN};
+use crate::cq::{Cq, CqCore};
+use crate::error::{
+    BatchPostError, CreateQpError, DestroyError, EngineError, ModifyQpError, ObjectKind, PostError,
+    RaiseError,
+};
+use crate::event::{AsyncEvent, ElementKind, EventElement, EventType, Liveness};
+use crate::mr::AccessFlags;
+use crate::pd::PdCore;
+use crate::srq::{Srq, SrqCore};
+use crate::sync::{lock, Arc, Mutex, MutexGuard, Ordering};
+use crate::table::{wait_unreferenced, InsertError};
+use crate::wc::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
+use crate::xrcd::XrcdCore;
+
+/// Largest total length of a receive WR (roce-spec §4 notes: "< 2^31").
+pub const MAX_RECV_LEN: u64 = (1 << 31) - 1;
+
+bitflags::bitflags! {
+    /// Send WR flags (`ibv_send_flags`).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+    pub struct SendFlags: u32 {
+        /// `IBV_SEND_FENCE`: wait for earlier READ/atomic WRs.
+        const FENCE = 1;
+        /// `IBV_SEND_SIGNALED`: generate a completion on success.
+        const SIGNALED = 2;
+        /// `IBV_SEND_SOLICITED`: set the SE bit (solicited event at the receiver).
+        const SOLICITED = 4;
+        /// `IBV_SEND_INLINE`: the payload is [`SendWr::inline_data`], copied at post time.
+        const INLINE = 8;
+        /// `IBV_SEND_IP_CSUM`: checksum offload (raw packet QPs; ignored).
+        const IP_CSUM = 16;
+    }
+}
+
+/// Work-request opcodes (`enum ibv_wr_opcode`, ABI values).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[repr(u32)]
+pub enum WrOpcode {
+    /// 0: RDMA WRITE.
+    RdmaWrite = 0,
+    /// 1: RDMA WRITE with immediate (consumes a receive WQE at the target).
+    RdmaWriteWithImm = 1,
+    /// 2: SEND.
+    #[default]
+    Send = 2,
+    /// 3: SEND with immediate.
+    SendWithImm = 3,
+    /// 4: RDMA READ.
+    RdmaRead = 4,
+    /// 5: atomic compare-and-swap.
+    AtomicCmpAndSwp = 5,
+    /// 6: atomic fetch-and-add.
+    AtomicFetchAndAdd = 6,
+    /// 7: local invalidate.
+    LocalInv = 7,
+    /// 8: bind memory window (not implemented).
+    BindMw = 8,
+    /// 9: SEND with invalidate.
+    SendWithInv = 9,
+    /// 10: TCP segmentation offload (not implemented).
+    Tso = 10,
+    /// 11: driver-specific (not implemented).
+    Driver1 = 11,
+    /// 14: FLUSH (not implemented).
+    Flush = 14,
+    /// 15: ATOMIC WRITE (not implemented).
+    AtomicWrite = 15,
+}
+
+impl WrOpcode {
+    /// The ABI value.
+    pub const fn as_u32(self) -> u32 {
+        self as u32
+    }
+
+    /// The opcode with ABI value `v`, or `None`.
+    pub const fn from_u32(v: u32) -> Option<WrOpcode> {
+        Some(match v {
+            0 => WrOpcode::RdmaWrite,
+            1 => WrOpcode::RdmaWriteWithImm,
+            2 => WrOpcode::Send,
+            3 => WrOpcode::SendWithImm,
+            4 => WrOpcode::RdmaRead,
+            5 => WrOpcode::AtomicCmpAndSwp,
+            6 => WrOpcode::AtomicFetchAndAdd,
+            7 => WrOpcode::LocalInv,
+            8 => WrOpcode::BindMw,
+            9 => WrOpcode::SendWithInv,
+            10 => WrOpcode::Tso,
+            11 => WrOpcode::Driver1,
+            14 => WrOpcode::Flush,
+            15 => WrOpcode::AtomicWrite,
+            _ => return None,
+        })
+    }
+
+    /// The completion opcode reported for this WR (§3.4).
+    pub const fn wc_opcode(self) -> WcOpcode {
+        match self {
+            WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm => WcOpcode::RdmaWrite,
+            WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv => WcOpcode::Send,
+            WrOpcode::RdmaRead => WcOpcode::RdmaRead,
+            WrOpcode::AtomicCmpAndSwp => WcOpcode::CompSwap,
+            WrOpcode::AtomicFetchAndAdd => WcOpcode::FetchAdd,
+            WrOpcode::LocalInv => WcOpcode::LocalInv,
+            WrOpcode::BindMw => WcOpcode::BindMw,
+            WrOpcode::Tso => WcOpcode::Tso,
+            WrOpcode::Driver1 => WcOpcode::Send,
+            WrOpcode::Flush => WcOpcode::Flush,
+            WrOpcode::AtomicWrite => WcOpcode::AtomicWrite,
+        }
+    }
+
+    /// Whether this is a compare-and-swap or fetch-and-add.
+    pub const fn is_atomic(self) -> bool {
+        matches!(
+            self,
+            WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd
+        )
+    }
+
+    /// Whether the opcode carries local data that may be inlined.
+    pub const fn may_inline(self) -> bool {
+        matches!(
+            self,
+            WrOpcode::Send
+                | WrOpcode::SendWithImm
+                | WrOpcode::SendWithInv
+                | WrOpcode::RdmaWrite
+                | WrOpcode::RdmaWriteWithImm
+        )
+    }
+
+    /// Whether the opcode is valid on a QP of type `qp_type` and implemented by uroce.
+    pub const fn valid_for(self, qp_type: QpType) -> bool {
+        use WrOpcode::*;
+        match qp_type {
+            QpType::Rc | QpType::XrcSend => matches!(
+                self,
+                RdmaWrite
+                    | RdmaWriteWithImm
+                    | Send
+                    | SendWithImm
+                    | RdmaRead
+                    | AtomicCmpAndSwp
+                    | AtomicFetchAndAdd
+                    | LocalInv
+                    | SendWithInv
+            ),
+            QpType::Uc => matches!(self, RdmaWrite | RdmaWriteWithImm | Send | SendWithImm),
+            QpType::Ud | QpType::Gsi => matches!(self, Send | SendWithImm),
+            QpType::Smi | QpType::RawPacket | QpType::XrcRecv => false,
+        }
+    }
+}
+
+/// A scatter/gather element (`struct ibv_sge`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Sge {
+    /// Virtual address inside the memory region.
+    pub addr: u64,
+    /// Length in bytes.
+    pub length: u32,
+    /// The memory region's L_Key.
+    pub lkey: u32,
+}
+
+/// RDMA READ/WRITE target (`wr.rdma`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct RdmaInfo {
+    /// Remote virtual address.
+    pub remote_addr: u64,
+    /// Remote key.
+    pub rkey: u32,
+}
+
+/// Atomic operands (`wr.atomic`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct AtomicInfo {
+    /// Remote virtual address (8-byte aligned).
+    pub remote_addr: u64,
+    /// Compare value (CAS) or addend (FAA).
+    pub compare_add: u64,
+    /// Swap value (CAS).
+    pub swap: u64,
+    /// Remote key.
+    pub rkey: u32,
+}
+
+/// UD destination (`wr.ud`).
+#[derive(Debug, Clone)]
+pub struct UdDest {
+    /// The address handle (must belong to the QP's PD).
+    pub ah: AhRef,
+    /// Destination QPN.
+    pub remote_qpn: u32,
+    /// Q_Key.
+    pub remote_qkey: u32,
+}
+
+/// A send work request (`struct ibv_send_wr`); unused fields stay at their defaults.
+#[derive(Debug, Clone, Default)]
+pub struct SendWr {
+    /// The application's identifier, returned in the completion.
+    pub wr_id: u64,
+    /// The operation.
+    pub opcode: WrOpcode,
+    /// Flags.
+    pub flags: SendFlags,
+    /// Local buffers (ignored with [`SendFlags::INLINE`]).
+    pub sg_list: Vec<Sge>,
+    /// The payload of an INLINE send, copied at post time.
+    pub inline_data: Vec<u8>,
+    /// Immediate data (host order) for `*_WITH_IMM`.
+    pub imm_data: u32,
+    /// R_Key to invalidate (`SEND_WITH_INV`, `LOCAL_INV`).
+    pub invalidate_rkey: u32,
+    /// RDMA READ/WRITE target.
+    pub rdma: RdmaInfo,
+    /// Atomic operands.
+    pub atomic: AtomicInfo,
+    /// UD destination.
+    pub ud: Option<UdDest>,
+    /// XRC_SEND: the remote XRC SRQ number.
+    pub xrc_remote_srqn: u32,
+}
+
+impl SendWr {
+    /// A signaled SEND of `sg_list`.
+    pub fn send(wr_id: u64, sg_list: Vec<Sge>) -> SendWr {
+        SendWr {
+            wr_id,
+            opcode: WrOpcode::Send,
+            flags: SendFlags::SIGNALED,
+            sg_list,
+            ..SendWr::default()
+        }
+    }
+
+    /// Total payload length: inline bytes with INLINE, else the sum of the SGE lengths.
+    pub fn total_len(&self) -> u64 {
+        if self.flags.contains(SendFlags::INLINE) {
+            self.inline_data.len() as u64
+        } else {
+            self.sg_list.iter().map(|s| u64::from(s.length)).sum()
+        }
+    }
+}
+
+/// A receive work request (`struct ibv_recv_wr`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct RecvWr {
+    /// The application's identifier, returned in the completion.
+    pub wr_id: u64,
+    /// Buffers to receive into.
+    pub sg_list: Vec<Sge>,
+}
+
+impl RecvWr {
+    /// A receive WR.
+    pub fn new(wr_id: u64, sg_list: Vec<Sge>) -> RecvWr {
+        RecvWr { wr_id, sg_list }
+    }
+
+    /// Total buffer length.
+    pub fn total_len(&self) -> u64 {
+        self.sg_list.iter().map(|s| u64::from(s.length)).sum()
+    }
+}
+
+/// Queue sizes (`struct ibv_qp_cap`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct QpCap {
+    /// Maximum outstanding send WRs.
+    pub max_send_wr: u32,
+    /// Maximum outstanding receive WRs.
+    pub max_recv_wr: u32,
+    /// Maximum SGEs per send WR.
+    pub max_send_sge: u32,
+    /// Maximum SGEs per receive WR.
+    pub max_recv_sge: u32,
+    /// Maximum inline payload per send WR.
+    pub max_inline_data: u32,
+}
+
+/// QP creation attributes (`struct ibv_qp_init_attr`).
+#[derive(Debug, Clone, Copy)]
+pub struct QpInitAttr<'a> {
+    /// Transport type.
+    pub qp_type: QpType,
+    /// CQ for send completions (required).
+    pub send_cq: Option<&'a Cq>,
+    /// CQ for receive completions (required unless XRC_SEND).
+    pub recv_cq: Option<&'a Cq>,
+    /// Shared receive queue to receive from.
+    pub srq: Option<&'a Srq>,
+    /// Queue sizes; the created QP reports the actual ones in [`QpInitInfo::cap`].
+    pub cap: QpCap,
+    /// Generate a completion for every send WR, signaled or not.
+    pub sq_sig_all: bool,
+}
+
+impl<'a> QpInitAttr<'a> {
+    /// Attributes with both CQs given, no SRQ, `sq_sig_all` off.
+    pub fn new(qp_type: QpType, send_cq: &'a Cq, recv_cq: &'a Cq, cap: QpCap) -> QpInitAttr<'a> {
+        QpInitAttr {
+            qp_type,
+            send_cq: Some(send_cq),
+            recv_cq: Some(recv_cq),
+            srq: None,
+            cap,
+            sq_sig_all: false,
+        }
+    }
+}
+
+/// What a QP was created with (the `ibv_qp_init_attr` that `query_qp` returns).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QpInitInfo {
+    /// Transport type.
+    pub qp_type: QpType,
+    /// Actual queue sizes.
+    pub cap: QpCap,
+    /// Whether every send WR is signaled.
+    pub sq_sig_all: bool,
+    /// Id of the send CQ.
+    pub send_cq: Option<u32>,
+    /// Id of the receive CQ.
+    pub recv_cq: Option<u32>,
+    /// Number of the SRQ.
+    pub srq_num: Option<u32>,
+    /// Id of the XRC domain (XRC_RECV).
+    pub xrcd: Option<u32>,
+}
+
+/// Path migration state (`enum ibv_mig_state`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[repr(u32)]
+pub enum PathMigState {
+    /// `IBV_MIG_MIGRATED` = 0.
+    #[default]
+    Migrated = 0,
+    /// `IBV_MIG_REARM` = 1.
+    Rearm = 1,
+    /// `IBV_MIG_ARMED` = 2.
+    Armed = 2,
+}
+
+/// QP attributes (`struct ibv_qp_attr`): the input of `modify_qp` (fields selected by an
+/// [`AttrMask`]) and the output of `query_qp`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QpAttr {
+    /// Target state (`STATE`) / current state (query).
+    pub qp_state: QpState,
+    /// The state the caller believes the QP is in (`CUR_STATE`).
+    pub cur_qp_state: QpState,
+    /// Path MTU (`PATH_MTU`).
+    pub path_mtu: Pmtu,
+    /// Path migration state (`PATH_MIG_STATE`).
+    pub path_mig_state: PathMigState,
+    /// Q_Key (`QKEY`).
+    pub qkey: u32,
+    /// Responder's expected PSN (`RQ_PSN`).
+    pub rq_psn: Psn,
+    /// Requester's first PSN (`SQ_PSN`).
+    pub sq_psn: Psn,
+    /// Remote QPN (`DEST_QPN`).
+    pub dest_qp_num: u32,
+    /// Remote access rights (`ACCESS_FLAGS`).
+    pub qp_access_flags: AccessFlags,
+    /// Queue sizes (query only; `CAP` is not modifiable).
+    pub cap: QpCap,
+    /// Primary address vector (`AV`).
+    pub ah_attr: AhAttr,
+    /// Alternate address vector (`ALT_PATH`; refused on RoCE).
+    pub alt_ah_attr: AhAttr,
+    /// P_Key index (`PKEY_INDEX`).
+    pub pkey_index: u16,
+    /// Alternate P_Key index (`ALT_PATH`).
+    pub alt_pkey_index: u16,
+    /// Request `SQ_DRAINED` (`EN_SQD_ASYNC_NOTIFY`).
+    pub en_sqd_async_notify: bool,
+    /// Whether the send queue is draining (query only).
+    pub sq_draining: bool,
+    /// Outstanding READ/atomic as initiator (`MAX_QP_RD_ATOMIC`).
+    pub max_rd_atomic: u8,
+    /// Outstanding READ/atomic as responder (`MAX_DEST_RD_ATOMIC`).
+    pub max_dest_rd_atomic: u8,
+    /// RNR NAK timer code (`MIN_RNR_TIMER`).
+    pub min_rnr_timer: u8,
+    /// Port (`PORT`).
+    pub port_num: u8,
+    /// Local ACK timeout exponent (`TIMEOUT`).
+    pub timeout: u8,
+    /// Retry count (`RETRY_CNT`).
+    pub retry_cnt: u8,
+    /// RNR retry count (`RNR_RETRY`).
+    pub rnr_retry: u8,
+    /// Alternate port (`ALT_PATH`).
+    pub alt_port_num: u8,
+    /// Alternate timeout (`ALT_PATH`).
+    pub alt_timeout: u8,
+    /// Rate limit in kbps (`RATE_LIMIT`, raw packet QPs).
+    pub rate_limit: u32,
+}
+
+impl Default for QpAttr {
+    /// The attributes of a QP in RESET: path MTU 256 (what rxe starts with, §1.6), port 1,
+    /// everything else zero.
+    fn default() -> QpAttr {
+        QpAttr {
+            qp_state: QpState::Reset,
+            cur_qp_state: QpState::Reset,
+            path_mtu: Pmtu::Mtu256,
+            path_mig_state: PathMigState::Migrated,
+            qkey: 0,
+            rq_psn: Psn::ZERO,
+            sq_psn: Psn::ZERO,
+            dest_qp_num: 0,
+            qp_access_flags: AccessFlags::empty(),
+            cap: QpCap::default(),
+            ah_attr: AhAttr::default(),
+            alt_ah_attr: AhAttr::default(),
+            pkey_index: 0,
+            alt_pkey_index: 0,
+            en_sqd_async_notify: false,
+            sq_draining: false,
+            max_rd_atomic: 0,
+            max_dest_rd_atomic: 0,
+            min_rnr_timer: 0,
+            port_num: crate::device::PORT_NUM,
+            timeout: 0,
+            retry_cnt: 0,
+            rnr_retry: 0,
+            alt_port_num: 0,
+            alt_timeout: 0,
+            rate_limit: 0,
+        }
+    }
+}
+
+impl QpAttr {
+    /// Copies the fields selected by `mask` from `src`.
+    fn apply(&mut self, src: &QpAttr, mask: AttrMask) {
+        if mask.contains(AttrMask::EN_SQD_ASYNC_NOTIFY) {
+            self.en_sqd_async_notify = src.en_sqd_async_notify;
+        }
+        if mask.contains(AttrMask::ACCESS_FLAGS) {
+            self.qp_access_flags = src.qp_access_flags;
+        }
+        if mask.contains(AttrMask::PKEY_INDEX) {
+            self.pkey_index = src.pkey_index;
+        }
+        if mask.contains(AttrMask::PORT) {
+            self.port_num = src.port_num;
+        }
+        if mask.contains(AttrMask::QKEY) {
+            self.qkey = src.qkey;
+        }
+        if mask.contains(AttrMask::AV) {
+            self.ah_attr = src.ah_attr;
+        }
+        if mask.contains(AttrMask::PATH_MTU) {
+            self.path_mtu = src.path_mtu;
+        }
+        if mask.contains(AttrMask::TIMEOUT) {
+            self.timeout = src.timeout;
+        }
+        if mask.contains(AttrMask::RETRY_CNT) {
+            self.retry_cnt = src.retry_cnt;
+        }
+        if mask.contains(AttrMask::RNR_RETRY) {
+            self.rnr_retry = src.rnr_retry;
+        }
+        if mask.contains(AttrMask::RQ_PSN) {
+            self.rq_psn = src.rq_psn;
+        }
+        if mask.contains(AttrMask::MAX_QP_RD_ATOMIC) {
+            self.max_rd_atomic = src.max_rd_atomic;
+        }
+        if mask.contains(AttrMask::ALT_PATH) {
+            self.alt_ah_attr = src.alt_ah_attr;
+            self.alt_pkey_index = src.alt_pkey_index;
+            self.alt_port_num = src.alt_port_num;
+            self.alt_timeout = src.alt_timeout;
+        }
+        if mask.contains(AttrMask::MIN_RNR_TIMER) {
+            self.min_rnr_timer = src.min_rnr_timer;
+        }
+        if mask.contains(AttrMask::SQ_PSN) {
+            self.sq_psn = src.sq_psn;
+        }
+        if mask.contains(AttrMask::MAX_DEST_RD_ATOMIC) {
+            self.max_dest_rd_atomic = src.max_dest_rd_atomic;
+        }
+        if mask.contains(AttrMask::PATH_MIG_STATE) {
+            self.path_mig_state = src.path_mig_state;
+        }
+        if mask.contains(AttrMask::DEST_QPN) {
+            self.dest_qp_num = src.dest_qp_num;
+        }
+        if mask.contains(AttrMask::RATE_LIMIT) {
+            self.rate_limit = src.rate_limit;
+        }
+    }
+}
+
+/// A send WR handed to the engine by [`QpRef::next_send_wqe`].
+#[derive(Debug, Clone)]
+pub struct SendWqe {
+    /// Send sequence number: 0 for the QP's first posted send WR, +1 per WR.
+    pub ssn: u64,
+    /// The work request as posted.
+    pub wr: SendWr,
+}
+
+/// A receive WQE handed to the engine by [`QpRef::take_recv_wqe`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecvWqe {
+    /// The application's identifier.
+    pub wr_id: u64,
+    /// Buffers to receive into.
+    pub sg_list: Vec<Sge>,
+    /// The SRQ it came from, if any.
+    pub srq_num: Option<u32>,
+}
+
+/// What the engine reports for a receive completion ([`QpRef::complete_recv`]).
+/// The default is a successful [`WcOpcode::Recv`] of 0 bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecvCompletion {
+    /// Status.
+    pub status: WcStatus,
+    /// [`WcOpcode::Recv`] or [`WcOpcode::RecvRdmaWithImm`].
+    pub opcode: WcOpcode,
+    /// Bytes placed (UD: including the 40-byte GRH).
+    pub byte_len: u32,
+    /// Immediate data, if the packet carried one (sets [`WcFlags::WITH_IMM`]).
+    pub imm_data: Option<u32>,
+    /// Invalidated R_Key of a SEND_WITH_INV (sets [`WcFlags::WITH_INV`]).
+    pub invalidated_rkey: Option<u32>,
+    /// Sender's QPN (UD).
+    pub src_qp: u32,
+    /// Extra flags (e.g. [`WcFlags::GRH`]).
+    pub wc_flags: WcFlags,
+    /// P_Key index.
+    pub pkey_index: u16,
+    /// Whether the packet had the SE bit (for solicited-only CQ notification).
+    pub solicited: bool,
+}
+
+impl Default for RecvCompletion {
+    fn default() -> RecvCompletion {
+        RecvCompletion {
+            status: WcStatus::Success,
+            opcode: WcOpcode::Recv,
+            byte_len: 0,
+            imm_data: None,
+            invalidated_rkey: None,
+            src_qp: 0,
+            wc_flags: WcFlags::empty(),
+            pkey_index: 0,
+            solicited: false,
+        }
+    }
+}
+
+struct PostedSend {
+    ssn: u64,
+    wr: SendWr,
+}
+
+struct TakenRecv {
+    wr: RecvWr,
+    /// The CQ the completion goes to, when not the QP's receive CQ (XRC SRQs).
+    cq: Option<Arc<CqCore>>,
+}
+
+struct QpInner {
+    attr: QpAttr,
+    /// Posted send WRs; the first `sq_started` are in flight.
+    sq: VecDeque<PostedSend>,
+    sq_started: usize,
+    next_ssn: u64,
+    /// Posted receive WRs not yet taken.
+    rq: VecDeque<RecvWr>,
+    /// Receive WQEs taken by the engine and not yet completed, oldest first.
+    rq_taken: VecDeque<TakenRecv>,
+}
+
+pub(crate) struct QpCore {
+    qpn: u32,
+    qp_type: QpType,
+    pub(crate) ctx: Arc<ContextCore>,
+    pd: Option<Arc<PdCore>>,
+    send_cq: Option<Arc<CqCore>>,
+    recv_cq: Option<Arc<CqCore>>,
+    srq: Option<Arc<SrqCore>>,
+    pub(crate) xrcd: Option<Arc<XrcdCore>>,
+    cap: QpCap,
+    sq_sig_all: bool,
+    inner: Mutex<QpInner>,
+    pub(crate) liveness: Liveness,
+}
+
+/// Everything a new QP is made of (validated).
+pub(crate) struct QpParts {
+    pub(crate) qp_type: QpType,
+    pub(crate) pd: Option<Arc<PdCore>>,
+    pub(crate) send_cq: Option<Arc<CqCore>>,
+    pub(crate) recv_cq: Option<Arc<CqCore>>,
+    pub(crate) srq: Option<Arc<SrqCore>>,
+    pub(crate) xrcd: Option<Arc<XrcdCore>>,
+    pub(crate) cap: QpCap,
+    pub(crate) sq_sig_all: bool,
+}
+
+impl QpCore {
+    /// `ibv_create_qp` on a PD (every type but XRC_RECV).
+    pub(crate) fn create(pd: &Arc<PdCore>, a: &QpInitAttr<'_>) -> Result<Qp, CreateQpError> {
+        let ctx = &pd.ctx;
+        let dev = ctx.attr();
+        match a.qp_type {
+            QpType::Smi | QpType::RawPacket => {
+                return Err(CreateQpError::UnsupportedType(a.qp_type))
+            }
+            QpType::XrcRecv => return Err(CreateQpError::NeedsXrcDomain(a.qp_type)),
+            QpType::Rc | QpType::Uc | QpType::Ud | QpType::Gsi | QpType::XrcSend => {}
+        }
+        let c = a.cap;
+        for (cap, value, max) in [
+            ("max_send_wr", c.max_send_wr, dev.max_qp_wr),
+            ("max_recv_wr", c.max_recv_wr, dev.max_qp_wr),
+            ("max_send_sge", c.max_send_sge, dev.max_sge),
+            ("max_recv_sge", c.max_recv_sge, dev.max_sge),
+            ("max_inline_data", c.max_inline_data, dev.max_inline_data),
+        ] {
+            if value > max {
+                return Err(CreateQpError::CapTooLarge { cap, value, max });
+            }
+        }
+        let same_ctx = |cq: &Cq| Arc::ptr_eq(&cq.core().ctx, ctx);
+        let send_cq = a.send_cq.ok_or(CreateQpError::MissingCq {
+            qp_type: a.qp_type,
+            which: "send",
+        })?;
+        if !same_ctx(send_cq) {
+            return Err(CreateQpError::ForeignObject(ObjectKind::Cq));
+        }
+        let mut cap = c;
+        let (recv_cq, srq) = if a.qp_type == QpType::XrcSend {
+            if a.recv_cq.is_some() {
+                return Err(CreateQpError::NoReceiveSide {
+                    qp_type: a.qp_type,
+                    what: "a receive CQ",
+                });
+            }
+            if a.srq.is_some() {
+                return Err(CreateQpError::NoReceiveSide {
+                    qp_type: a.qp_type,
+                    what: "an SRQ",
+                });
+            }
+            cap.max_recv_wr = 0;
+            cap.max_recv_sge = 0;
+            (None, None)
+        } else {
+            let recv_cq = a.recv_cq.ok_or(CreateQpError::MissingCq {
+                qp_type: a.qp_type,
+                which: "recv",
+            })?;
+            if !same_ctx(recv_cq) {
+                return Err(CreateQpError::ForeignObject(ObjectKind::Cq));
+            }
+            let srq = match a.srq {
+                None => None,
+                Some(s) => {
+                    if !Arc::ptr_eq(&s.core().pd.ctx, ctx) {
+                        return Err(CreateQpError::ForeignObject(ObjectKind::Srq));
+                    }
+                    if s.is_xrc() {
+                        return Err(CreateQpError::BadSrq(a.qp_type));
+                    }
+                    // With an SRQ the QP has no receive queue of its own.
+                    cap.max_recv_wr = 0;
+                    cap.max_recv_sge = 0;
+                    Some(s.core().clone())
+                }
+            };
+            (Some(recv_cq.core().clone()), srq)
+        };
+        QpCore::build(
+            ctx,
+            QpParts {
+                qp_type: a.qp_type,
+                pd: Some(pd.clone()),
+                send_cq: Some(send_cq.core().clone()),
+                recv_cq,
+                srq,
+                xrcd: None,
+                cap,
+                sq_sig_all: a.sq_sig_all,
+            },
+        )
+    }
+
+    /// Allocates the QPN (1 for GSI), publishes the QP and counts it in its parents.
+    pub(crate) fn build(ctx: &Arc<ContextCore>, parts: QpParts) -> Result<Qp, CreateQpError> {
+        let max = ctx.attr().max_qp;
+        if !try_inc(&ctx.live.qps, max) {
+            return Err(CreateQpError::Limit { max });
+        }
+        let make = |qpn: u32| -> Result<QpCore, ()> {
+            // Count the QP in its parents as it comes to life; Drop undoes exactly this.
+            if let Some(pd) = &parts.pd {
+                pd.children.qps.fetch_add(1, Ordering::AcqRel);
+            }
+            for cq in [&parts.send_cq, &parts.recv_cq].into_iter().flatten() {
+                cq.attached.fetch_add(1, Ordering::AcqRel);
+            }
+            if let Some(srq) = &parts.srq {
+                srq.qps.fetch_add(1, Ordering::AcqRel);
+            }
+            if let Some(x) = &parts.xrcd {
+                x.qps.fetch_add(1, Ordering::AcqRel);
+            }
+            Ok(QpCore {
+                qpn,
+                qp_type: parts.qp_type,
+                ctx: ctx.clone(),
+                pd: parts.pd.clone(),
+                send_cq: parts.send_cq.clone(),
+                recv_cq: parts.recv_cq.clone(),
+                srq: parts.srq.clone(),
+                xrcd: parts.xrcd.clone(),
+                cap: parts.cap,
+                sq_sig_all: parts.sq_sig_all,
+                inner: Mutex::new(QpInner {
+                    attr: QpAttr {
+                        cap: parts.cap,
+                        ..QpAttr::default()
+                    },
+                    sq: VecDeque::new(),
+                    sq_started: 0,
+                    next_ssn: 0,
+                    rq: VecDeque::new(),
+                    rq_taken: VecDeque::new(),
+                }),
+                liveness: Liveness::new(),
+            })
+        };
+        let inserted = if parts.qp_type == QpType::Gsi {
+            ctx.qps.insert_at(GSI_QPN, make)
+        } else {
+            ctx.qps.insert_with(make).map(|(_, core)| core)
+        };
+        match inserted {
+            Ok(core) => Ok(Qp {
+                r: QpRef { core },
+                destroyed: false,
+            }),
+            Err(e) => {
+                dec(&ctx.live.qps);
+                Err(match e {
+                    InsertError::InUse { .. } => CreateQpError::GsiExists,
+                    InsertError::Full { .. } | InsertError::Make(()) => {
+                        CreateQpError::Limit { max }
+                    }
+                })
+            }
+        }
+    }
+
+    pub(crate) fn qpn(&self) -> u32 {
+        self.qpn
+    }
+
+    fn flush_wc_send(&self, p: &PostedSend) -> WorkCompletion {
+        WorkCompletion::error(
+            p.wr.wr_id,
+            WcStatus::WrFlushErr,
+            p.wr.opcode.wc_opcode(),
+            self.qpn,
+        )
+    }
+
+    /// Moves the QP to ERR: flushes both queues (§3.5). Called with the lock held.
+    fn enter_err_locked(this: &Arc<QpCore>, inner: &mut QpInner) {
+        inner.attr.qp_state = QpState::Err;
+        inner.attr.sq_draining = false;
+        inner.sq_started = 0;
+        let sends: Vec<PostedSend> = inner.sq.drain(..).collect();
+        if let Some(cq) = &this.send_cq {
+            for p in &sends {
+                // A full CQ has raised CQ_ERR; the remaining flushes are lost with it.
+                let _ = CqCore::push(cq, this.flush_wc_send(p), false);
+            }
+        }
+        let taken: Vec<TakenRecv> = inner.rq_taken.drain(..).collect();
+        let posted: Vec<RecvWr> = inner.rq.drain(..).collect();
+        for t in taken {
+            let wc =
+                WorkCompletion::error(t.wr.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, this.qpn);
+            if let Some(cq) = t.cq.as_ref().or(this.recv_cq.as_ref()) {
+                let _ = CqCore::push(cq, wc, false);
+            }
+        }
+        if let Some(cq) = &this.recv_cq {
+            for wr in posted {
+                let wc =
+                    WorkCompletion::error(wr.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, this.qpn);
+                let _ = CqCore::push(cq, wc, false);
+            }
+        }
+        if this.srq.is_some() || this.qp_type == QpType::XrcRecv {
+            // IBA o11-5.2.5: no further SRQ WQEs will be consumed by this QP.
+            QpRef::raise_on(this, EventType::QpLastWqeReached);
+        }
+    }
+
+    /// Moves the QP to RESET: queues discarded without completions, attributes reset.
+    fn enter_reset_locked(&self, inner: &mut QpInner) {
+        inner.sq.clear();
+        inner.sq_started = 0;
+        inner.rq.clear();
+        inner.rq_taken.clear();
+        inner.attr = QpAttr {
+            cap: self.cap,
+            ..QpAttr::default()
+        };
+    }
+
+    /// Value checks that need the device or are RoCE-specific.
+    fn check_values(&self, attr: &QpAttr, mask: AttrMask) -> Result<(), ModifyQpError> {
+        let dev = &self.ctx.device;
+        let invalid = |bit: AttrMask, reason: String| ModifyQpError::InvalidValue {
+            attr: bit,
+            name: bit.attr_name(),
+            reason,
+        };
+        if mask.contains(AttrMask::PKEY_INDEX) && attr.pkey_index >= dev.attr().max_pkeys {
+            return Err(invalid(
+                AttrMask::PKEY_INDEX,
+                format!(
+                    "P_Key index {} is outside the table of {}",
+                    attr.pkey_index,
+                    dev.attr().max_pkeys
+                ),
+            ));
+        }
+        if mask.contains(AttrMask::PORT) && attr.port_num != crate::device::PORT_NUM {
+            return Err(invalid(
+                AttrMask::PORT,
+                format!("port {} does not exist (only port 1)", attr.port_num),
+            ));
+        }
+        let qp_access = AccessFlags::LOCAL_WRITE
+            | AccessFlags::REMOTE_WRITE
+            | AccessFlags::REMOTE_READ
+            | AccessFlags::REMOTE_ATOMIC
+            | AccessFlags::MW_BIND;
+        if mask.contains(AttrMask::ACCESS_FLAGS) && !qp_access.contains(attr.qp_access_flags) {
+            return Err(invalid(
+                AttrMask::ACCESS_FLAGS,
+                format!(
+                    "flags {:#x} are not QP access flags",
+                    attr.qp_access_flags.difference(qp_access).bits()
+                ),
+            ));
+        }
+        if mask.contains(AttrMask::AV) {
+            attr.ah_attr
+                .validate(dev)
+                .map_err(|e| invalid(AttrMask::AV, e.to_string()))?;
+        }
+        if mask.contains(AttrMask::ALT_PATH) {
+            return Err(invalid(
+                AttrMask::ALT_PATH,
+                "alternate paths (APM) are not supported on RoCE".to_owned(),
+            ));
+        }
+        if mask.contains(AttrMask::DEST_QPN) && attr.dest_qp_num > MAX_QPN {
+            return Err(invalid(
+                AttrMask::DEST_QPN,
+                format!("{:#x} is not a 24-bit QPN", attr.dest_qp_num),
+            ));
+        }
+        Ok(())
+    }
+
+    fn validate_send(&self, wr: &SendWr) -> Result<(), PostError> {
+        let qp_type = self.qp_type;
+        if qp_type == QpType::XrcRecv {
+            return Err(PostError::NoQueue {
+                qp_type,
+                queue: "send",
+            });
+        }
+        if !wr.opcode.valid_for(qp_type) {
+            return Err(PostError::UnsupportedOpcode {
+                opcode: wr.opcode,
+                qp_type,
+            });
+        }
+        if wr.flags.contains(SendFlags::INLINE) {
+            if !wr.opcode.may_inline() {
+                return Err(PostError::InlineNotAllowed(wr.opcode));
+            }
+            if wr.inline_data.len() > self.cap.max_inline_data as usize {
+                return Err(PostError::InlineTooLong {
+                    len: wr.inline_data.len(),
+                    max: self.cap.max_inline_data,
+                });
+            }
+        } else if wr.sg_list.len() > self.cap.max_send_sge as usize {
+            return Err(PostError::TooManySge {
+                num: wr.sg_list.len(),
+                max: self.cap.max_send_sge,
+            });
+        }
+        let len = wr.total_len();
+        let max_msg = self.ctx.attr().max_msg_sz;
+        if len > max_msg {
+            return Err(PostError::MessageTooLong { len, max: max_msg });
+        }
+        if wr.opcode.is_atomic() {
+            if len < 8 {
+                return Err(PostError::AtomicLength { len });
+            }
+            if wr.atomic.remote_addr % 8 != 0 {
+                return Err(PostError::AtomicAlignment {
+                    addr: wr.atomic.remote_addr,
+                });
+            }
+        }
+        match qp_type {
+            QpType::Ud | QpType::Gsi => {
+                let ud = wr.ud.as_ref().ok_or(PostError::MissingUdDestination)?;
+                let same_pd = self.pd.as_ref().is_some_and(|pd| ud.ah.belongs_to(pd));
+                if !same_pd {
+                    return Err(PostError::ForeignAh);
+                }
+            }
+            QpType::XrcSend if wr.xrc_remote_srqn > MAX_QPN => {
+                return Err(PostError::BadRemoteSrqn(wr.xrc_remote_srqn));
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+impl Drop for QpCore {
+    fn drop(&mut self) {
+        self.ctx.qps.release(self.qpn);
+        if let Some(pd) = &self.pd {
+            dec(&pd.children.qps);
+        }
+        for cq in [&self.send_cq, &self.recv_cq].into_iter().flatten() {
+            dec(&cq.attached);
+        }
+        if let Some(srq) = &self.srq {
+            dec(&srq.qps);
+        }
+        if let Some(x) = &self.xrcd {
+            dec(&x.qps);
+        }
+        dec(&self.ctx.live.qps);
+    }
+}
+
+/// A counted reference to a QP with every operation but destroy. [`Qp`] dereferences to
+/// it; QP events and [`crate::Context::qp_for_packet`] hand them out. A destroy waits until
+/// all references are dropped, so never keep one longer than needed.
+#[derive(Clone)]
+pub struct QpRef {
+    core: Arc<QpCore>,
+}
+
+impl QpRef {
+    pub(crate) fn from_core(core: Arc<QpCore>) -> QpRef {
+        QpRef { core }
+    }
+
+    pub(crate) fn core(&self) -> &Arc<QpCore> {
+        &self.core
+    }
+
+    fn raise_on(core: &Arc<QpCore>, event: EventType) -> bool {
+        core.ctx.events.raise(AsyncEvent::new(
+            event,
+            EventElement::Qp(QpRef { core: core.clone() }),
+        ))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, QpInner> {
+        lock(&self.core.inner)
+    }
+
+    /// The QP number.
+    pub fn qp_num(&self) -> u32 {
+        self.core.qpn
+    }
+
+    /// The transport type.
+    pub fn qp_type(&self) -> QpType {
+        self.core.qp_type
+    }
+
+    /// The current state.
+    pub fn state(&self) -> QpState {
+        self.lock().attr.qp_state
+    }
+
+    /// Whether the QP is still published (not being destroyed).
+    pub fn is_published(&self) -> bool {
+        self.core.liveness.is_published()
+    }
+
+    /// The id of the QP's PD (`None` for XRC_RECV).
+    pub fn pd_id(&self) -> Option<u32> {
+        self.core.pd.as_ref().map(|p| p.id)
+    }
+
+    /// Whether two references name the same QP.
+    pub fn same_qp(&self, other: &QpRef) -> bool {
+        Arc::ptr_eq(&self.core, &other.core)
+    }
+
+    /// Current attributes and creation attributes (`ibv_query_qp`).
+    pub fn query(&self) -> (QpAttr, QpInitInfo) {
+        let inner = self.lock();
+        let mut attr = inner.attr;
+        attr.cur_qp_state = attr.qp_state;
+        let c = &self.core;
+        (
+            attr,
+            QpInitInfo {
+                qp_type: c.qp_type,
+                cap: c.cap,
+                sq_sig_all: c.sq_sig_all,
+                send_cq: c.send_cq.as_ref().map(|q| q.id),
+                recv_cq: c.recv_cq.as_ref().map(|q| q.id),
+                srq_num: c.srq.as_ref().map(|s| s.srqn),
+                xrcd: c.xrcd.as_ref().map(|x| x.id),
+            },
+        )
+    }
+
+    /// Modifies the QP (`ibv_modify_qp`); see the module docs. On error nothing changed.
+    pub fn modify(&self, attr: &QpAttr, mask: AttrMask) -> Result<(), ModifyQpError> {
+        let core = &self.core;
+        let mut inner = self.lock();
+        let cur = inner.attr.qp_state;
+        let next = if mask.contains(AttrMask::STATE) {
+            attr.qp_state
+        } else {
+            cur
+        };
+        let cur_attr = mask
+            .contains(AttrMask::CUR_STATE)
+            .then_some(attr.cur_qp_state);
+        check_modify(core.qp_type, cur, next, mask, cur_attr)?;
+        check_sq_drain(cur, next, inner.attr.sq_draining)?;
+        let max_mtu = core
+            .ctx
+            .device
+            .port_attr(crate::device::PORT_NUM)
+            .map(|p| p.max_mtu)
+            .unwrap_or(Pmtu::Mtu4096);
+        QpAttrLimits::rxe(u32::from(max_mtu.enum_value())).check_values(
+            mask,
+            &QpAttrValues {
+                path_mtu: u32::from(attr.path_mtu.enum_value()),
+                timeout: attr.timeout,
+                alt_timeout: attr.alt_timeout,
+                retry_cnt: attr.retry_cnt,
+                rnr_retry: attr.rnr_retry,
+                min_rnr_timer: attr.min_rnr_timer,
+                max_rd_atomic: u32::from(attr.max_rd_atomic),
+                max_dest_rd_atomic: u32::from(attr.max_dest_rd_atomic),
+            },
+        )?;
+        core.check_values(attr, mask)?;
+        // Every check passed: apply.
+        inner.attr.apply(attr, mask);
+        if next != cur {
+            match next {
+                QpState::Err => QpCore::enter_err_locked(core, &mut inner),
+                QpState::Reset => core.enter_reset_locked(&mut inner),
+                QpState::Sqd => {
+                    inner.attr.qp_state = QpState::Sqd;
+                    inner.attr.sq_draining = inner.sq_started > 0;
+                    if !inner.attr.sq_draining {
+                        QpRef::raise_on(core, EventType::SqDrained);
+                    }
+                }
+                other => inner.attr.qp_state = other,
+            }
+        }
+        Ok(())
+    }
+
+    /// Posts one send WR (`ibv_post_send`); see the module docs for the rules.
+    pub fn post_send(&self, wr: SendWr) -> Result<(), PostError> {
+        let core = &self.core;
+        core.validate_send(&wr)?;
+        let mut inner = self.lock();
+        if !core.liveness.is_published() {
+            return Err(PostError::Destroyed(ObjectKind::Qp));
+        }
+        let state = inner.attr.qp_state;
+        match state.send_post() {
+            None => Err(PostError::InvalidState {
+                queue: "send",
+                state,
+            }),
+            Some(PostOutcome::Flush) => {
+                let ssn = inner.next_ssn;
+                inner.next_ssn += 1;
+                let p = PostedSend { ssn, wr };
+                if let Some(cq) = &core.send_cq {
+                    let _ = CqCore::push(cq, core.flush_wc_send(&p), false);
+                }
+                Ok(())
+            }
+            Some(PostOutcome::Process | PostOutcome::Defer) => {
+                if inner.sq.len() >= core.cap.max_send_wr as usize {
+                    return Err(PostError::QueueFull {
+                        queue: "send",
+                        max: core.cap.max_send_wr,
+                    });
+                }
+                let ssn = inner.next_ssn;
+                inner.next_ssn += 1;
+                inner.sq.push_back(PostedSend { ssn, wr });
+                Ok(())
+            }
+        }
+    }
+
+    /// Posts send WRs in order, stopping at the first refused one (`bad_wr`).
+    pub fn post_send_batch(
+        &self,
+        wrs: impl IntoIterator<Item = SendWr>,
+    ) -> Result<(), BatchPostError> {
+        for (index, wr) in wrs.into_iter().enumerate() {
+            self.post_send(wr)
+                .map_err(|error| BatchPostError { index, error })?;
+        }
+        Ok(())
+    }
+
+    /// Posts one receive WR (`ibv_post_recv`); see the module docs for the rules.
+    pub fn post_recv(&self, wr: RecvWr) -> Result<(), PostError> {
+        let core = &self.core;
+        let qp_type = core.qp_type;
+        if matches!(qp_type, QpType::XrcSend | QpType::XrcRecv) {
+            return Err(PostError::NoQueue {
+                qp_type,
+                queue: "receive",
+            });
+        }
+        if core.srq.is_some() {
+            return Err(PostError::SrqAttached);
+        }
+        if wr.sg_list.len() > core.cap.max_recv_sge as usize {
+            return Err(PostError::TooManySge {
+                num: wr.sg_list.len(),
+                max: core.cap.max_recv_sge,
+            });
+        }
+        let len = wr.total_len();
+        if len > MAX_RECV_LEN {
+            return Err(PostError::MessageTooLong {
+                len,
+                max: MAX_RECV_LEN,
+            });
+        }
+        let mut inner = self.lock();
+        if !core.liveness.is_published() {
+            return Err(PostError::Destroyed(ObjectKind::Qp));
+        }
+        let state = inner.attr.qp_state;
+        match state.recv_post() {
+            None => Err(PostError::InvalidState {
+                queue: "receive",
+                state,
+            }),
+            Some(PostOutcome::Flush) => {
+                if let Some(cq) = &core.recv_cq {
+                    let wc = WorkCompletion::error(
+                        wr.wr_id,
+                        WcStatus::WrFlushErr,
+                        WcOpcode::Recv,
+                        core.qpn,
+                    );
+                    let _ = CqCore::push(cq, wc, false);
+                }
+                Ok(())
+            }
+            Some(PostOutcome::Process | PostOutcome::Defer) => {
+                if inner.rq.len() + inner.rq_taken.len() >= core.cap.max_recv_wr as usize {
+                    return Err(PostError::QueueFull {
+                        queue: "receive",
+                        max: core.cap.max_recv_wr,
+                    });
+                }
+                inner.rq.push_back(wr);
+                Ok(())
+            }
+        }
+    }
+
+    /// Posts receive WRs in order, stopping at the first refused one (`bad_wr`).
+    pub fn post_recv_batch(
+        &self,
+        wrs: impl IntoIterator<Item = RecvWr>,
+    ) -> Result<(), BatchPostError> {
+        for (index, wr) in wrs.into_iter().enumerate() {
+            self.post_recv(wr)
+                .map_err(|error| BatchPostError { index, error })?;
+        }
+        Ok(())
+    }
+
+    /// Number of send WRs outstanding (in flight or not yet started).
+    pub fn send_queue_len(&self) -> usize {
+        self.lock().sq.len()
+    }
+
+    /// Number of send WRs in flight (started, not completed).
+    pub fn sends_in_flight(&self) -> usize {
+        self.lock().sq_started
+    }
+
+    /// Number of receive WRs outstanding on the QP's own RQ (posted or taken).
+    pub fn recv_queue_len(&self) -> usize {
+        let inner = self.lock();
+        inner.rq.len() + inner.rq_taken.len()
+    }
+
+    /// Engine API: the next send WR to start (RTS only), which is then in flight.
+    pub fn next_send_wqe(&self) -> Option<SendWqe> {
+        let mut inner = self.lock();
+        if !inner.attr.qp_state.starts_send_wqes() {
+            return None;
+        }
+        let idx = inner.sq_started;
+        let wqe = inner.sq.get(idx).map(|p| SendWqe {
+            ssn: p.ssn,
+            wr: p.wr.clone(),
+        })?;
+        inner.sq_started += 1;
+        Some(wqe)
+    }
+
+    /// Engine API: completes the oldest in-flight send WR with `status`. Returns the CQE if
+    /// one was generated (signaled rule, §3.4).
+    pub fn complete_send(&self, status: WcStatus) -> Result<Option<WorkCompletion>, EngineError> {
+        let core = &self.core;
+        let mut inner = self.lock();
+        if inner.sq_started == 0 {
+            return Err(EngineError::NoSendInFlight);
+        }
+        let p = inner.sq.pop_front().ok_or(EngineError::NoSendInFlight)?;
+        inner.sq_started -= 1;
+        let signaled =
+            core.sq_sig_all || p.wr.flags.contains(SendFlags::SIGNALED) || !status.is_success();
+        let wc = WorkCompletion {
+            wr_id: p.wr.wr_id,
+            status,
+            opcode: p.wr.opcode.wc_opcode(),
+            byte_len: u32::try_from(p.wr.total_len()).unwrap_or(u32::MAX),
+            qp_num: core.qpn,
+            ..WorkCompletion::default()
+        };
+        let pushed = match (&core.send_cq, signaled) {
+            (Some(cq), true) => CqCore::push(cq, wc, false).map_err(|_| EngineError::CqOverrun),
+            _ => Ok(()),
+        };
+        if inner.attr.qp_state == QpState::Sqd && inner.attr.sq_draining && inner.sq_started == 0 {
+            inner.attr.sq_draining = false;
+            QpRef::raise_on(core, EventType::SqDrained);
+        }
+        pushed.map(|()| signaled.then_some(wc))
+    }
+
+    /// Engine API: takes the next receive WQE from the QP's RQ or its SRQ.
+    pub fn take_recv_wqe(&self) -> Result<RecvWqe, EngineError> {
+        let core = &self.core;
+        if matches!(core.qp_type, QpType::XrcSend | QpType::XrcRecv) {
+            return Err(EngineError::NoQueue);
+        }
+        let mut inner = self.lock();
+        if matches!(inner.attr.qp_state, QpState::Reset | QpState::Err) {
+            return Err(EngineError::NoRecvWqe);
+        }
+        let (wr, srq_num) = match &core.srq {
+            Some(srq) => (
+                SrqCore::take(srq).ok_or(EngineError::NoRecvWqe)?,
+                Some(srq.srqn),
+            ),
+            None => (inner.rq.pop_front().ok_or(EngineError::NoRecvWqe)?, None),
+        };
+        let wqe = RecvWqe {
+            wr_id: wr.wr_id,
+            sg_list: wr.sg_list.clone(),
+            srq_num,
+        };
+        inner.rq_taken.push_back(TakenRecv { wr, cq: None });
+        Ok(wqe)
+    }
+
+    /// Engine API (XRC_RECV): takes a receive WQE from the XRC SRQ `srqn` named by the
+    /// packet; the SRQ must belong to this QP's XRC domain. Its completion goes to the SRQ's
+    /// CQ.
+    pub fn take_xrc_recv_wqe(&self, srqn: u32) -> Result<RecvWqe, EngineError> {
+        let core = &self.core;
+        if core.qp_type != QpType::XrcRecv {
+            return Err(EngineError::NoQueue);
+        }
+        let srq = core.ctx.srqs.get(srqn).ok_or(EngineError::BadSrq(srqn))?;
+        let (xrc_cq, same_domain) = match (&srq.xrc, &core.xrcd) {
+            (Some(x), Some(d)) => (x.cq.clone(), Arc::ptr_eq(&x.xrcd, d)),
+            _ => return Err(EngineError::BadSrq(srqn)),
+        };
+        if !same_domain {
+            return Err(EngineError::BadSrq(srqn));
+        }
+        let mut inner = self.lock();
+        if matches!(inner.attr.qp_state, QpState::Reset | QpState::Err) {
+            return Err(EngineError::NoRecvWqe);
+        }
+        let wr = SrqCore::take(&srq).ok_or(EngineError::NoRecvWqe)?;
+        let wqe = RecvWqe {
+            wr_id: wr.wr_id,
+            sg_list: wr.sg_list.clone(),
+            srq_num: Some(srqn),
+        };
+        inner.rq_taken.push_back(TakenRecv {
+            wr,
+            cq: Some(xrc_cq),
+        });
+        Ok(wqe)
+    }
+
+    /// Engine API: completes the oldest taken receive WQE.
+    pub fn complete_recv(&self, c: &RecvCompletion) -> Result<WorkCompletion, EngineError> {
+        let core = &self.core;
+        let mut inner = self.lock();
+        let t = inner
+            .rq_taken
+            .pop_front()
+            .ok_or(EngineError::NoRecvInProgress)?;
+        let mut flags = c.wc_flags;
+        if c.imm_data.is_some() {
+            flags |= WcFlags::WITH_IMM;
+        }
+        if c.invalidated_rkey.is_some() {
+            flags |= WcFlags::WITH_INV;
+        }
+        let wc = WorkCompletion {
+            wr_id: t.wr.wr_id,
+            status: c.status,
+            opcode: c.opcode,
+            byte_len: c.byte_len,
+            imm_data: c.imm_data.unwrap_or(0),
+            invalidated_rkey: c.invalidated_rkey.unwrap_or(0),
+            qp_num: core.qpn,
+            src_qp: c.src_qp,
+            wc_flags: flags,
+            pkey_index: c.pkey_index,
+            ..WorkCompletion::default()
+        };
+        let cq = t.cq.as_ref().or(core.recv_cq.as_ref());
+        match cq {
+            Some(cq) => CqCore::push(cq, wc, c.solicited)
+                .map(|()| wc)
+                .map_err(|_| EngineError::CqOverrun),
+            None => Err(EngineError::NoQueue),
+        }
+    }
+
+    /// Engine API: moves the QP to ERR after an internal error (flushing, §3.5) and raises
+    /// `event` if given (must be a QP event). Does nothing to a QP in RESET or already in
+    /// ERR, except raising the event.
+    pub fn enter_error(&self, event: Option<EventType>) -> Result<(), RaiseError> {
+        if let Some(e) = event {
+            e.expect_kind(ElementKind::Qp)?;
+        }
+        let core = &self.core;
+        let mut inner = self.lock();
+        if !matches!(inner.attr.qp_state, QpState::Reset | QpState::Err) {
+            QpCore::enter_err_locked(core, &mut inner);
+        }
+        if let Some(e) = event {
+            QpRef::raise_on(core, e);
+        }
+        Ok(())
+    }
+
+    /// Raises a QP event on the context's queue (the transport raises `COMM_EST`,
+    /// `QP_FATAL`, ...). Returns whether it was queued: not if the QP is being destroyed
+    /// or the queue was shut down.
+    pub fn raise_event(&self, event: EventType) -> Result<bool, RaiseError> {
+        event.expect_kind(ElementKind::Qp)?;
+        Ok(QpRef::raise_on(&self.core, event))
+    }
+}
+
+impl fmt::Debug for QpRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("QpRef")
+            .field("qpn", &format_args!("{:#x}", self.core.qpn))
+            .field("type", &self.core.qp_type)
+            .finish()
+    }
+}
+
+/// A queue pair (`ibv_qp`). Unique owner handle; dereferences to [`QpRef`].
+///
+/// [`Qp::destroy`] (or drop) unpublishes the QPN, discards the QP's undelivered events and
+/// waits for outstanding references (unacknowledged events, transport lookups) before the
+/// QP is released. An XRC_RECV QP handle that is dropped without `destroy` hands the QP to
+/// its XRC domain instead (see [`crate::Xrcd`]).
+pub struct Qp {
+    r: QpRef,
+    destroyed: bool,
+}
+
+impl Qp {
+    /// Destroys the QP (`ibv_destroy_qp`). On [`DestroyError::InUse`] (references held past
+    /// the context's destroy timeout) the QP stays unpublished and the handle is returned:
+    /// acknowledge the events and call `destroy` again, or drop it to release the QP with
+    /// its last reference.
+    pub fn destroy(mut self) -> Result<(), (Qp, DestroyError)> {
+        match self.retire() {
+            Ok(()) => {
+                self.destroyed = true;
+                Ok(())
+            }
+            Err(e) => Err((self, e)),
+        }
+    }
+
+    fn retire(&self) -> Result<(), DestroyError> {
+        let core = &self.r.core;
+        let ctx = &core.ctx;
+        // 1. No new events for it from now on (checked under the event queue's lock).
+        core.liveness.unpublish();
+        // 2. No new lookups; the QPN stays reserved until the release.
+        drop(ctx.qps.unpublish(core.qpn));
+        // 3. Undelivered events go (their references with them).
+        ctx.events
+            .purge(|e| matches!(e.element(), EventElement::Qp(q) if Arc::ptr_eq(&q.core, core)));
+        // 4. Wait for in-flight users and unacknowledged events.
+        wait_unreferenced(core, 1, ctx.destroy_timeout()).map_err(|e| DestroyError::InUse {
+            object: ObjectKind::Qp,
+            references: e.references,
+        })
+        // 5. The release (QpCore::drop) happens when the handle's reference goes.
+    }
+
+    /// Test hook: strong count of the QP's shared state (1 = only this handle).
+    #[doc(hidden)]
+    pub fn ref_count(&self) -> usize {
+        Arc::strong_count(&self.r.core)
+    }
+}
+
+impl Drop for Qp {
+    fn drop(&mut self) {
+        if self.destroyed {
+            return;
+        }
+        if let Some(xrcd) = &self.r.core.xrcd {
+            if xrcd.adopt(&self.r.core) {
+                return;
+            }
+        }
+        let _ = self.retire();
+    }
+}
+
+impl Deref for Qp {
+    type Target = QpRef;
+    fn deref(&self) -> &QpRef {
+        &self.r
+    }
+}
+
+impl fmt::Debug for Qp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.r, f)
+    }
+}
+
+impl Qp {
+    pub(crate) fn from_core(core: Arc<QpCore>) -> Qp {
+        Qp {
+            r: QpRef { core },
+            destroyed: false,
+        }
+    }
+}
