@@ -5,14 +5,14 @@
 //! go in as values and decisions come out as values. No sockets, no clocks, no threads,
 //! no `unsafe`. It may depend on `uroce-wire` and on nothing higher.
 //!
-//! It holds the IBTA queue-pair state machine ([`qp_state`]) as declarative data, and the
-//! values the transport engines will consume and produce: time ([`time`]), the memory
-//! interface ([`memory`]), work requests ([`wr`]) and work completions ([`wc`]). The RC
-//! transport engine and the CM state machine will live here too.
+//! It holds the IBTA queue-pair state machine ([`qp_state`]) as declarative data and the
+//! RC transport engine ([`rc`]: requester, completer and responder of one reliable-connected
+//! QP as a sans-IO state machine). The CM state machine will live here too.
 #![forbid(unsafe_code)]
 
 pub mod memory;
 pub mod qp_state;
+pub mod rc;
 pub mod time;
 pub mod wc;
 pub mod wr;

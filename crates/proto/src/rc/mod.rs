@@ -1,0 +1,732 @@
+//! # The RC transport engine: one reliable-connected queue pair as a sans-IO state machine
+//!
+//! [`RcQp`] implements the IBA reliable-connected transport (roce-spec.md §1, §3) for one
+//! QP. It owns no socket, clock or thread: the caller feeds it work requests
+//! ([`RcQp::post_send`], [`RcQp::post_recv`]), received packets ([`RcQp::handle_packet`],
+//! already parsed and ICRC-checked) and the time ([`RcQp::handle_timeout`]), and drains
+//! its outputs: packets ([`RcQp::poll_transmit`], built one at a time into the caller's
+//! buffer), the next timer deadline ([`RcQp::poll_timeout`]), work completions
+//! ([`RcQp::poll_completion`]) and asynchronous events ([`RcQp::poll_event`]). Memory is
+//! reached only through [`crate::memory::Memory`] (in [`Env`]), so the same engine runs over
+//! the verbs layer's registered regions and over test buffers.
+//!
+//! ## The three parts (after rxe's split)
+//! * **Requester** (`requester.rs`): walks the send queue in order and builds request
+//!   packets on demand, gathering payload straight from the WR's SGEs (or inline bytes) into
+//!   the caller's buffer: a message is never materialised. It assigns PSNs (a READ consumes
+//!   `ceil(len / PMTU)` PSNs, at least one; an atomic one), sets AckReq on the last packet of
+//!   every message and at least every 64 packets, keeps at most 128 PSNs unacknowledged,
+//!   at most `max_rd_atomic` READ/atomic WRs outstanding, and holds a `FENCE` WR until every
+//!   earlier READ/atomic has completed.
+//! * **Completer** (`completer.rs`): processes ACKs, NAKs, READ responses and atomic
+//!   ACKs. One ACK completes every SEND/WRITE up to its PSN; READ responses are scattered
+//!   into the WR's SGEs as they arrive; an ACK or response beyond an unanswered READ/atomic
+//!   is an implicit NAK. Loss recovery is go-back-N from the oldest unacknowledged PSN.
+//!   Work completions leave strictly in posting order.
+//! * **Responder** (`responder.rs`): the receive pipeline of roce-spec.md §3.3: PSN check
+//!   (sequence-error NAK once per gap, duplicates re-acknowledged or answered from the
+//!   responder resources without re-execution), opcode sequence, access rights, receive WQE
+//!   (RNR NAK when none), length checks, R_Key checks through `Memory`, execution,
+//!   completion, coalesced acknowledgement. READ responses are generated from memory at
+//!   transmit time, one packet per [`RcQp::poll_transmit`] call.
+//!
+//! [`RcQp::poll_transmit`] sends responder output (ACKs, NAKs, READ responses, atomic
+//! ACKs) before new requests.
+//!
+//! ## Timers
+//! Two deadlines, both reported by [`RcQp::poll_timeout`]:
+//! * the **retransmit timer** (local ACK timeout, [`crate::time::local_ack_timeout`] of
+//!   `timeout`; `0` = never): armed when a request packet is sent and none is pending,
+//!   re-armed on every forward progress while PSNs are unacknowledged, disarmed when all
+//!   are. On expiry the requester goes back to the oldest unacknowledged PSN.
+//! * the **RNR timer**: after an RNR NAK the requester waits
+//!   [`uroce_wire::aeth::rnr_timer_micros`] of the NAK's timer code, then resends from the
+//!   NAKed PSN. The retransmit timer is suspended meanwhile.
+//!
+//! ## Retry counting
+//! `retry_cnt` is the number of retries allowed after a local ACK timeout, a PSN sequence
+//! error NAK or an implicit NAK (lost READ/atomic responses: at most one such retry between
+//! two forward progresses); it is reloaded on every forward progress (a valid ACK or
+//! response that advances the oldest unacknowledged PSN). `rnr_retry` counts RNR NAKs the
+//! same way; `rnr_retry == 7` means unlimited. With `retry_cnt = n` a message is sent at
+//! most `n + 1` times before `RETRY_EXC_ERR`.
+//!
+//! ## Spec rules followed, and where we deviate from rxe
+//! * `retry_cnt == 7` is **finite** (seven retries), as IBA specifies; rxe treats it as
+//!   infinite. `rnr_retry == 7` is infinite in both.
+//! * An incoming message longer than the receive buffer completes the responder's receive
+//!   WQE with `LOC_LEN_ERR` (IBA's local length error); rxe reports `REM_INV_REQ_ERR` there.
+//!   Either way the requester gets NAK Invalid Request → `REM_INV_REQ_ERR` and both QPs
+//!   end in ERR.
+//! * A receive WQE whose SGEs cannot be written completes with `LOC_PROT_ERR`, and the
+//!   requester gets NAK Remote Operational Error.
+//! * Receive completions on RC do not carry the `GRH` flag (it describes a GRH in the
+//!   receive buffer, which only UD has); rxe sets it on every receive.
+//! * The responder raises `QP_REQ_ERR` / `QP_ACCESS_ERR` when an invalid request or an
+//!   access violation moves the QP to ERR (IBA); rxe raises neither.
+//! * An incoming READ may span at most 2^22 PSNs (1 GiB at PMTU 256, the whole 2 GiB IBA
+//!   maximum from PMTU 512 up): a longer response range would not fit the half of the
+//!   24-bit PSN space that PSN comparison relies on. The requester refuses such a READ at
+//!   post time and keeps at most 2^22 + 128 PSNs in flight.
+//! * Before entering ERR on an error it detected itself, the responder still transmits
+//!   what it had queued before the error (READ responses, ACKs) and then the error NAK,
+//!   so that earlier requests complete normally at the requester, as they would at a
+//!   responder that processes requests strictly one after another.
+//! * LOCAL_INV / BIND_MW (local operations) are not executed here: the verbs layer owns
+//!   memory windows and regions. [`RcQp::post_send`] refuses them.
+//! * P_Key check as rxe: low 15 bits equal and non-zero, membership bit on either side.
+//!
+//! Nothing here panics on packet contents: header presence, lengths and PSNs are checked
+//! before use, arithmetic on message offsets is done in `u64` with checked or saturating
+//! operations where the operands come from the wire.
+
+mod build;
+mod completer;
+mod requester;
+mod responder;
+mod wqe;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::VecDeque;
+
+use bitflags::bitflags;
+use thiserror::Error;
+use uroce_wire::opcode::{self, Transport};
+use uroce_wire::{PacketRepr, Pmtu, Psn};
+
+use crate::memory::Memory;
+use crate::qp_state::QpState;
+use crate::time::Instant;
+use crate::wr::{RecvWr, SendOpcode, SendPayload, SendWr, WcOpcode, WcStatus, WorkCompletion};
+
+use requester::Requester;
+use responder::Responder;
+use wqe::SendWqe;
+
+/// At most this many PSNs are sent and not yet acknowledged (rxe `RXE_MAX_UNACKED_PSNS`).
+pub const MAX_UNACKED_PSNS: u32 = 128;
+/// AckReq is set at least once every this many request packets (rxe `RXE_MAX_PKT_PER_ACK`).
+pub const MAX_PKTS_PER_ACKREQ: u32 = 64;
+/// The largest message (IBA: 2^31 bytes).
+pub const MAX_MSG_LEN: u64 = 1 << 31;
+/// The most PSNs one RDMA READ may consume (see the module doc).
+pub const MAX_READ_PSNS: u64 = 1 << 22;
+
+bitflags! {
+    /// What remote peers may do on this QP (`qp_access_flags`; the `ibv_access_flags`
+    /// values of the remote bits).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+    pub struct RemoteAccess: u32 {
+        /// RDMA WRITE (and WRITE with immediate).
+        const WRITE = 2;
+        /// RDMA READ.
+        const READ = 4;
+        /// Atomics.
+        const ATOMIC = 8;
+    }
+}
+
+/// The attributes of an RC QP the engine uses (the RTS-relevant `ibv_qp_attr` subset).
+#[derive(Debug, Clone)]
+pub struct RcConfig {
+    /// Our QP number (24 bits).
+    pub qpn: u32,
+    /// The connected peer's QP number (24 bits): DestQP of everything we send.
+    pub dest_qpn: u32,
+    /// Path MTU: payload bytes per packet.
+    pub pmtu: Pmtu,
+    /// First PSN the requester uses.
+    pub sq_psn: Psn,
+    /// First PSN the responder expects.
+    pub rq_psn: Psn,
+    /// Local ACK timeout code: 4.096 µs × 2^timeout; 0 = never time out.
+    pub timeout: u8,
+    /// Retries after timeouts / sequence NAKs (0..=7; IBA: 7 is seven, not infinite).
+    pub retry_cnt: u8,
+    /// Retries after RNR NAKs (0..=7; 7 = infinite).
+    pub rnr_retry: u8,
+    /// RNR timer code sent in our RNR NAKs.
+    pub min_rnr_timer: u8,
+    /// READ/atomic WRs we may have outstanding (initiator depth).
+    pub max_rd_atomic: u8,
+    /// Responder resources: incoming READ/atomics we remember for duplicates.
+    pub max_dest_rd_atomic: u8,
+    /// What remote peers may do on this QP.
+    pub access: RemoteAccess,
+    /// Every send WR generates a completion (else only `SIGNALED` ones and errors).
+    pub sq_sig_all: bool,
+    /// Send queue depth.
+    pub max_send_wr: u32,
+    /// Receive queue depth.
+    pub max_recv_wr: u32,
+    /// Receive WQEs come from [`Env::srq`] instead of the QP's own receive queue.
+    pub use_srq: bool,
+    /// P_Key sent and matched (0xFFFF).
+    pub pkey: u16,
+}
+
+impl RcConfig {
+    /// Defaults: PMTU 1024, PSNs 0, timeout 14 (≈ 67 ms), retry_cnt 7, rnr_retry 7,
+    /// min_rnr_timer 12 (0.64 ms), 16 READ/atomics each way, all remote access, selective
+    /// signalling, 1024 WRs per queue, no SRQ, P_Key 0xFFFF.
+    pub fn new(qpn: u32, dest_qpn: u32) -> RcConfig {
+        RcConfig {
+            qpn,
+            dest_qpn,
+            pmtu: Pmtu::Mtu1024,
+            sq_psn: Psn::ZERO,
+            rq_psn: Psn::ZERO,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            min_rnr_timer: 12,
+            max_rd_atomic: 16,
+            max_dest_rd_atomic: 16,
+            access: RemoteAccess::all(),
+            sq_sig_all: false,
+            max_send_wr: 1024,
+            max_recv_wr: 1024,
+            use_srq: false,
+            pkey: 0xffff,
+        }
+    }
+}
+
+/// Receive WQEs shared by several QPs (an SRQ). The verbs layer implements it.
+pub trait SharedRecvQueue {
+    /// Takes the next receive WQE, if any.
+    fn take(&mut self) -> Option<RecvWr>;
+}
+
+/// What an engine call may touch besides the QP itself.
+pub struct Env<'a> {
+    /// Local and remote-accessible memory.
+    pub mem: &'a dyn Memory,
+    /// The SRQ of a QP created with `use_srq`.
+    pub srq: Option<&'a mut dyn SharedRecvQueue>,
+}
+
+impl<'a> Env<'a> {
+    /// An environment over `mem` without SRQ.
+    pub fn new(mem: &'a dyn Memory) -> Env<'a> {
+        Env { mem, srq: None }
+    }
+
+    /// An environment over `mem` whose receive WQEs come from `srq`.
+    pub fn with_srq(mem: &'a dyn Memory, srq: &'a mut dyn SharedRecvQueue) -> Env<'a> {
+        Env {
+            mem,
+            srq: Some(srq),
+        }
+    }
+}
+
+/// Which completion queue a work completion belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CqKind {
+    /// The send CQ (send WRs).
+    Send,
+    /// The receive CQ (receive WRs).
+    Recv,
+}
+
+/// Asynchronous QP events (roce-spec.md §5.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum QpEvent {
+    /// The first request arrived while the QP was in RTR.
+    CommEst,
+    /// In SQD, every send WR that had started has completed.
+    SqDrained,
+    /// An SRQ-attached QP went to ERR: it takes no more WQEs from the SRQ.
+    LastWqeReached,
+    /// The QP went to ERR for an internal reason no completion reports.
+    QpFatal,
+    /// The responder received an invalid request and moved the QP to ERR.
+    QpReqErr,
+    /// The responder detected an access violation and moved the QP to ERR.
+    QpAccessErr,
+}
+
+/// Why a work request was refused.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum PostError {
+    /// The queue holds its maximum of WRs (counting completions not yet polled).
+    #[error("work queue full")]
+    QueueFull,
+    /// WRs cannot be posted in this QP state.
+    #[error("cannot post in QP state {0:?}")]
+    BadState(QpState),
+    /// The WR itself is invalid for an RC QP.
+    #[error("invalid work request: {0}")]
+    InvalidWr(&'static str),
+}
+
+/// Per-QP statistics. Every packet handed to [`RcQp::handle_packet`] counts in
+/// `packets_received`; packets that are thrown away count in `dropped_packets` and in one
+/// of the `dropped_*` causes.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct RcCounters {
+    /// Packets emitted by `poll_transmit`.
+    pub packets_sent: u64,
+    /// Packets handed to `handle_packet`.
+    pub packets_received: u64,
+    /// Request packets sent again (PSN already sent before).
+    pub retransmitted_packets: u64,
+    /// Local ACK timeouts that led to a retry or to RETRY_EXC_ERR.
+    pub timeouts: u64,
+    /// Go-back-N retries started (timeouts, sequence NAKs, implicit NAKs).
+    pub retries: u64,
+    /// PSN sequence error NAKs we sent.
+    pub seq_naks_sent: u64,
+    /// PSN sequence error NAKs we received.
+    pub seq_naks_received: u64,
+    /// RNR NAKs we sent.
+    pub rnr_naks_sent: u64,
+    /// RNR NAKs we received.
+    pub rnr_naks_received: u64,
+    /// Other NAKs (invalid request, access, operational) we sent.
+    pub error_naks_sent: u64,
+    /// Other NAKs we received.
+    pub error_naks_received: u64,
+    /// ACKs (syndrome ACK) we sent.
+    pub acks_sent: u64,
+    /// ACKs (syndrome ACK) we received.
+    pub acks_received: u64,
+    /// READ response packets we sent.
+    pub read_responses_sent: u64,
+    /// ATOMIC_ACKNOWLEDGE packets we sent.
+    pub atomic_acks_sent: u64,
+    /// Implicit NAKs: an ACK or response beyond an unanswered READ/atomic.
+    pub implicit_naks: u64,
+    /// Duplicate requests (responder) and late or duplicate responses (completer).
+    pub duplicates_received: u64,
+    /// Packets thrown away, all causes.
+    pub dropped_packets: u64,
+    /// … because the QP state does not accept them (or DestQP / P_Key do not match).
+    pub dropped_wrong_state: u64,
+    /// … because the opcode is not an RC opcode, or headers it needs are missing.
+    pub dropped_bad_opcode: u64,
+    /// … out-of-sequence requests after the sequence NAK was sent.
+    pub dropped_out_of_sequence: u64,
+    /// … responses, ACKs or NAKs for PSNs nothing is waiting for.
+    pub dropped_unexpected_responses: u64,
+    /// … duplicate READ/atomic requests no responder resource matches.
+    pub dropped_unmatched_duplicates: u64,
+    /// Responder output (ACKs, responses) discarded because its queue was full.
+    pub dropped_responses: u64,
+}
+
+/// One RC queue pair: requester, completer and responder.
+///
+/// Method groups, after quinn's sans-IO contract: getters (`&self`); inputs
+/// (`handle_packet`, `handle_timeout`); application commands (`post_send`, `post_recv`,
+/// `set_state`); outputs (`poll_transmit`, `poll_timeout`, `poll_completion`,
+/// `poll_event`). After any input or command, drive the outputs: call `poll_transmit` until
+/// it returns `None`, then re-read `poll_timeout`. `now` must never go backwards.
+#[derive(Debug)]
+pub struct RcQp {
+    cfg: RcConfig,
+    state: QpState,
+    req: Requester,
+    resp: Responder,
+    completions: VecDeque<(CqKind, WorkCompletion)>,
+    send_cqes: usize,
+    recv_cqes: usize,
+    events: VecDeque<QpEvent>,
+    counters: RcCounters,
+    drained_notified: bool,
+    comm_est_sent: bool,
+}
+
+/// Does a packet's P_Key match ours (roce-spec.md §1.2, rxe `pkey_match`)?
+fn pkey_match(a: u16, b: u16) -> bool {
+    let (la, lb) = (a & 0x7fff, b & 0x7fff);
+    la == lb && la != 0 && (a | b) & 0x8000 != 0
+}
+
+impl RcQp {
+    /// A QP in RTS with `cfg`: requester and responder active, queues empty.
+    /// `retry_cnt` and `rnr_retry` above 7 are treated as 7.
+    pub fn new(mut cfg: RcConfig) -> RcQp {
+        cfg.retry_cnt = cfg.retry_cnt.min(7);
+        cfg.rnr_retry = cfg.rnr_retry.min(7);
+        cfg.qpn &= 0x00ff_ffff;
+        cfg.dest_qpn &= 0x00ff_ffff;
+        RcQp {
+            req: Requester::new(&cfg),
+            resp: Responder::new(&cfg),
+            cfg,
+            state: QpState::Rts,
+            completions: VecDeque::new(),
+            send_cqes: 0,
+            recv_cqes: 0,
+            events: VecDeque::new(),
+            counters: RcCounters::default(),
+            drained_notified: false,
+            comm_est_sent: false,
+        }
+    }
+
+    /// Our QP number.
+    pub fn qpn(&self) -> u32 {
+        self.cfg.qpn
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &RcConfig {
+        &self.cfg
+    }
+
+    /// The current state.
+    pub fn state(&self) -> QpState {
+        self.state
+    }
+
+    /// Statistics.
+    pub fn counters(&self) -> &RcCounters {
+        &self.counters
+    }
+
+    /// Queues a send WR. In RTS it is sent in order; in SQD it waits until the QP returns
+    /// to RTS; in ERR it is accepted and completed at once with `WR_FLUSH_ERR`.
+    ///
+    /// Errors: `BadState` in RESET, INIT, RTR, SQE; `QueueFull` when `max_send_wr` WRs are
+    /// queued or completed but not yet polled; `InvalidWr` for an opcode an RC QP does not
+    /// execute (LOCAL_INV, BIND_MW), a message longer than 2^31 bytes, a READ longer than
+    /// 2^22 PSNs, inline data for READ/atomic, an atomic whose local buffer is not 8 bytes
+    /// or whose remote address is not 8-byte aligned, READ/atomic with `max_rd_atomic == 0`.
+    pub fn post_send(&mut self, wr: SendWr) -> Result<(), PostError> {
+        match self.state {
+            QpState::Rts | QpState::Sqd | QpState::Err => {}
+            s => return Err(PostError::BadState(s)),
+        }
+        let len = validate_send(&wr, &self.cfg)?;
+        if self.req.sq.len() + self.send_cqes >= self.cfg.max_send_wr as usize {
+            return Err(PostError::QueueFull);
+        }
+        if self.state == QpState::Err {
+            let wc = WorkCompletion::new(
+                wr.wr_id,
+                WcStatus::WrFlushErr,
+                wr.opcode.wc_opcode(),
+                self.cfg.qpn,
+            );
+            self.push_completion(CqKind::Send, wc);
+            return Ok(());
+        }
+        self.req.sq.push_back(SendWqe::new(wr, len, self.cfg.pmtu));
+        Ok(())
+    }
+
+    /// Queues a receive WR. In ERR it is accepted and completed at once with
+    /// `WR_FLUSH_ERR`.
+    ///
+    /// Errors: `BadState` in RESET; `QueueFull` at `max_recv_wr` (counting completions not
+    /// yet polled); `InvalidWr` on a QP that takes its receive WQEs from an SRQ.
+    pub fn post_recv(&mut self, wr: RecvWr) -> Result<(), PostError> {
+        if self.cfg.use_srq {
+            return Err(PostError::InvalidWr(
+                "the QP takes its receive WQEs from an SRQ",
+            ));
+        }
+        if self.state == QpState::Reset {
+            return Err(PostError::BadState(self.state));
+        }
+        if self.resp.rq.len() + self.recv_cqes >= self.cfg.max_recv_wr as usize {
+            return Err(PostError::QueueFull);
+        }
+        if self.state == QpState::Err {
+            let wc =
+                WorkCompletion::new(wr.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, self.cfg.qpn);
+            self.push_completion(CqKind::Recv, wc);
+            return Ok(());
+        }
+        self.resp.rq.push_back(wr);
+        Ok(())
+    }
+
+    /// A packet addressed to this QP (dest_qp == qpn), already parsed and ICRC-checked by
+    /// the caller. Request packets go to the responder (states RTR, RTS, SQD), responses,
+    /// ACKs and NAKs to the completer (RTS, SQD). Everything else is dropped and counted:
+    /// another DestQP, a P_Key mismatch, an opcode that is not RC, a wrong state.
+    pub fn handle_packet(&mut self, now: Instant, pkt: &PacketRepr<'_>, env: &mut Env<'_>) {
+        self.counters.packets_received += 1;
+        if pkt.bth.dest_qp != self.cfg.qpn || !pkey_match(pkt.bth.pkey, self.cfg.pkey) {
+            self.drop_wrong_state();
+            return;
+        }
+        let Some(info) = opcode::info(pkt.bth.opcode).filter(|i| i.transport == Transport::Rc)
+        else {
+            self.drop_bad_opcode();
+            return;
+        };
+        if info.is_request {
+            if !matches!(self.state, QpState::Rtr | QpState::Rts | QpState::Sqd) {
+                self.drop_wrong_state();
+                return;
+            }
+            self.responder_packet(pkt, info, env);
+        } else {
+            if !matches!(self.state, QpState::Rts | QpState::Sqd) {
+                self.drop_wrong_state();
+                return;
+            }
+            self.completer_packet(now, pkt, info, env);
+        }
+        self.check_drained();
+    }
+
+    /// Call when `now >= poll_timeout()`: fires the RNR and retransmit timers that are due.
+    pub fn handle_timeout(&mut self, now: Instant, _env: &mut Env<'_>) {
+        if !matches!(self.state, QpState::Rts | QpState::Sqd) {
+            return;
+        }
+        self.completer_timeout(now);
+        self.check_drained();
+    }
+
+    /// Emits the next packet (BTH..ICRC with the 4 ICRC bytes zero: the I/O layer seals it)
+    /// into `buf`, returns its length; `None` when nothing is ready. `buf` must hold at
+    /// least 4096 + 64 bytes (a smaller one makes packets that do not fit wait). Packet
+    /// order: responses/ACKs first, then requests.
+    pub fn poll_transmit(
+        &mut self,
+        now: Instant,
+        env: &mut Env<'_>,
+        buf: &mut [u8],
+    ) -> Option<usize> {
+        let n = match self.state {
+            QpState::Err if self.resp.drain_in_err => {
+                let n = self.responder_poll(env, buf);
+                if self.resp.out.is_empty() {
+                    self.resp.drain_in_err = false;
+                }
+                n
+            }
+            QpState::Rtr => self.responder_poll(env, buf),
+            QpState::Rts | QpState::Sqd => {
+                match self.responder_poll(env, buf) {
+                    Some(n) => Some(n),
+                    // A responder error moves the QP to ERR: no requests after that.
+                    None if matches!(self.state, QpState::Rts | QpState::Sqd) => {
+                        self.requester_poll(now, env, buf)
+                    }
+                    None => None,
+                }
+            }
+            _ => None,
+        };
+        if n.is_some() {
+            self.counters.packets_sent += 1;
+        }
+        n
+    }
+
+    /// Earliest deadline the engine wants [`RcQp::handle_timeout`] to be called at
+    /// (retransmit timer, RNR wait); `None` when no timer runs.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        if !matches!(self.state, QpState::Rts | QpState::Sqd) {
+            return None;
+        }
+        match (self.req.rto_deadline, self.req.rnr_deadline) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The next work completion: send completions in send-posting order, receive
+    /// completions in receive order.
+    pub fn poll_completion(&mut self) -> Option<(CqKind, WorkCompletion)> {
+        let c = self.completions.pop_front()?;
+        match c.0 {
+            CqKind::Send => self.send_cqes = self.send_cqes.saturating_sub(1),
+            CqKind::Recv => self.recv_cqes = self.recv_cqes.saturating_sub(1),
+        }
+        Some(c)
+    }
+
+    /// The next asynchronous event.
+    pub fn poll_event(&mut self) -> Option<QpEvent> {
+        self.events.pop_front()
+    }
+
+    /// Application-driven state change (modify_qp). Transition legality is the caller's
+    /// business (see [`crate::qp_state`]); this applies the engine side effects:
+    /// * ERR (or SQE, which RC does not use): everything outstanding is flushed with
+    ///   `WR_FLUSH_ERR`, send queue in posting order, then the receive queue; an
+    ///   SRQ-attached QP raises `LastWqeReached`. Nothing is transmitted any more.
+    /// * RESET: queues, timers and PSN state are discarded without completions and
+    ///   re-initialised from the configuration (completions already generated stay).
+    /// * SQD: no new send WR starts; `SqDrained` is raised once every started WR has
+    ///   completed. RTS again resumes.
+    /// * INIT, RTR, RTS: the state is set (RTR: the responder runs, the requester does not;
+    ///   the first request raises `CommEst`).
+    ///
+    /// From ERR only RESET leaves (other targets are ignored).
+    pub fn set_state(&mut self, to: QpState) {
+        match to {
+            QpState::Err | QpState::Sqe => self.enter_err(false),
+            QpState::Reset => {
+                self.req = Requester::new(&self.cfg);
+                self.resp = Responder::new(&self.cfg);
+                self.state = QpState::Reset;
+                self.drained_notified = false;
+                self.comm_est_sent = false;
+            }
+            _ if self.state == QpState::Err => {}
+            QpState::Sqd => {
+                self.state = QpState::Sqd;
+                self.drained_notified = false;
+                self.check_drained();
+            }
+            other => self.state = other,
+        }
+    }
+
+    /// True when nothing is queued, in flight, or waiting to be sent/acknowledged in either
+    /// direction: the send queue is empty, no responder output is pending and no timer
+    /// runs. Posted receive WRs, a partially received incoming message (the peer's send
+    /// queue is busy then) and completions not yet polled do not count.
+    pub fn is_idle(&self) -> bool {
+        self.req.sq.is_empty()
+            && self.resp.out.is_empty()
+            && self.req.rto_deadline.is_none()
+            && self.req.rnr_deadline.is_none()
+    }
+
+    // ----- shared helpers of the three parts -----
+
+    fn push_completion(&mut self, kind: CqKind, wc: WorkCompletion) {
+        match kind {
+            CqKind::Send => self.send_cqes += 1,
+            CqKind::Recv => self.recv_cqes += 1,
+        }
+        self.completions.push_back((kind, wc));
+    }
+
+    fn drop_wrong_state(&mut self) {
+        self.counters.dropped_packets += 1;
+        self.counters.dropped_wrong_state += 1;
+    }
+
+    fn drop_bad_opcode(&mut self) {
+        self.counters.dropped_packets += 1;
+        self.counters.dropped_bad_opcode += 1;
+    }
+
+    fn drop_unexpected_response(&mut self) {
+        self.counters.dropped_packets += 1;
+        self.counters.dropped_unexpected_responses += 1;
+    }
+
+    /// Raises `SqDrained` once in SQD when no started send WR is left.
+    fn check_drained(&mut self) {
+        if self.state == QpState::Sqd && !self.drained_notified && !self.req.has_started_wqe() {
+            self.drained_notified = true;
+            self.events.push_back(QpEvent::SqDrained);
+        }
+    }
+
+    /// Moves the QP to ERR and flushes: the send queue in posting order (a WQE that has an
+    /// error status of its own reports it, the others `WR_FLUSH_ERR`), then the receive
+    /// WQE in progress and the receive queue. `keep_resp_output`: the responder detected
+    /// the error and its queued output (ending with the NAK) is still transmitted.
+    fn enter_err(&mut self, keep_resp_output: bool) {
+        if self.state == QpState::Err {
+            return;
+        }
+        self.state = QpState::Err;
+        while let Some(w) = self.req.sq.front() {
+            let status = w.error.unwrap_or(WcStatus::WrFlushErr);
+            self.complete_send_head(status);
+        }
+        self.req.rto_deadline = None;
+        self.req.rnr_deadline = None;
+        if let Some(wr) = self.resp.take_current_recv() {
+            self.complete_recv_error(wr.wr_id, WcStatus::WrFlushErr);
+        }
+        while let Some(wr) = self.resp.rq.pop_front() {
+            self.complete_recv_error(wr.wr_id, WcStatus::WrFlushErr);
+        }
+        self.resp.cur = None;
+        if self.cfg.use_srq {
+            self.events.push_back(QpEvent::LastWqeReached);
+        }
+        if keep_resp_output && !self.resp.out.is_empty() {
+            self.resp.drain_in_err = true;
+        } else {
+            self.resp.out.clear();
+            self.resp.drain_in_err = false;
+        }
+    }
+
+    /// Pops the oldest send WQE and reports it if it is signalled or failed.
+    fn complete_send_head(&mut self, status: WcStatus) {
+        let Some(w) = self.req.sq.pop_front() else {
+            return;
+        };
+        self.req.send_idx = self.req.send_idx.saturating_sub(1);
+        if w.started && w.wr.opcode.is_read_or_atomic() {
+            self.req.rd_atomic_outstanding = self.req.rd_atomic_outstanding.saturating_sub(1);
+        }
+        let signaled = self.cfg.sq_sig_all
+            || w.wr.flags.contains(crate::wr::SendFlags::SIGNALED)
+            || status != WcStatus::Success;
+        if signaled {
+            let mut wc =
+                WorkCompletion::new(w.wr.wr_id, status, w.wr.opcode.wc_opcode(), self.cfg.qpn);
+            if status == WcStatus::Success {
+                // invariant: len ≤ MAX_MSG_LEN = 2^31 (checked at post time), fits u32.
+                wc.byte_len = u32::try_from(w.len).unwrap_or(u32::MAX);
+            }
+            self.push_completion(CqKind::Send, wc);
+        }
+    }
+
+    fn complete_recv_error(&mut self, wr_id: u64, status: WcStatus) {
+        let wc = WorkCompletion::new(wr_id, status, WcOpcode::Recv, self.cfg.qpn);
+        self.push_completion(CqKind::Recv, wc);
+    }
+}
+
+/// Checks a send WR for an RC QP; returns its message length.
+fn validate_send(wr: &SendWr, cfg: &RcConfig) -> Result<u64, PostError> {
+    match wr.opcode {
+        SendOpcode::LocalInv | SendOpcode::BindMw => {
+            return Err(PostError::InvalidWr(
+                "LOCAL_INV and BIND_MW are local operations the verbs layer executes",
+            ))
+        }
+        op if op.is_read_or_atomic() => {
+            if matches!(wr.payload, SendPayload::Inline(_)) {
+                return Err(PostError::InvalidWr("inline payload for READ or atomic"));
+            }
+            if cfg.max_rd_atomic == 0 {
+                return Err(PostError::InvalidWr(
+                    "READ/atomic on a QP with max_rd_atomic 0",
+                ));
+            }
+        }
+        _ => {}
+    }
+    let len = wr.payload.len();
+    if len > MAX_MSG_LEN {
+        return Err(PostError::InvalidWr("message longer than 2^31 bytes"));
+    }
+    if wr.opcode.is_atomic() {
+        if len != 8 {
+            return Err(PostError::InvalidWr("atomic local buffer is not 8 bytes"));
+        }
+        if wr.remote_addr % 8 != 0 {
+            return Err(PostError::InvalidWr(
+                "atomic remote address not 8-byte aligned",
+            ));
+        }
+    }
+    if wr.opcode == SendOpcode::RdmaRead && cfg.pmtu.packets_for(len) > MAX_READ_PSNS {
+        return Err(PostError::InvalidWr("READ spans more than 2^22 PSNs"));
+    }
+    Ok(len)
+}

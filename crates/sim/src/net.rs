@@ -1,0 +1,1337 @@
+//! [`SimNet`]: a deterministic network of engines in one process.
+//!
+//! Nodes have an IPv4 address (`127.0.0.x`; nothing ever leaves the process), a
+//! [`TestMemory`] and a shared receive queue ([`SimSrq`]); QPs (anything implementing
+//! [`Endpoint`]) are registered per node by QPN and connected to a peer node. Every
+//! direction between two nodes is a link with its own [`LinkConfig`] (loss, duplication,
+//! reordering, bit corruption, delay) and an optional packet filter for scenario tests.
+//!
+//! # What one packet goes through
+//! 1. The engine's `poll_transmit` writes BTH..ICRC (ICRC zero). The sim checks that it
+//!    parses (an engine that emits garbage is a [`SimError::InvalidTransmit`]).
+//! 2. The IPv4 and UDP headers are built with `uroce_wire::ip::roce_headers` (what a Linux
+//!    UDP socket with `IP_PMTUDISC_DO` sends) and the ICRC sealed with `icrc::seal`.
+//! 3. The link: the filter's [`Verdict`], then loss, duplication, reordering and a flip of
+//!    one random bit anywhere in the IP datagram, each drawn from the seeded RNG.
+//! 4. At delivery time the receiving node does what a host would: parse the IP/UDP
+//!    headers, check the IPv4 header checksum and the (zero) UDP checksum, the port,
+//!    the ICRC, then `PacketRepr::parse`, route by DestQP, check the source address, and
+//!    call the QP's `handle_packet`. Every drop is counted in [`Stats`] by reason.
+//!
+//! A flipped bit is caught by one of these checks except in the fields the ICRC masks
+//! *and* no other check covers: BTH byte 4 (FECN, BECN, reserved bits). Those packets are
+//! delivered (as a switch's ECN marking would be) and counted in
+//! [`Stats::corrupted_delivered`].
+//!
+//! # Time
+//! Virtual: [`SimNet::step`] jumps to the earliest pending event (a delivery or an engine
+//! deadline from `poll_timeout`) and processes it; nothing ever sleeps. Everything is
+//! ordered by (time, sequence number), so a run is a pure function of the seed, the
+//! configuration and what the test does.
+
+use std::cmp::Ordering;
+use std::collections::{BTreeMap, BinaryHeap, VecDeque};
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr};
+use std::time::Duration;
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use thiserror::Error;
+use uroce_proto::time::Instant;
+use uroce_proto::wr::RecvWr;
+use uroce_wire::ip::{self, Datagram, Endpoints};
+use uroce_wire::{icrc, PacketRepr, WireError};
+
+use crate::memory::TestMemory;
+use crate::trace::{DropReason, Micros, PacketSummary, Trace, TraceEntry, TraceEvent};
+
+/// Size of the buffer handed to `poll_transmit`: the engine contract's minimum,
+/// 4096 + 64 bytes, so that an engine that needs more is caught.
+pub const TRANSMIT_BUF_LEN: usize = 4096 + 64;
+
+/// What a QP engine offers the simulator. Implemented for `uroce_proto::rc::RcQp` in
+/// [`crate::rc`]; unit tests implement it for small fakes.
+pub trait Endpoint {
+    /// A completion as the engine reports it.
+    type Completion: Clone + fmt::Debug;
+    /// An asynchronous event as the engine reports it.
+    type Event: Clone + fmt::Debug;
+
+    /// The QP number packets are routed by.
+    fn qpn(&self) -> u32;
+    /// A packet addressed to this QP, already ICRC-checked and parsed.
+    fn handle_packet(&mut self, now: Instant, pkt: &PacketRepr<'_>, env: &mut NodeEnv<'_>);
+    /// Called when `now >= poll_timeout()`.
+    fn handle_timeout(&mut self, now: Instant, env: &mut NodeEnv<'_>);
+    /// The next packet (BTH..ICRC, ICRC bytes zero) into `buf`; its length.
+    fn poll_transmit(
+        &mut self,
+        now: Instant,
+        env: &mut NodeEnv<'_>,
+        buf: &mut [u8],
+    ) -> Option<usize>;
+    /// The earliest deadline the engine wants `handle_timeout` at.
+    fn poll_timeout(&self) -> Option<Instant>;
+    /// The next completion.
+    fn poll_completion(&mut self) -> Option<Self::Completion>;
+    /// The next asynchronous event.
+    fn poll_event(&mut self) -> Option<Self::Event>;
+    /// True when the engine has nothing queued, in flight or unacknowledged.
+    fn is_idle(&self) -> bool {
+        true
+    }
+}
+
+/// A node's shared receive queue: receive WRs that SRQ-attached QPs take in order.
+#[derive(Debug, Clone, Default)]
+pub struct SimSrq {
+    queue: VecDeque<RecvWr>,
+}
+
+impl SimSrq {
+    /// Appends a receive WR.
+    pub fn post(&mut self, wr: RecvWr) {
+        self.queue.push_back(wr);
+    }
+
+    /// Takes the oldest receive WR.
+    pub fn take(&mut self) -> Option<RecvWr> {
+        self.queue.pop_front()
+    }
+
+    /// Receive WRs waiting.
+    pub fn len(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// True when none is waiting.
+    pub fn is_empty(&self) -> bool {
+        self.queue.is_empty()
+    }
+}
+
+/// What an engine call may touch on its node besides the QP itself.
+pub struct NodeEnv<'a> {
+    /// The node's memory.
+    pub mem: &'a TestMemory,
+    /// The node's shared receive queue.
+    pub srq: &'a mut SimSrq,
+}
+
+/// A QP's address in the simulation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct QpId {
+    /// Node index.
+    pub node: usize,
+    /// QP number on that node.
+    pub qpn: u32,
+}
+
+impl fmt::Display for QpId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "node {} qp {:#x}", self.node, self.qpn)
+    }
+}
+
+/// The random behaviour of one direction of a link. All probabilities are per packet and
+/// must lie in `0.0..=1.0`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LinkConfig {
+    /// Probability that a packet is lost.
+    pub loss: f64,
+    /// Probability that a packet is delivered twice (the copy takes its own delay).
+    pub dup: f64,
+    /// Probability that a copy is held back by up to `jitter` extra (later packets
+    /// overtake it). The others keep their order.
+    pub reorder: f64,
+    /// Probability that one random bit of a copy (anywhere in the IP datagram) flips.
+    pub corrupt: f64,
+    /// Fixed one-way delay.
+    pub delay: Duration,
+    /// The largest extra delay of a reordered copy (uniform in `(0, jitter]`; when zero,
+    /// `max(delay, 10 µs)` is used so that `reorder` always reorders).
+    pub jitter: Duration,
+}
+
+impl LinkConfig {
+    /// A lossless, in-order link with zero delay.
+    pub const PERFECT: LinkConfig = LinkConfig {
+        loss: 0.0,
+        dup: 0.0,
+        reorder: 0.0,
+        corrupt: 0.0,
+        delay: Duration::ZERO,
+        jitter: Duration::ZERO,
+    };
+
+    /// A perfect link with a fixed `delay`.
+    pub const fn with_delay(delay: Duration) -> LinkConfig {
+        LinkConfig {
+            delay,
+            ..LinkConfig::PERFECT
+        }
+    }
+
+    fn validate(&self) -> Result<(), SimError> {
+        for (name, p) in [
+            ("loss", self.loss),
+            ("dup", self.dup),
+            ("reorder", self.reorder),
+            ("corrupt", self.corrupt),
+        ] {
+            if !(0.0..=1.0).contains(&p) {
+                return Err(SimError::BadProbability { name, value: p });
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Default for LinkConfig {
+    fn default() -> Self {
+        LinkConfig::PERFECT
+    }
+}
+
+/// What a link filter decides for one packet (before the random link model applies).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Pass it on.
+    Deliver,
+    /// Drop it.
+    Drop,
+    /// Deliver it twice.
+    Duplicate,
+    /// Deliver it this much later than the link would.
+    Delay(Duration),
+}
+
+/// A per-link packet filter: gets each packet and its 0-based index among the packets
+/// sent on this link.
+pub type Filter = Box<dyn FnMut(&PacketRepr<'_>, u64) -> Verdict>;
+
+/// Counters of a [`SimNet`] (cumulative).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Stats {
+    /// Steps processed.
+    pub steps: u64,
+    /// Virtual time reached, in nanoseconds.
+    pub now_nanos: u64,
+    /// Packets the engines emitted.
+    pub transmitted: u64,
+    /// Bytes (BTH..ICRC) the engines emitted.
+    pub transmitted_bytes: u64,
+    /// Packets the random link model lost.
+    pub lost: u64,
+    /// Packets a filter dropped.
+    pub filtered: u64,
+    /// Extra copies made (random duplication and filter `Duplicate`).
+    pub duplicated: u64,
+    /// Copies held back for reordering.
+    pub reordered: u64,
+    /// Copies with a flipped bit.
+    pub corrupted: u64,
+    /// Corrupted copies that were still delivered (the bit was in BTH byte 4, which the
+    /// ICRC masks).
+    pub corrupted_delivered: u64,
+    /// Copies handed to an engine.
+    pub delivered: u64,
+    /// Drops because the IP/UDP headers did not parse.
+    pub bad_ip: u64,
+    /// Drops for a bad IPv4 header checksum.
+    pub ip_checksum: u64,
+    /// Drops for a non-zero UDP checksum.
+    pub udp_checksum: u64,
+    /// Drops for a port other than 4791.
+    pub not_roce: u64,
+    /// Drops for an ICRC mismatch.
+    pub icrc: u64,
+    /// Drops because `PacketRepr::parse` refused the packet.
+    pub parse: u64,
+    /// Drops for an unknown destination node or QP.
+    pub unroutable: u64,
+    /// Drops because the source is not the QP's peer.
+    pub wrong_source: u64,
+    /// `handle_timeout` calls.
+    pub timeouts: u64,
+    /// Packets injected by the test.
+    pub injected: u64,
+}
+
+/// Why a simulation run stopped without reaching its condition.
+#[derive(Debug, Clone, PartialEq, Error)]
+#[non_exhaustive]
+pub enum SimError {
+    /// `max_steps` steps ran and the condition still did not hold.
+    #[error("condition not reached after {steps} steps (virtual time {})", Micros(*now))]
+    StepLimit {
+        /// Steps run.
+        steps: u64,
+        /// Virtual time then.
+        now: Instant,
+    },
+    /// The next event lies beyond the allowed virtual time.
+    #[error("condition not reached by virtual time {} (next event at {})", Micros(*limit), Micros(*next))]
+    TimeLimit {
+        /// The time limit.
+        limit: Instant,
+        /// The next pending event.
+        next: Instant,
+    },
+    /// Nothing is pending (no packet in flight, no engine deadline) and the condition does
+    /// not hold: it never will.
+    #[error("network idle at virtual time {} and the condition does not hold", Micros(*now))]
+    Stalled {
+        /// Virtual time.
+        now: Instant,
+    },
+    /// An engine emitted a packet that does not parse.
+    #[error("{qp} emitted an invalid packet ({len} bytes): {error}")]
+    InvalidTransmit {
+        /// The QP.
+        qp: QpId,
+        /// Length it reported.
+        len: usize,
+        /// Why it does not parse.
+        error: WireError,
+    },
+    /// An engine reported a length beyond the buffer it was given.
+    #[error("{qp} reported a {len}-byte packet in a {buf}-byte buffer")]
+    TransmitOverflow {
+        /// The QP.
+        qp: QpId,
+        /// Length reported.
+        len: usize,
+        /// Buffer length.
+        buf: usize,
+    },
+    /// An engine kept transmitting without time advancing.
+    #[error("{qp} emitted more than {limit} packets at one instant")]
+    TransmitFlood {
+        /// The QP.
+        qp: QpId,
+        /// The limit.
+        limit: u64,
+    },
+    /// An engine's deadline stayed at or before `now` after `handle_timeout`, many times
+    /// in a row.
+    #[error("{qp}: deadline {} still due after {fires} handle_timeout calls", Micros(*at))]
+    TimerStuck {
+        /// The QP.
+        qp: QpId,
+        /// Its deadline.
+        at: Instant,
+        /// Calls made at that instant.
+        fires: u64,
+    },
+    /// No such node.
+    #[error("no node {0}")]
+    UnknownNode(usize),
+    /// No such QP.
+    #[error("no {0}")]
+    UnknownQp(QpId),
+    /// A QP with this number exists already on the node.
+    #[error("{0} exists already")]
+    DuplicateQp(QpId),
+    /// A link probability outside `0..=1`.
+    #[error("link {name} probability {value} is not in 0..=1")]
+    BadProbability {
+        /// Which one.
+        name: &'static str,
+        /// Its value.
+        value: f64,
+    },
+    /// Building a datagram failed (a packet too long for IPv4).
+    #[error("building a datagram failed: {0}")]
+    Wire(WireError),
+    /// More than 255 nodes (addresses are 127.0.0.x).
+    #[error("at most 254 nodes")]
+    TooManyNodes,
+}
+
+struct QpSlot<E: Endpoint> {
+    ep: E,
+    peer: usize,
+    completions: Vec<E::Completion>,
+    events: Vec<E::Event>,
+}
+
+struct Node<E: Endpoint> {
+    addr: Ipv4Addr,
+    mem: TestMemory,
+    srq: SimSrq,
+    qps: BTreeMap<u32, QpSlot<E>>,
+}
+
+#[derive(Default)]
+struct Link {
+    cfg: LinkConfig,
+    filter: Option<Filter>,
+    sent: u64,
+}
+
+/// A copy of a datagram on its way.
+struct InFlight {
+    at: Instant,
+    seq: u64,
+    id: u64,
+    copy: u8,
+    src: usize,
+    dst: usize,
+    corrupted: bool,
+    summary: PacketSummary,
+    datagram: Vec<u8>,
+}
+
+impl PartialEq for InFlight {
+    fn eq(&self, other: &Self) -> bool {
+        (self.at, self.seq) == (other.at, other.seq)
+    }
+}
+impl Eq for InFlight {}
+impl PartialOrd for InFlight {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for InFlight {
+    /// Reversed: the earliest (time, sequence) is the greatest, for the max-heap.
+    fn cmp(&self, other: &Self) -> Ordering {
+        (other.at, other.seq).cmp(&(self.at, self.seq))
+    }
+}
+
+/// Limits that turn engine misbehaviour into errors instead of endless loops.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Most packets one QP may emit in one flush (at one instant).
+    pub max_burst: u64,
+    /// Most `handle_timeout` calls for one QP at one instant.
+    pub max_timer_fires: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_burst: 1 << 20,
+            max_timer_fires: 1000,
+        }
+    }
+}
+
+/// The earliest pending event.
+enum Next {
+    Delivery(Instant),
+    Timer(Instant, QpId),
+}
+
+/// A simulated network of engines of type `E`.
+pub struct SimNet<E: Endpoint> {
+    now: Instant,
+    rng: ChaCha8Rng,
+    seed: u64,
+    nodes: Vec<Node<E>>,
+    links: BTreeMap<(usize, usize), Link>,
+    queue: BinaryHeap<InFlight>,
+    seq: u64,
+    next_id: u64,
+    stats: Stats,
+    trace: Trace,
+    limits: Limits,
+    buf: Vec<u8>,
+    /// (QP, instant, count) of the last timer fired, to catch stuck deadlines.
+    timer_streak: Option<(QpId, Instant, u64)>,
+    strict: bool,
+}
+
+impl<E: Endpoint> fmt::Debug for SimNet<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SimNet")
+            .field("now", &self.now)
+            .field("seed", &self.seed)
+            .field("nodes", &self.nodes.len())
+            .field("in_flight", &self.queue.len())
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<E: Endpoint> SimNet<E> {
+    /// An empty network at virtual time zero whose randomness comes from `seed`.
+    pub fn new(seed: u64) -> SimNet<E> {
+        SimNet {
+            now: Instant::ZERO,
+            rng: ChaCha8Rng::seed_from_u64(seed),
+            seed,
+            nodes: Vec::new(),
+            links: BTreeMap::new(),
+            queue: BinaryHeap::new(),
+            seq: 0,
+            next_id: 0,
+            stats: Stats::default(),
+            trace: Trace::default(),
+            limits: Limits::default(),
+            buf: vec![0; TRANSMIT_BUF_LEN],
+            timer_streak: None,
+            strict: true,
+        }
+    }
+
+    /// The seed the network was made with.
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// The current virtual time.
+    pub fn now(&self) -> Instant {
+        self.now
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> Stats {
+        Stats {
+            now_nanos: self.now.as_nanos(),
+            ..self.stats
+        }
+    }
+
+    /// The packet trace.
+    pub fn trace(&self) -> &Trace {
+        &self.trace
+    }
+
+    /// Keeps at most `limit` trace entries (the soak keeps a tail only).
+    pub fn set_trace_limit(&mut self, limit: usize) {
+        self.trace.set_limit(limit);
+    }
+
+    /// Changes the misbehaviour limits.
+    pub fn set_limits(&mut self, limits: Limits) {
+        self.limits = limits;
+    }
+
+    /// When `strict` (the default), an engine that emits an unparseable packet stops the
+    /// run with [`SimError::InvalidTransmit`]; otherwise such packets are sent anyway
+    /// (and dropped by the receiver's parser).
+    pub fn set_strict(&mut self, strict: bool) {
+        self.strict = strict;
+    }
+
+    /// Adds a node with address `127.0.0.<index + 1>`; returns its index.
+    ///
+    /// # Errors
+    /// [`SimError::TooManyNodes`] beyond 254 nodes.
+    pub fn add_node(&mut self) -> Result<usize, SimError> {
+        let index = self.nodes.len();
+        let host = u8::try_from(index + 1)
+            .ok()
+            .filter(|h| *h < 255)
+            .ok_or(SimError::TooManyNodes)?;
+        // Distinct address bases per node make cross-node address mix-ups visible.
+        let base = TestMemory::DEFAULT_BASE + (index as u64) * 0x1000_0000;
+        self.nodes.push(Node {
+            addr: Ipv4Addr::new(127, 0, 0, host),
+            mem: TestMemory::with_base(base),
+            srq: SimSrq::default(),
+            qps: BTreeMap::new(),
+        });
+        Ok(index)
+    }
+
+    fn node(&self, node: usize) -> Result<&Node<E>, SimError> {
+        self.nodes.get(node).ok_or(SimError::UnknownNode(node))
+    }
+
+    fn node_mut(&mut self, node: usize) -> Result<&mut Node<E>, SimError> {
+        self.nodes.get_mut(node).ok_or(SimError::UnknownNode(node))
+    }
+
+    /// The IPv4 address of a node.
+    ///
+    /// # Errors
+    /// [`SimError::UnknownNode`].
+    pub fn addr(&self, node: usize) -> Result<Ipv4Addr, SimError> {
+        Ok(self.node(node)?.addr)
+    }
+
+    /// A node's memory.
+    ///
+    /// # Errors
+    /// [`SimError::UnknownNode`].
+    pub fn memory(&self, node: usize) -> Result<&TestMemory, SimError> {
+        Ok(&self.node(node)?.mem)
+    }
+
+    /// A node's shared receive queue.
+    ///
+    /// # Errors
+    /// [`SimError::UnknownNode`].
+    pub fn srq_mut(&mut self, node: usize) -> Result<&mut SimSrq, SimError> {
+        Ok(&mut self.node_mut(node)?.srq)
+    }
+
+    /// Registers `ep` on `node`, connected to `peer` (the node its packets go to and the
+    /// only node it accepts packets from).
+    ///
+    /// # Errors
+    /// [`SimError::UnknownNode`] for either node, [`SimError::DuplicateQp`].
+    pub fn add_qp(&mut self, node: usize, peer: usize, ep: E) -> Result<QpId, SimError> {
+        self.node(peer)?;
+        let qpn = ep.qpn();
+        let id = QpId { node, qpn };
+        let n = self.node_mut(node)?;
+        if n.qps.contains_key(&qpn) {
+            return Err(SimError::DuplicateQp(id));
+        }
+        n.qps.insert(
+            qpn,
+            QpSlot {
+                ep,
+                peer,
+                completions: Vec::new(),
+                events: Vec::new(),
+            },
+        );
+        Ok(id)
+    }
+
+    fn slot(&self, qp: QpId) -> Result<&QpSlot<E>, SimError> {
+        self.node(qp.node)?
+            .qps
+            .get(&qp.qpn)
+            .ok_or(SimError::UnknownQp(qp))
+    }
+
+    fn slot_mut(&mut self, qp: QpId) -> Result<&mut QpSlot<E>, SimError> {
+        self.node_mut(qp.node)?
+            .qps
+            .get_mut(&qp.qpn)
+            .ok_or(SimError::UnknownQp(qp))
+    }
+
+    /// The engine of a QP.
+    ///
+    /// # Errors
+    /// [`SimError::UnknownQp`].
+    pub fn qp(&self, qp: QpId) -> Result<&E, SimError> {
+        Ok(&self.slot(qp)?.ep)
+    }
+
+    /// The engine of a QP, mutably (to post work requests or change its state; what it
+    /// wants to send goes out at the next step).
+    ///
+    /// # Errors
+    /// [`SimError::UnknownQp`].
+    pub fn qp_mut(&mut self, qp: QpId) -> Result<&mut E, SimError> {
+        Ok(&mut self.slot_mut(qp)?.ep)
+    }
+
+    /// Calls `f` with the engine, its node's environment and the current time (for engine
+    /// methods that need memory outside packet handling).
+    ///
+    /// # Errors
+    /// [`SimError::UnknownQp`].
+    pub fn with_qp<T>(
+        &mut self,
+        qp: QpId,
+        f: impl FnOnce(&mut E, &mut NodeEnv<'_>, Instant) -> T,
+    ) -> Result<T, SimError> {
+        let now = self.now;
+        let node = self
+            .nodes
+            .get_mut(qp.node)
+            .ok_or(SimError::UnknownNode(qp.node))?;
+        let Node { mem, srq, qps, .. } = node;
+        let slot = qps.get_mut(&qp.qpn).ok_or(SimError::UnknownQp(qp))?;
+        let mut env = NodeEnv { mem, srq };
+        Ok(f(&mut slot.ep, &mut env, now))
+    }
+
+    /// Completions collected from a QP so far, in the order it reported them.
+    ///
+    /// # Errors
+    /// [`SimError::UnknownQp`].
+    pub fn completions(&self, qp: QpId) -> Result<&[E::Completion], SimError> {
+        Ok(&self.slot(qp)?.completions)
+    }
+
+    /// Takes the completions collected from a QP so far.
+    ///
+    /// # Errors
+    /// [`SimError::UnknownQp`].
+    pub fn take_completions(&mut self, qp: QpId) -> Result<Vec<E::Completion>, SimError> {
+        Ok(std::mem::take(&mut self.slot_mut(qp)?.completions))
+    }
+
+    /// The completions collected from a QP so far, to edit.
+    ///
+    /// # Errors
+    /// [`SimError::UnknownQp`].
+    pub fn completions_mut(&mut self, qp: QpId) -> Result<&mut Vec<E::Completion>, SimError> {
+        Ok(&mut self.slot_mut(qp)?.completions)
+    }
+
+    /// Asynchronous events collected from a QP so far.
+    ///
+    /// # Errors
+    /// [`SimError::UnknownQp`].
+    pub fn events(&self, qp: QpId) -> Result<&[E::Event], SimError> {
+        Ok(&self.slot(qp)?.events)
+    }
+
+    /// Takes the events collected from a QP so far.
+    ///
+    /// # Errors
+    /// [`SimError::UnknownQp`].
+    pub fn take_events(&mut self, qp: QpId) -> Result<Vec<E::Event>, SimError> {
+        Ok(std::mem::take(&mut self.slot_mut(qp)?.events))
+    }
+
+    /// Sets the random model of the link `src → dst`.
+    ///
+    /// # Errors
+    /// [`SimError::UnknownNode`], [`SimError::BadProbability`].
+    pub fn set_link(&mut self, src: usize, dst: usize, cfg: LinkConfig) -> Result<(), SimError> {
+        self.node(src)?;
+        self.node(dst)?;
+        cfg.validate()?;
+        self.links.entry((src, dst)).or_default().cfg = cfg;
+        Ok(())
+    }
+
+    /// Sets both directions between `a` and `b` to `cfg`.
+    ///
+    /// # Errors
+    /// As [`SimNet::set_link`].
+    pub fn set_links(&mut self, a: usize, b: usize, cfg: LinkConfig) -> Result<(), SimError> {
+        self.set_link(a, b, cfg)?;
+        self.set_link(b, a, cfg)
+    }
+
+    /// Installs (or with `None` removes) the packet filter of the link `src → dst`.
+    ///
+    /// # Errors
+    /// [`SimError::UnknownNode`].
+    pub fn set_filter(
+        &mut self,
+        src: usize,
+        dst: usize,
+        filter: Option<Filter>,
+    ) -> Result<(), SimError> {
+        self.node(src)?;
+        self.node(dst)?;
+        self.links.entry((src, dst)).or_default().filter = filter;
+        Ok(())
+    }
+
+    /// Packets sent so far on the link `src → dst` (the index the filter sees next).
+    pub fn link_sent(&self, src: usize, dst: usize) -> u64 {
+        self.links.get(&(src, dst)).map_or(0, |l| l.sent)
+    }
+
+    /// Packets (copies) still in flight.
+    pub fn in_flight(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// True when no packet is in flight and every engine reports idle.
+    pub fn is_quiet(&self) -> bool {
+        self.queue.is_empty()
+            && self
+                .nodes
+                .iter()
+                .all(|n| n.qps.values().all(|s| s.ep.is_idle()))
+    }
+
+    /// Schedules a test-made packet from `src` to `dst` for delivery after `delay`: the
+    /// datagram is built and sealed like an engine's (source port of `src_qpn`), then
+    /// goes through the receiver's checks. It bypasses the link model and the filter.
+    ///
+    /// # Errors
+    /// [`SimError::UnknownNode`], [`SimError::Wire`] if the packet cannot be emitted.
+    pub fn inject(
+        &mut self,
+        src: usize,
+        src_qpn: u32,
+        dst: usize,
+        pkt: &PacketRepr<'_>,
+        delay: Duration,
+    ) -> Result<(), SimError> {
+        let mut roce = vec![0u8; pkt.buffer_len()];
+        let len = pkt.emit(&mut roce).map_err(SimError::Wire)?;
+        roce.truncate(len);
+        let datagram = self.seal(src, src_qpn, dst, &roce)?;
+        self.inject_datagram(src, dst, datagram, PacketSummary::of(pkt), delay)
+    }
+
+    /// Schedules raw IP datagram bytes (anything: they need not parse) from `src` to
+    /// `dst` after `delay`, bypassing the link model.
+    ///
+    /// # Errors
+    /// [`SimError::UnknownNode`].
+    pub fn inject_raw(
+        &mut self,
+        src: usize,
+        dst: usize,
+        datagram: Vec<u8>,
+        delay: Duration,
+    ) -> Result<(), SimError> {
+        let summary = Datagram::parse_ip(&datagram)
+            .ok()
+            .and_then(|d| PacketRepr::parse(d.payload).ok())
+            .map_or(PacketSummary::of(&PacketRepr::new(empty_bth(), &[])), |p| {
+                PacketSummary::of(&p)
+            });
+        self.inject_datagram(src, dst, datagram, summary, delay)
+    }
+
+    /// Builds the sealed IP datagram a QP `src_qpn` on `src` would send to `dst` around
+    /// `roce` (BTH..ICRC, ICRC bytes overwritten).
+    ///
+    /// # Errors
+    /// [`SimError::UnknownNode`], [`SimError::Wire`].
+    pub fn seal(
+        &self,
+        src: usize,
+        src_qpn: u32,
+        dst: usize,
+        roce: &[u8],
+    ) -> Result<Vec<u8>, SimError> {
+        let ep = Endpoints::roce(
+            IpAddr::V4(self.addr(src)?),
+            IpAddr::V4(self.addr(dst)?),
+            source_port(src_qpn),
+        );
+        let headers = ep.headers_len().map_err(SimError::Wire)?;
+        let mut datagram = vec![0u8; headers + roce.len()];
+        let (h, body) = datagram.split_at_mut(headers);
+        let (ip_len, _udp_len) = ip::roce_headers(&ep, roce.len(), h).map_err(SimError::Wire)?;
+        body.copy_from_slice(roce);
+        let (ip_h, udp_h) = h.split_at(ip_len);
+        icrc::seal(ip_h, udp_h, body).map_err(SimError::Wire)?;
+        Ok(datagram)
+    }
+
+    fn inject_datagram(
+        &mut self,
+        src: usize,
+        dst: usize,
+        datagram: Vec<u8>,
+        summary: PacketSummary,
+        delay: Duration,
+    ) -> Result<(), SimError> {
+        self.node(src)?;
+        self.node(dst)?;
+        let id = self.next_id;
+        self.next_id += 1;
+        self.stats.injected += 1;
+        let at = self.now + delay;
+        self.trace.push(TraceEntry {
+            time: self.now,
+            id,
+            src,
+            dst,
+            packet: summary,
+            event: TraceEvent::InFlight {
+                copy: 0,
+                arrive_at: at,
+                corrupted_bit: None,
+                reordered: false,
+            },
+        });
+        self.schedule(at, id, 0, src, dst, false, summary, datagram);
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn schedule(
+        &mut self,
+        at: Instant,
+        id: u64,
+        copy: u8,
+        src: usize,
+        dst: usize,
+        corrupted: bool,
+        summary: PacketSummary,
+        datagram: Vec<u8>,
+    ) {
+        let seq = self.seq;
+        self.seq += 1;
+        self.queue.push(InFlight {
+            at,
+            seq,
+            id,
+            copy,
+            src,
+            dst,
+            corrupted,
+            summary,
+            datagram,
+        });
+    }
+
+    /// Lets every engine transmit what it has ready now, and collects completions and
+    /// events. [`SimNet::step`] does this before and after each event; call it directly
+    /// after posting work if you want to look at the trace before stepping.
+    ///
+    /// # Errors
+    /// [`SimError::InvalidTransmit`], [`SimError::TransmitOverflow`],
+    /// [`SimError::TransmitFlood`], [`SimError::Wire`].
+    pub fn flush(&mut self) -> Result<(), SimError> {
+        for node in 0..self.nodes.len() {
+            // QPNs in order without holding a borrow across the transmissions (and without
+            // allocating): the next key after the previous one.
+            let mut next = self
+                .nodes
+                .get(node)
+                .and_then(|n| n.qps.keys().next().copied());
+            while let Some(qpn) = next {
+                self.transmit_all(QpId { node, qpn })?;
+                next = self.nodes.get(node).and_then(|n| {
+                    n.qps
+                        .range((std::ops::Bound::Excluded(qpn), std::ops::Bound::Unbounded))
+                        .next()
+                        .map(|(k, _)| *k)
+                });
+            }
+        }
+        self.collect();
+        Ok(())
+    }
+
+    fn collect(&mut self) {
+        for node in &mut self.nodes {
+            for slot in node.qps.values_mut() {
+                // Bounded by what the engine has queued; each call removes one.
+                while let Some(c) = slot.ep.poll_completion() {
+                    slot.completions.push(c);
+                }
+                while let Some(e) = slot.ep.poll_event() {
+                    slot.events.push(e);
+                }
+            }
+        }
+    }
+
+    fn transmit_all(&mut self, qp: QpId) -> Result<(), SimError> {
+        let now = self.now;
+        for _ in 0..self.limits.max_burst {
+            let mut buf = std::mem::take(&mut self.buf);
+            let sent = {
+                let node = self
+                    .nodes
+                    .get_mut(qp.node)
+                    .ok_or(SimError::UnknownNode(qp.node))?;
+                let Node { mem, srq, qps, .. } = node;
+                let slot = qps.get_mut(&qp.qpn).ok_or(SimError::UnknownQp(qp))?;
+                let mut env = NodeEnv { mem, srq };
+                slot.ep
+                    .poll_transmit(now, &mut env, &mut buf)
+                    .map(|len| (len, slot.peer))
+            };
+            let result = match sent {
+                None => {
+                    self.buf = buf;
+                    return Ok(());
+                }
+                Some((len, peer)) => self.send(qp, peer, &buf, len),
+            };
+            self.buf = buf;
+            result?;
+        }
+        Err(SimError::TransmitFlood {
+            qp,
+            limit: self.limits.max_burst,
+        })
+    }
+
+    /// One engine packet: checks, seals, and puts it through the link.
+    fn send(&mut self, qp: QpId, peer: usize, buf: &[u8], len: usize) -> Result<(), SimError> {
+        let roce = buf.get(..len).ok_or(SimError::TransmitOverflow {
+            qp,
+            len,
+            buf: buf.len(),
+        })?;
+        let (summary, filter_verdict) = match PacketRepr::parse(roce) {
+            Ok(pkt) => {
+                let link = self.links.entry((qp.node, peer)).or_default();
+                let nth = link.sent;
+                let verdict = link
+                    .filter
+                    .as_mut()
+                    .map_or(Verdict::Deliver, |f| f(&pkt, nth));
+                (PacketSummary::of(&pkt), verdict)
+            }
+            Err(error) => {
+                if self.strict {
+                    return Err(SimError::InvalidTransmit { qp, len, error });
+                }
+                let blank = PacketRepr::new(empty_bth(), &[]);
+                (PacketSummary::of(&blank), Verdict::Deliver)
+            }
+        };
+        let link = self.links.entry((qp.node, peer)).or_default();
+        link.sent += 1;
+        let cfg = link.cfg;
+        let id = self.next_id;
+        self.next_id += 1;
+        self.stats.transmitted += 1;
+        self.stats.transmitted_bytes += len as u64;
+        let now = self.now;
+        let src = qp.node;
+        let entry = |event| TraceEntry {
+            time: now,
+            id,
+            src,
+            dst: peer,
+            packet: summary,
+            event,
+        };
+        self.trace.push(entry(TraceEvent::Transmitted));
+
+        if filter_verdict == Verdict::Drop {
+            self.stats.filtered += 1;
+            self.trace.push(entry(TraceEvent::Filtered));
+            return Ok(());
+        }
+        if self.rng.random::<f64>() < cfg.loss {
+            self.stats.lost += 1;
+            self.trace.push(entry(TraceEvent::Lost));
+            return Ok(());
+        }
+        let mut datagram = self.seal(qp.node, qp.qpn, peer, roce)?;
+        let mut copies: u8 = 1;
+        if filter_verdict == Verdict::Duplicate {
+            copies += 1;
+        }
+        if self.rng.random::<f64>() < cfg.dup {
+            copies += 1;
+        }
+        self.stats.duplicated += u64::from(copies - 1);
+        let extra = match filter_verdict {
+            Verdict::Delay(d) => d,
+            _ => Duration::ZERO,
+        };
+        for copy in 0..copies {
+            let mut at = now + cfg.delay + extra;
+            let reordered = self.rng.random::<f64>() < cfg.reorder;
+            if reordered {
+                let max = if cfg.jitter.is_zero() {
+                    cfg.delay.max(Duration::from_micros(10))
+                } else {
+                    cfg.jitter
+                };
+                let max_ns = u64::try_from(max.as_nanos()).unwrap_or(u64::MAX).max(1);
+                at += Duration::from_nanos(self.rng.random_range(1..=max_ns));
+                self.stats.reordered += 1;
+            }
+            // The last copy takes the datagram itself: no copy in the common case.
+            let mut data = if copy + 1 == copies {
+                std::mem::take(&mut datagram)
+            } else {
+                datagram.clone()
+            };
+            let mut corrupted_bit = None;
+            if self.rng.random::<f64>() < cfg.corrupt {
+                let bits = (data.len() as u64) * 8;
+                if bits > 0 {
+                    let bit = self.rng.random_range(0..bits);
+                    if let Some(b) = usize::try_from(bit / 8).ok().and_then(|i| data.get_mut(i)) {
+                        *b ^= 0x80 >> (bit % 8);
+                    }
+                    corrupted_bit = u32::try_from(bit).ok();
+                    self.stats.corrupted += 1;
+                }
+            }
+            self.trace.push(entry(TraceEvent::InFlight {
+                copy,
+                arrive_at: at,
+                corrupted_bit,
+                reordered,
+            }));
+            self.schedule(
+                at,
+                id,
+                copy,
+                src,
+                peer,
+                corrupted_bit.is_some(),
+                summary,
+                data,
+            );
+        }
+        Ok(())
+    }
+
+    /// The earliest pending event.
+    fn next_event(&self) -> Option<Next> {
+        let delivery = self.queue.peek().map(|p| p.at);
+        let mut timer: Option<(Instant, QpId)> = None;
+        for (node, n) in self.nodes.iter().enumerate() {
+            for (&qpn, slot) in &n.qps {
+                if let Some(t) = slot.ep.poll_timeout() {
+                    if timer.is_none_or(|(best, _)| t < best) {
+                        timer = Some((t, QpId { node, qpn }));
+                    }
+                }
+            }
+        }
+        match (delivery, timer) {
+            (Some(d), Some((t, qp))) => {
+                // Ties go to the delivery: a response that arrives exactly at the
+                // deadline counts as in time.
+                if t < d {
+                    Some(Next::Timer(t, qp))
+                } else {
+                    Some(Next::Delivery(d))
+                }
+            }
+            (Some(d), None) => Some(Next::Delivery(d)),
+            (None, Some((t, qp))) => Some(Next::Timer(t, qp)),
+            (None, None) => None,
+        }
+    }
+
+    /// When the next event is due (a deadline in the past counts as now).
+    pub fn next_event_time(&self) -> Option<Instant> {
+        self.next_event().map(|n| match n {
+            Next::Delivery(t) | Next::Timer(t, _) => t.max(self.now),
+        })
+    }
+
+    /// Transmits what is ready, then processes the earliest pending event (advancing
+    /// virtual time to it), then transmits again and collects completions. Returns
+    /// `false` when nothing was pending.
+    ///
+    /// # Errors
+    /// As [`SimNet::flush`]; [`SimError::TimerStuck`].
+    pub fn step(&mut self) -> Result<bool, SimError> {
+        self.flush()?;
+        let Some(next) = self.next_event() else {
+            return Ok(false);
+        };
+        match next {
+            Next::Delivery(at) => {
+                self.now = self.now.max(at);
+                if let Some(p) = self.queue.pop() {
+                    self.deliver(p);
+                }
+            }
+            Next::Timer(at, qp) => {
+                self.now = self.now.max(at);
+                self.fire_timer(qp)?;
+            }
+        }
+        self.stats.steps += 1;
+        self.flush()?;
+        Ok(true)
+    }
+
+    fn fire_timer(&mut self, qp: QpId) -> Result<(), SimError> {
+        let now = self.now;
+        let fires = match self.timer_streak {
+            Some((q, t, n)) if q == qp && t == now => n + 1,
+            _ => 1,
+        };
+        if fires > self.limits.max_timer_fires {
+            return Err(SimError::TimerStuck { qp, at: now, fires });
+        }
+        self.timer_streak = Some((qp, now, fires));
+        self.stats.timeouts += 1;
+        self.with_qp(qp, |ep, env, now| ep.handle_timeout(now, env))
+    }
+
+    fn drop_packet(&mut self, p: &InFlight, reason: DropReason) {
+        let counter = match reason {
+            DropReason::BadIp => &mut self.stats.bad_ip,
+            DropReason::IpChecksum => &mut self.stats.ip_checksum,
+            DropReason::UdpChecksum => &mut self.stats.udp_checksum,
+            DropReason::NotRoce => &mut self.stats.not_roce,
+            DropReason::Icrc => &mut self.stats.icrc,
+            DropReason::Parse => &mut self.stats.parse,
+            DropReason::Unroutable => &mut self.stats.unroutable,
+            DropReason::WrongSource => &mut self.stats.wrong_source,
+        };
+        *counter += 1;
+        self.trace.push(TraceEntry {
+            time: self.now,
+            id: p.id,
+            src: p.src,
+            dst: p.dst,
+            packet: p.summary,
+            event: TraceEvent::Dropped {
+                copy: p.copy,
+                reason,
+            },
+        });
+    }
+
+    /// The receiving host's checks, then the engine.
+    fn deliver(&mut self, p: InFlight) {
+        let now = self.now;
+        let datagram = match Datagram::parse_ip(&p.datagram) {
+            Ok(d) => d,
+            Err(_) => return self.drop_packet(&p, DropReason::BadIp),
+        };
+        let checksum_ok = match datagram.ip_header {
+            [_, _, _, _, _, _, _, _, _, _, hi, lo, ..] if datagram.ip_header.len() == 20 => {
+                ip::ipv4_checksum(datagram.ip_header) == u16::from_be_bytes([*hi, *lo])
+            }
+            // IPv6 has no header checksum.
+            _ => true,
+        };
+        if !checksum_ok {
+            return self.drop_packet(&p, DropReason::IpChecksum);
+        }
+        if datagram.udp_header.get(6..8) != Some(&[0, 0][..]) {
+            return self.drop_packet(&p, DropReason::UdpChecksum);
+        }
+        let Ok(roce) = datagram.roce() else {
+            return self.drop_packet(&p, DropReason::NotRoce);
+        };
+        let dst_node = self
+            .nodes
+            .iter()
+            .position(|n| IpAddr::V4(n.addr) == datagram.dst);
+        let Some(dst_node) = dst_node else {
+            return self.drop_packet(&p, DropReason::Unroutable);
+        };
+        if datagram.verify_icrc().is_err() {
+            return self.drop_packet(&p, DropReason::Icrc);
+        }
+        let Ok(pkt) = PacketRepr::parse(roce) else {
+            return self.drop_packet(&p, DropReason::Parse);
+        };
+        let qpn = pkt.bth.dest_qp;
+        let peer_addr = {
+            let Some(slot) = self.nodes.get(dst_node).and_then(|n| n.qps.get(&qpn)) else {
+                return self.drop_packet(&p, DropReason::Unroutable);
+            };
+            self.nodes.get(slot.peer).map(|n| IpAddr::V4(n.addr))
+        };
+        if peer_addr != Some(datagram.src) {
+            return self.drop_packet(&p, DropReason::WrongSource);
+        }
+        if p.corrupted {
+            self.stats.corrupted_delivered += 1;
+        }
+        self.stats.delivered += 1;
+        self.trace.push(TraceEntry {
+            time: now,
+            id: p.id,
+            src: p.src,
+            dst: p.dst,
+            packet: p.summary,
+            event: TraceEvent::Delivered { copy: p.copy },
+        });
+        let node = match self.nodes.get_mut(dst_node) {
+            Some(n) => n,
+            None => return,
+        };
+        let Node { mem, srq, qps, .. } = node;
+        if let Some(slot) = qps.get_mut(&qpn) {
+            let mut env = NodeEnv { mem, srq };
+            slot.ep.handle_packet(now, &pkt, &mut env);
+        }
+    }
+
+    /// Steps until `cond` holds (checked before every step, after transmitting), at most
+    /// `max_steps` steps and `max_time` of virtual time from now. Returns the statistics
+    /// when the condition held.
+    ///
+    /// # Errors
+    /// [`SimError::StepLimit`], [`SimError::TimeLimit`], [`SimError::Stalled`], or an
+    /// engine misbehaviour from [`SimNet::step`].
+    pub fn run_until(
+        &mut self,
+        mut cond: impl FnMut(&SimNet<E>) -> bool,
+        max_steps: u64,
+        max_time: Duration,
+    ) -> Result<Stats, SimError> {
+        let limit = self.now + max_time;
+        for _ in 0..max_steps {
+            self.flush()?;
+            if cond(self) {
+                return Ok(self.stats());
+            }
+            match self.next_event_time() {
+                None => return Err(SimError::Stalled { now: self.now }),
+                Some(next) if next > limit => return Err(SimError::TimeLimit { limit, next }),
+                Some(_) => {}
+            }
+            self.step()?;
+        }
+        self.flush()?;
+        if cond(self) {
+            return Ok(self.stats());
+        }
+        Err(SimError::StepLimit {
+            steps: max_steps,
+            now: self.now,
+        })
+    }
+
+    /// Runs until nothing is in flight and every engine is idle (see
+    /// [`SimNet::run_until`]).
+    ///
+    /// # Errors
+    /// As [`SimNet::run_until`].
+    pub fn run_until_quiet(
+        &mut self,
+        max_steps: u64,
+        max_time: Duration,
+    ) -> Result<Stats, SimError> {
+        self.run_until(|n| n.is_quiet(), max_steps, max_time)
+    }
+
+    /// Advances virtual time by `d`, processing every event due until then.
+    ///
+    /// # Errors
+    /// As [`SimNet::step`]; [`SimError::StepLimit`] after `max_steps`.
+    pub fn advance(&mut self, d: Duration, max_steps: u64) -> Result<Stats, SimError> {
+        let until = self.now + d;
+        for _ in 0..max_steps {
+            self.flush()?;
+            match self.next_event_time() {
+                Some(t) if t <= until => {
+                    self.step()?;
+                }
+                _ => {
+                    self.now = self.now.max(until);
+                    self.flush()?;
+                    return Ok(self.stats());
+                }
+            }
+        }
+        Err(SimError::StepLimit {
+            steps: max_steps,
+            now: self.now,
+        })
+    }
+}
+
+/// The UDP source port of a QP: one fixed port per QP in `0xC000..=0xFFFF`.
+pub fn source_port(qpn: u32) -> u16 {
+    // invariant: the value is masked to 14 bits, so it fits a u16.
+    0xC000 | (qpn & 0x3FFF) as u16
+}
+
+fn empty_bth() -> uroce_wire::bth::Repr {
+    uroce_wire::bth::Repr {
+        opcode: 0xFF,
+        solicited: false,
+        mig_req: false,
+        pad_cnt: 0,
+        pkey: 0xFFFF,
+        fecn: false,
+        becn: false,
+        dest_qp: 0,
+        ack_req: false,
+        psn: uroce_wire::Psn::ZERO,
+    }
+}
+
+#[cfg(test)]
+#[path = "net_tests.rs"]
+mod tests;
