@@ -409,7 +409,8 @@ const fn row(
 ) -> OpcodeInfo {
     let transport = match Transport::of(opcode) {
         Some(t) => t,
-        // Evaluated at compile time only: a typo in the table fails the build.
+        // invariant: `row` is only evaluated in the const table at compile time, so packet
+        // bytes never reach this; a typo in the table fails the build.
         None => panic!("opcode with an unassigned transport prefix in OPCODE_TABLE"),
     };
     let is_request = !matches!(

@@ -4,11 +4,11 @@
 //! IPv4 and half over IPv6, with random addresses, ports, IPv4 Identification / TTL / TOS /
 //! DF, IPv6 traffic class / flow label / hop limit, random header values and payload
 //! sizes. uroce builds the IP and UDP headers and computes each ICRC; the script
-//! `tests/scripts/scapy_icrc.py` dissects the same bytes with scapy and computes the ICRC
+//! `scapy_icrc.py` (in uroce-testkit's `scripts/`) dissects the same bytes with scapy and computes the ICRC
 //! its own way; every value must agree. scapy also recomputes each IPv4 header checksum,
 //! which must match the one uroce wrote.
 
-mod support;
+use uroce_testkit as support;
 
 use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -120,8 +120,7 @@ fn icrc_agrees_with_scapy_on_random_packets_of_every_opcode() {
     }
     std::fs::write(input.path(), text).unwrap();
 
-    let script =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/scripts/scapy_icrc.py");
+    let script = support::script("scapy_icrc.py");
     let mut cmd = Command::new(support::python());
     cmd.arg(&script).arg(input.path());
     let out = support::run(cmd, Duration::from_secs(300)).unwrap_or_else(|e| panic!("{e}"));
@@ -137,7 +136,7 @@ fn icrc_agrees_with_scapy_on_random_packets_of_every_opcode() {
     let mut bad_checksums = Vec::new();
     for line in out.stdout.lines() {
         let cols: Vec<&str> = line.split_whitespace().collect();
-        assert_eq!(cols.len(), 3, "unexpected scapy output line {line:?}");
+        assert_eq!(cols.len(), 5, "unexpected scapy output line {line:?}");
         let i: usize = cols[0].parse().unwrap();
         assert!(!seen[i], "index {i} reported twice");
         seen[i] = true;

@@ -14,7 +14,7 @@
 //!   (rxe's IPv4 Identification is non-zero and covered, so this exercises the masking);
 //! * CM MADs (UD SEND to QP 1) have management class 0x07 and the attribute ID tshark shows.
 
-mod support;
+use uroce_testkit as support;
 
 use std::collections::BTreeMap;
 use std::fs::File;

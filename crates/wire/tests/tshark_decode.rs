@@ -18,7 +18,7 @@
 //! XRCETH), and it calls FLUSH (0x1C), ATOMIC_WRITE (0x1D) and the RoCEv2 CNP (0x81)
 //! unknown opcodes; for all of these it shows no ICRC either.
 
-mod support;
+use uroce_testkit as support;
 
 use std::net::IpAddr;
 use std::time::Duration;
@@ -27,13 +27,10 @@ use uroce_wire::ip::Endpoints;
 use uroce_wire::opcode::OPCODE_TABLE;
 use uroce_wire::pcap::PcapWriter;
 
-use support::{num, Rng, Sample, TempFile};
+use support::{num, Rng, Sample, TempFile, PI_WARN};
 
 const TEST: &str = "tshark_decode";
 const SEED: u64 = 0x7368_6172_6b00_0001;
-
-/// Wireshark's expert severity of "warning" (PI_WARN); errors are higher.
-const PI_WARN: u64 = 0x0060_0000;
 
 struct Written {
     sample: Sample,
@@ -76,16 +73,7 @@ fn tshark_decodes_every_opcode_as_emitted() {
     }
     writer.into_inner().unwrap();
 
-    let mut fields = vec![
-        "frame.number",
-        "_ws.malformed",
-        "_ws.expert.severity",
-        "_ws.expert.message",
-        "ip.checksum.status",
-        "udp.dstport",
-    ];
-    fields.extend_from_slice(support::IB_FIELDS);
-    let rows = support::tshark_fields(file.path(), &fields, &["-o", "ip.check_checksum:TRUE"]);
+    let rows = support::tshark_decode(file.path());
     assert_eq!(
         rows.len(),
         written.len(),

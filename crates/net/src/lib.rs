@@ -1,0 +1,67 @@
+//! # uroce-net: RoCEv2 on Linux UDP sockets
+//!
+//! The I/O layer of uroce: it puts RoCEv2 packets (BTH..ICRC, built by `uroce-wire` and
+//! produced by the sans-IO engines of `uroce-proto`) on real UDP sockets, port 4791, and
+//! takes them off again. Like quinn-udp beside quinn-proto, it holds the socket tricks and
+//! nothing of the protocol: no queue pairs, no PSNs, no timers.
+//!
+//! ## Layering
+//! `wire` → `proto` → `verbs` → **`net`** → `ffi` / `cli` (see `docs/ARCHITECTURE.md`).
+//! This crate depends only on `uroce-wire` (packet formats, ICRC, pcap framing) among the
+//! uroce crates, so its tests stand alone; binding sockets to the engines is the job of
+//! the layer above. Dependencies: `libc` (the system calls), `rand` (seeded fault
+//! injection), `thiserror`.
+//!
+//! ## What is here
+//! * [`RoceSocket`] ([`socket`]): an unconnected, non-blocking UDP socket with
+//!   `IP_PMTUDISC_DO`, large buffers, batched send ([`RoceSocket::send_batch`], one
+//!   `sendmmsg` per 64 packets) and receive ([`RoceSocket::recv_batch`], one `recvmmsg`
+//!   into a preallocated [`RecvBatch`]), ICRC sealing ([`seal_for`]) and checking
+//!   ([`verify_icrc`], [`IcrcPolicy`]).
+//! * [`faults`]: seeded drop / duplicate / reorder / corrupt on outgoing packets
+//!   (`UROCE_FAULTS=drop=0.01,seed=7`).
+//! * [`capture`]: every packet sent and received written to a pcap file, with the IP and
+//!   UDP headers the kernel emits.
+//! * [`counters`]: per-socket packet, byte, error and fault counters.
+//!
+//! ## The ICRC / IP-header contract (roce-spec.md §2.3)
+//! The RoCEv2 ICRC covers most of the IP header, including the IPv4 Identification and
+//! flags, which a UDP socket does not control. For an **unconnected** socket with
+//! `IP_MTU_DISCOVER = IP_PMTUDISC_DO`, bound to a specific address and sending without IP
+//! options, Linux emits IPv4 Identification 0 with DF set; so the sender seals the ICRC
+//! for exactly that header (addresses, ports and lengths included) and the receiver checks
+//! it against the same reconstruction. IPv6 has nothing unpredictable that the ICRC
+//! covers. A peer that does not follow this convention on IPv4 (Linux rxe sends changing
+//! Identifications) cannot be verified from a UDP socket: see [`IcrcPolicy`]. Sockets are
+//! therefore never connected and never bound to the unspecified address.
+//!
+//! ## Unsafe policy
+//! `unsafe` is denied in the whole crate except the private `sys` module, which wraps the
+//! few system calls the standard library lacks (`setsockopt` / `getsockopt`, `sendmmsg`,
+//! `recvmmsg`, `poll`) in safe functions over borrowed Rust values; each block carries a
+//! `// SAFETY:` comment saying why the pointers it hands the kernel are valid for the
+//! call. Received bytes are only ever read through safe slices, and nothing here panics
+//! on network input.
+//!
+//! Linux only.
+#![deny(unsafe_code)]
+
+#[cfg(not(target_os = "linux"))]
+compile_error!("uroce-net uses Linux socket behaviour (sendmmsg, recvmmsg, IP_PMTUDISC_DO)");
+
+pub mod capture;
+pub mod counters;
+mod error;
+pub mod faults;
+pub mod socket;
+#[allow(unsafe_code)]
+mod sys;
+
+pub use capture::Capture;
+pub use counters::{CounterSnapshot, Counters};
+pub use error::NetError;
+pub use faults::{FaultConfig, FaultInjector, FaultParseError};
+pub use socket::{
+    seal_for, verify_icrc, BufferSizes, IcrcCheck, IcrcPolicy, OutPacket, Received, RecvBatch,
+    RecvDatagram, RecvStatus, RoceSocket, SocketConfig, BATCH_MAX, DEFAULT_BUFFER_BYTES,
+};

@@ -1,0 +1,107 @@
+//! A live packet capture on the loopback interface, running in the background.
+
+use std::fs::File;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::tools::{read_lossy, run, tshark, TempFile};
+
+/// A packet capture running in the background (`tshark -i lo -f FILTER -w FILE`).
+pub struct LiveCapture {
+    child: std::process::Child,
+    file: TempFile,
+    stderr: TempFile,
+}
+
+impl LiveCapture {
+    /// Starts capturing on the loopback interface with the capture filter `filter` and
+    /// waits (at most 30 s) until the capturer reports that it is capturing. `Err` says
+    /// why it could not start (tool missing, no permission, timeout).
+    pub fn start(filter: &str) -> Result<LiveCapture, String> {
+        let file = TempFile::new("live", "pcap");
+        let stderr = TempFile::new("live-stderr", "txt");
+        let err = File::create(stderr.path()).map_err(|e| e.to_string())?;
+        let mut cmd = Command::new(tshark());
+        cmd.args(["-i", "lo", "-f", filter, "-F", "pcap", "-w"])
+            .arg(file.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(err);
+        let child = cmd
+            .spawn()
+            .map_err(|e| format!("cannot start {}: {e}", tshark()))?;
+        let mut capture = LiveCapture {
+            child,
+            file,
+            stderr,
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let text = read_lossy(capture.stderr.path());
+            if text.contains("Capturing on") {
+                // The filter is attached before the message; a short pause covers the
+                // capturer's own start-up of its ring buffer.
+                std::thread::sleep(Duration::from_millis(300));
+                return Ok(capture);
+            }
+            if let Ok(Some(status)) = capture.child.try_wait() {
+                return Err(format!(
+                    "capture exited ({status}) before capturing: {}",
+                    text.trim()
+                ));
+            }
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "capture did not start within 30 s: {}",
+                    text.trim()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Stops the capture (SIGINT, then SIGKILL after 15 s) and returns the file, which
+    /// holds everything captured. `Err` if it could not be stopped cleanly.
+    pub fn stop(mut self) -> Result<TempFile, String> {
+        // Give the kernel a moment to hand the last packets to the capturer.
+        std::thread::sleep(Duration::from_millis(300));
+        let pid = self.child.id().to_string();
+        let _ = run(
+            {
+                let mut kill = Command::new("kill");
+                kill.args(["-INT", &pid]);
+                kill
+            },
+            Duration::from_secs(10),
+        );
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            match self.child.try_wait() {
+                Ok(Some(_)) => break,
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20))
+                }
+                _ => {
+                    let _ = self.child.kill();
+                    let _ = self.child.wait();
+                    return Err(format!(
+                        "capture did not stop on SIGINT: {}",
+                        read_lossy(self.stderr.path()).trim()
+                    ));
+                }
+            }
+        }
+        let file = TempFile(std::mem::replace(&mut self.file.0, PathBuf::new()));
+        Ok(file)
+    }
+}
+
+impl Drop for LiveCapture {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
