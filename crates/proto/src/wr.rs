@@ -177,3 +177,10 @@ pub struct RecvWr {
     /// Where incoming SEND data is scattered.
     pub sg_list: Vec<Sge>,
 }
+
+impl RecvWr {
+    /// A receive WR scattering into `sg_list`.
+    pub fn new(wr_id: u64, sg_list: Vec<Sge>) -> RecvWr {
+        RecvWr { wr_id, sg_list }
+    }
+}

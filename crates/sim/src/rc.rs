@@ -12,7 +12,7 @@
 //! let src = pair.register(a, 64, Access::LOCAL_WRITE);
 //! let dst = pair.register(b, 64, Access::LOCAL_WRITE);
 //! pair.mem(a).write(&src, 0, b"hello").unwrap();
-//! pair.post_recv(b, RecvWr { wr_id: 7, sg_list: vec![dst.sge(0, 64)] }).unwrap();
+//! pair.post_recv(b, RecvWr::new(7, vec![dst.sge(0, 64)])).unwrap();
 //! pair.post_send(a, SendWr::new(1, SendOpcode::Send, vec![src.sge(0, 5)])).unwrap();
 //! let wcs = pair.wait_completions(b, CqKind::Recv, 1).unwrap();
 //! assert_eq!((wcs[0].wr_id, wcs[0].status, wcs[0].byte_len), (7, WcStatus::Success, 5));

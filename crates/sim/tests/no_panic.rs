@@ -373,10 +373,9 @@ impl Rig {
 
     fn post_recv(&mut self, len: u32) {
         let r = self.regions[0];
-        let _ = self.qp.post_recv(RecvWr {
-            wr_id: self.next_wr,
-            sg_list: vec![r.sge(0, len)],
-        });
+        let _ = self
+            .qp
+            .post_recv(RecvWr::new(self.next_wr, vec![r.sge(0, len)]));
         self.next_wr += 1;
         self.drain();
     }

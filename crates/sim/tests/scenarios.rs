@@ -109,14 +109,8 @@ fn setup_send(p: &mut Pair, len: usize) -> SendSetup {
     let dst = p.register(b, len.max(1), Access::LOCAL_WRITE);
     let data = pattern(len, 3);
     p.mem(a).write(&src, 0, &data).unwrap();
-    p.post_recv(
-        b,
-        RecvWr {
-            wr_id: 500,
-            sg_list: vec![dst.sge(0, len as u32)],
-        },
-    )
-    .unwrap();
+    p.post_recv(b, RecvWr::new(500, vec![dst.sge(0, len as u32)]))
+        .unwrap();
     SendSetup { src, dst, data }
 }
 
@@ -278,14 +272,8 @@ fn lost_ack() {
     let (a, b) = (p.a, p.b);
     let s = setup_send(&mut p, 100);
     let spare = p.register(b, 100, Access::LOCAL_WRITE);
-    p.post_recv(
-        b,
-        RecvWr {
-            wr_id: 501,
-            sg_list: vec![spare.sge(0, 100)],
-        },
-    )
-    .unwrap();
+    p.post_recv(b, RecvWr::new(501, vec![spare.sge(0, 100)]))
+        .unwrap();
     p.net.set_filter(1, 0, on(&[0], Verdict::Drop)).unwrap();
     p.post_send(a, send_wr(1, &s, 100)).unwrap();
     finish_send(&mut p, &s);
@@ -324,14 +312,8 @@ fn duplicated_send_is_executed_once() {
     let (a, b) = (p.a, p.b);
     let s = setup_send(&mut p, 64);
     let spare = p.register(b, 64, Access::LOCAL_WRITE);
-    p.post_recv(
-        b,
-        RecvWr {
-            wr_id: 501,
-            sg_list: vec![spare.sge(0, 64)],
-        },
-    )
-    .unwrap();
+    p.post_recv(b, RecvWr::new(501, vec![spare.sge(0, 64)]))
+        .unwrap();
     p.net
         .set_filter(0, 1, on(&[0], Verdict::Duplicate))
         .unwrap();
@@ -441,14 +423,8 @@ fn rnr_then_success() {
     p.post_send(a, wr).unwrap();
     p.run_until(|n| n.qp(b).is_ok_and(|q| q.counters().rnr_naks_sent == 1))
         .unwrap();
-    p.post_recv(
-        b,
-        RecvWr {
-            wr_id: 9,
-            sg_list: vec![dst.sge(0, 100)],
-        },
-    )
-    .unwrap();
+    p.post_recv(b, RecvWr::new(9, vec![dst.sge(0, 100)]))
+        .unwrap();
     let swc = p.wait_completions(a, CqKind::Send, 1).unwrap();
     let rwc = p.wait_completions(b, CqKind::Recv, 1).unwrap();
     assert_eq!(swc[0].status, WcStatus::Success);
@@ -751,22 +727,10 @@ fn receive_buffer_too_small() {
     let (a, b) = (p.a, p.b);
     let src = p.register(a, 100, Access::LOCAL_WRITE);
     let dst = p.register(b, 100, Access::LOCAL_WRITE);
-    p.post_recv(
-        b,
-        RecvWr {
-            wr_id: 70,
-            sg_list: vec![dst.sge(0, 10)],
-        },
-    )
-    .unwrap();
-    p.post_recv(
-        b,
-        RecvWr {
-            wr_id: 71,
-            sg_list: vec![dst.sge(10, 90)],
-        },
-    )
-    .unwrap();
+    p.post_recv(b, RecvWr::new(70, vec![dst.sge(0, 10)]))
+        .unwrap();
+    p.post_recv(b, RecvWr::new(71, vec![dst.sge(10, 90)]))
+        .unwrap();
     p.post_send(a, SendWr::new(1, SendOpcode::Send, vec![src.sge(0, 100)]))
         .unwrap();
     p.post_send(a, SendWr::new(2, SendOpcode::Send, vec![src.sge(0, 1)]))
@@ -856,14 +820,7 @@ fn read_response_lost() {
     // The next request uses the PSN after the READ's range.
     let src = p.register(a, 4, Access::LOCAL_WRITE);
     let dst = p.register(b, 4, Access::LOCAL_WRITE);
-    p.post_recv(
-        b,
-        RecvWr {
-            wr_id: 3,
-            sg_list: vec![dst.sge(0, 4)],
-        },
-    )
-    .unwrap();
+    p.post_recv(b, RecvWr::new(3, vec![dst.sge(0, 4)])).unwrap();
     p.post_send(a, SendWr::new(2, SendOpcode::Send, vec![src.sge(0, 4)]))
         .unwrap();
     p.wait_completions(b, CqKind::Recv, 1).unwrap();
@@ -1058,14 +1015,8 @@ fn immediate_and_invalidate_completions() {
     let victim = p.register(b, 16, Access::REMOTE_READ);
     let rbuf = p.register(b, 64, Access::LOCAL_WRITE);
     for id in [40, 41] {
-        p.post_recv(
-            b,
-            RecvWr {
-                wr_id: id,
-                sg_list: vec![rbuf.sge(0, 64)],
-            },
-        )
-        .unwrap();
+        p.post_recv(b, RecvWr::new(id, vec![rbuf.sge(0, 64)]))
+            .unwrap();
     }
     let mut w = SendWr::new(1, SendOpcode::RdmaWriteWithImm, vec![src.sge(0, 300)]);
     w.remote_addr = target.va(0);

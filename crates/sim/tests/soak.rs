@@ -966,10 +966,10 @@ fn run_case(level: f64, seed: u64, n_ops: usize) -> Result<Outcome, String> {
             {
                 d.recv_due.pop_front();
                 let j = d.recvs_posted;
-                let wr = RecvWr {
-                    wr_id: (1 << 40) | j as u64,
-                    sg_list: sge_list(&peer.recv, &d.plan.recvs[j].pieces),
-                };
+                let wr = RecvWr::new(
+                    (1 << 40) | j as u64,
+                    sge_list(&peer.recv, &d.plan.recvs[j].pieces),
+                );
                 pair.post_recv(d.to, wr)
                     .map_err(|e| fail(&pair.net, format!("post_recv: {e}")))?;
                 d.recvs_posted += 1;

@@ -28,13 +28,7 @@ fn bth_to_b(opcode: u8, psn: u32) -> bth::Repr {
 fn feed_b(p: &mut Pair, pkt: &PacketRepr<'_>) -> Vec<(u8, Psn, Option<Syndrome>)> {
     let now = p.now;
     p.with_env(Side::B, |qp, env| qp.handle_packet(now, pkt, env));
-    let mut out = Vec::new();
-    let mut buf = vec![0u8; 4160];
-    while let Some(n) = p.with_env(Side::B, |qp, env| qp.poll_transmit(now, env, &mut buf)) {
-        let r = PacketRepr::parse(&buf[..n]).unwrap();
-        out.push((r.bth.opcode, r.bth.psn, r.aeth.map(|a| a.syndrome)));
-    }
-    out
+    feed_b_poll(p)
 }
 
 #[test]

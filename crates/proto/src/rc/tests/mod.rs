@@ -656,7 +656,7 @@ pub fn rdma(wr_id: u64, opcode: SendOpcode, sges: Vec<Sge>, remote_addr: u64, rk
 }
 
 pub fn recv(wr_id: u64, sg_list: Vec<Sge>) -> RecvWr {
-    RecvWr { wr_id, sg_list }
+    RecvWr::new(wr_id, sg_list)
 }
 
 /// Deterministic bytes (an LCG), independent of the engine.
