@@ -106,4 +106,18 @@ pub enum NetError {
     /// The fault-injection configuration is invalid.
     #[error(transparent)]
     Faults(#[from] FaultParseError),
+    /// An environment variable does not hold what it should.
+    #[error("{var}={value:?} is not an IP address")]
+    BadAddr {
+        /// The variable.
+        var: &'static str,
+        /// Its value.
+        value: String,
+    },
+    /// Creating the verbs device or context failed.
+    #[error("device: {0}")]
+    Device(String),
+    /// A system call of the device's progress machinery failed (eventfd, thread spawn).
+    #[error("device I/O setup: {0}")]
+    Io(io::Error),
 }

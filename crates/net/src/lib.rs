@@ -51,6 +51,7 @@ compile_error!("uroce-net uses Linux socket behaviour (sendmmsg, recvmmsg, IP_PM
 
 pub mod capture;
 pub mod counters;
+pub mod device;
 mod error;
 pub mod faults;
 pub mod socket;
@@ -59,6 +60,7 @@ mod sys;
 
 pub use capture::Capture;
 pub use counters::{CounterSnapshot, Counters};
+pub use device::{DeviceCounters, NetConfig, NetDevice, QpCounters, ADDR_ENV, DEFAULT_ADDR};
 pub use error::NetError;
 pub use faults::{FaultConfig, FaultInjector, FaultParseError};
 pub use socket::{

@@ -11,7 +11,7 @@ use thiserror::Error;
 
 /// One scatter/gather element of a work request: `length` bytes at virtual address `addr`
 /// of the memory region with local key `lkey`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct Sge {
     /// Virtual address of the first byte.
     pub addr: u64,

@@ -170,7 +170,7 @@ impl SendWr {
 }
 
 /// A receive work request.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
 pub struct RecvWr {
     /// Returned in the completion.
     pub wr_id: u64,
@@ -182,5 +182,10 @@ impl RecvWr {
     /// A receive WR scattering into `sg_list`.
     pub fn new(wr_id: u64, sg_list: Vec<Sge>) -> RecvWr {
         RecvWr { wr_id, sg_list }
+    }
+
+    /// Total bytes the WR can receive.
+    pub fn total_len(&self) -> u64 {
+        crate::memory::sg_total(&self.sg_list)
     }
 }

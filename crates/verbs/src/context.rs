@@ -114,6 +114,8 @@ pub(crate) struct ContextCore {
     pub(crate) cq_overruns: AtomicU64,
     next_id: AtomicU64,
     destroy_timeout_us: AtomicU64,
+    /// The I/O layer's hook, once installed.
+    pub(crate) transport: crate::engine::TransportSlot,
 }
 
 impl ContextCore {
@@ -163,6 +165,7 @@ impl Context {
             destroy_timeout_us: AtomicU64::new(
                 u64::try_from(DEFAULT_DESTROY_TIMEOUT.as_micros()).unwrap_or(u64::MAX),
             ),
+            transport: crate::engine::TransportSlot::new(),
         };
         Ok(Context {
             core: Arc::new(core),
@@ -247,6 +250,21 @@ impl Context {
         self.core.events.is_shutdown()
     }
 
+    /// Installs the I/O layer's [`Transport`](crate::engine::Transport): posting rings it,
+    /// polling an empty CQ asks it for progress. Only one can be installed per context;
+    /// a second call returns the transport it was given.
+    pub fn set_transport(
+        &self,
+        transport: std::sync::Arc<dyn crate::engine::Transport>,
+    ) -> Result<(), std::sync::Arc<dyn crate::engine::Transport>> {
+        self.core.transport.set(transport)
+    }
+
+    /// Whether a transport is installed.
+    pub fn has_transport(&self) -> bool {
+        self.core.transport.get().is_some()
+    }
+
     /// Network-facing lookup: the QP a packet for `qpn` goes to, as a counted reference.
     ///
     /// `None` for QPN 0 (no SMI on RoCE, §3.8), unknown and destroyed QPs; every `None`
@@ -262,6 +280,17 @@ impl Context {
             self.core.unknown_qpn.fetch_add(1, Ordering::Relaxed);
         }
         found
+    }
+
+    /// A QP by number without counting a miss (the I/O layer revisiting a QP it served
+    /// before, which may have been destroyed meanwhile).
+    pub fn lookup_qp(&self, qpn: u32) -> Option<QpRef> {
+        self.core.qps.get(qpn).map(QpRef::from_core)
+    }
+
+    /// The numbers of the live QPs (for counters and diagnostics).
+    pub fn qp_numbers(&self) -> Vec<u32> {
+        self.core.qps.live_numbers()
     }
 
     /// Network-facing lookup of an SRQ by number (XRC packets name their SRQ). Misses count

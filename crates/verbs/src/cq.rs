@@ -205,20 +205,47 @@ impl CqRef {
     }
 
     /// Removes and returns up to `max` completions, oldest first (`ibv_poll_cq`).
+    ///
+    /// Polling an empty CQ drives the network once (receives, timers, transmits) when a
+    /// transport is installed and no other thread is doing so, then looks again: busy
+    /// polling makes progress without waiting for the progress thread.
     pub fn poll(&self, max: usize) -> Vec<WorkCompletion> {
-        let mut st = lock(&self.core.state);
-        let n = max.min(st.entries.len());
-        st.entries.drain(..n).collect()
+        let mut out = Vec::new();
+        for attempt in 0..2 {
+            {
+                let mut st = lock(&self.core.state);
+                let n = max.min(st.entries.len());
+                if n > 0 || attempt == 1 {
+                    out.extend(st.entries.drain(..n));
+                    break;
+                }
+            }
+            if max == 0 || !crate::engine::poll_progress(&self.core.ctx) {
+                break;
+            }
+        }
+        out
     }
 
-    /// Fills `out` with completions, oldest first; returns how many were written.
+    /// Fills `out` with completions, oldest first; returns how many were written. Drives
+    /// progress like [`CqRef::poll`] when the CQ is empty.
     pub fn poll_into(&self, out: &mut [WorkCompletion]) -> usize {
-        let mut st = lock(&self.core.state);
-        let n = out.len().min(st.entries.len());
-        for (slot, wc) in out.iter_mut().zip(st.entries.drain(..n)) {
-            *slot = wc;
+        for attempt in 0..2 {
+            {
+                let mut st = lock(&self.core.state);
+                let n = out.len().min(st.entries.len());
+                if n > 0 || attempt == 1 {
+                    for (slot, wc) in out.iter_mut().zip(st.entries.drain(..n)) {
+                        *slot = wc;
+                    }
+                    return n;
+                }
+            }
+            if out.is_empty() || !crate::engine::poll_progress(&self.core.ctx) {
+                break;
+            }
         }
-        n
+        0
     }
 
     /// Arms the CQ for one notification on its completion channel (`ibv_req_notify_cq`):

@@ -442,6 +442,9 @@ pub enum PostError {
         /// The limit.
         max: u64,
     },
+    /// The transport engine refused the WR (e.g. an opcode it does not implement).
+    #[error("work request refused: {0}")]
+    Refused(&'static str),
     /// The queue already holds `max_*_wr` outstanding WRs.
     #[error("the {queue} queue is full ({max} outstanding WRs)")]
     QueueFull {

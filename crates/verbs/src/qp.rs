@@ -222,16 +222,8 @@ impl WrOpcode {
     }
 }
 
-/// A scatter/gather element (`struct ibv_sge`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub struct Sge {
-    /// Virtual address inside the memory region.
-    pub addr: u64,
-    /// Length in bytes.
-    pub length: u32,
-    /// The memory region's L_Key.
-    pub lkey: u32,
-}
+/// One scatter/gather element (the protocol layer's type).
+pub use uroce_proto::memory::Sge;
 
 /// RDMA READ/WRITE target (`wr.rdma`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -315,26 +307,8 @@ impl SendWr {
     }
 }
 
-/// A receive work request (`struct ibv_recv_wr`).
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
-pub struct RecvWr {
-    /// The application's identifier, returned in the completion.
-    pub wr_id: u64,
-    /// Buffers to receive into.
-    pub sg_list: Vec<Sge>,
-}
-
-impl RecvWr {
-    /// A receive WR.
-    pub fn new(wr_id: u64, sg_list: Vec<Sge>) -> RecvWr {
-        RecvWr { wr_id, sg_list }
-    }
-
-    /// Total buffer length.
-    pub fn total_len(&self) -> u64 {
-        self.sg_list.iter().map(|s| u64::from(s.length)).sum()
-    }
-}
+/// A receive work request (the protocol layer's type).
+pub use uroce_proto::wr::RecvWr;
 
 /// Queue sizes (`struct ibv_qp_cap`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -644,8 +618,8 @@ struct TakenRecv {
     cq: Option<Arc<CqCore>>,
 }
 
-struct QpInner {
-    attr: QpAttr,
+pub(crate) struct QpInner {
+    pub(crate) attr: QpAttr,
     /// Posted send WRs; the first `sq_started` are in flight.
     sq: VecDeque<PostedSend>,
     sq_started: usize,
@@ -654,20 +628,22 @@ struct QpInner {
     rq: VecDeque<RecvWr>,
     /// Receive WQEs taken by the engine and not yet completed, oldest first.
     rq_taken: VecDeque<TakenRecv>,
+    /// The transport engine of an RC QP, from the INIT→RTR transition until RESET.
+    pub(crate) engine: Option<Box<crate::engine::Engine>>,
 }
 
 pub(crate) struct QpCore {
-    qpn: u32,
-    qp_type: QpType,
+    pub(crate) qpn: u32,
+    pub(crate) qp_type: QpType,
     pub(crate) ctx: Arc<ContextCore>,
-    pd: Option<Arc<PdCore>>,
-    send_cq: Option<Arc<CqCore>>,
-    recv_cq: Option<Arc<CqCore>>,
-    srq: Option<Arc<SrqCore>>,
+    pub(crate) pd: Option<Arc<PdCore>>,
+    pub(crate) send_cq: Option<Arc<CqCore>>,
+    pub(crate) recv_cq: Option<Arc<CqCore>>,
+    pub(crate) srq: Option<Arc<SrqCore>>,
     pub(crate) xrcd: Option<Arc<XrcdCore>>,
-    cap: QpCap,
-    sq_sig_all: bool,
-    inner: Mutex<QpInner>,
+    pub(crate) cap: QpCap,
+    pub(crate) sq_sig_all: bool,
+    pub(crate) inner: Mutex<QpInner>,
     pub(crate) liveness: Liveness,
 }
 
@@ -681,6 +657,14 @@ pub(crate) struct QpParts {
     pub(crate) xrcd: Option<Arc<XrcdCore>>,
     pub(crate) cap: QpCap,
     pub(crate) sq_sig_all: bool,
+}
+
+impl QpInner {
+    /// Removes and returns the receive WRs posted and not yet taken (they move into the
+    /// engine at INIT→RTR).
+    pub(crate) fn take_posted_recvs(&mut self) -> Vec<RecvWr> {
+        self.rq.drain(..).collect()
+    }
 }
 
 impl QpCore {
@@ -813,6 +797,7 @@ impl QpCore {
                     next_ssn: 0,
                     rq: VecDeque::new(),
                     rq_taken: VecDeque::new(),
+                    engine: None,
                 }),
                 liveness: Liveness::new(),
             })
@@ -888,6 +873,7 @@ impl QpCore {
 
     /// Moves the QP to RESET: queues discarded without completions, attributes reset.
     fn enter_reset_locked(&self, inner: &mut QpInner) {
+        inner.engine = None;
         inner.sq.clear();
         inner.sq_started = 0;
         inner.rq.clear();
@@ -1054,14 +1040,14 @@ impl QpRef {
         &self.core
     }
 
-    fn raise_on(core: &Arc<QpCore>, event: EventType) -> bool {
+    pub(crate) fn raise_on(core: &Arc<QpCore>, event: EventType) -> bool {
         core.ctx.events.raise(AsyncEvent::new(
             event,
             EventElement::Qp(QpRef { core: core.clone() }),
         ))
     }
 
-    fn lock(&self) -> MutexGuard<'_, QpInner> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, QpInner> {
         lock(&self.core.inner)
     }
 
@@ -1152,6 +1138,9 @@ impl QpRef {
         core.check_values(attr, mask)?;
         // Every check passed: apply.
         inner.attr.apply(attr, mask);
+        if next != cur && crate::engine::modify_engine(core, &mut inner, cur, next) {
+            return Ok(());
+        }
         if next != cur {
             match next {
                 QpState::Err => QpCore::enter_err_locked(core, &mut inner),
@@ -1190,6 +1179,12 @@ impl QpRef {
                 if let Some(cq) = &core.send_cq {
                     let _ = CqCore::push(cq, core.flush_wc_send(&p), false);
                 }
+                Ok(())
+            }
+            Some(PostOutcome::Process | PostOutcome::Defer) if inner.engine.is_some() => {
+                crate::engine::post_send(core, &mut inner, wr)?;
+                drop(inner);
+                crate::engine::ring(core);
                 Ok(())
             }
             Some(PostOutcome::Process | PostOutcome::Defer) => {
@@ -1266,6 +1261,9 @@ impl QpRef {
                     let _ = CqCore::push(cq, wc, false);
                 }
                 Ok(())
+            }
+            Some(PostOutcome::Process | PostOutcome::Defer) if inner.engine.is_some() => {
+                crate::engine::post_recv(core, &mut inner, wr)
             }
             Some(PostOutcome::Process | PostOutcome::Defer) => {
                 if inner.rq.len() + inner.rq_taken.len() >= core.cap.max_recv_wr as usize {

@@ -194,6 +194,22 @@ impl RcConfig {
     }
 }
 
+/// The requester attributes an RTR→RTS (or SQD→RTS) transition sets; see
+/// [`RcQp::enter_rts`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RtsAttrs {
+    /// First PSN the requester uses.
+    pub sq_psn: Psn,
+    /// Local ACK timeout code (0 = none).
+    pub timeout: u8,
+    /// Retries after timeouts and sequence NAKs (0..=7).
+    pub retry_cnt: u8,
+    /// Retries after RNR NAKs (7 = unlimited).
+    pub rnr_retry: u8,
+    /// Outstanding READ/atomic WRs we may initiate.
+    pub max_rd_atomic: u8,
+}
+
 /// Receive WQEs shared by several QPs (an SRQ). The verbs layer implements it.
 pub trait SharedRecvQueue {
     /// Takes the next receive WQE, if any.
@@ -550,6 +566,42 @@ impl RcQp {
     /// The next asynchronous event.
     pub fn poll_event(&mut self) -> Option<QpEvent> {
         self.events.pop_front()
+    }
+
+    /// Starts the engine in RTR: the responder accepts requests, the requester sends
+    /// nothing until [`RcQp::enter_rts`] (the verbs layer builds the engine at the
+    /// INIT→RTR transition, when the responder attributes are known).
+    pub fn new_rtr(cfg: RcConfig) -> RcQp {
+        let mut qp = RcQp::new(cfg);
+        qp.state = QpState::Rtr;
+        qp
+    }
+
+    /// RTR→RTS with the requester attributes that transition sets (`sq_psn`, `timeout`,
+    /// `retry_cnt`, `rnr_retry`, `max_rd_atomic`). From RTR the requester starts afresh at
+    /// `sq_psn`; from SQD only the timer and retry attributes change (a new `sq_psn` is
+    /// ignored: PSNs are already in use). In any other state nothing happens.
+    pub fn enter_rts(&mut self, rts: RtsAttrs) {
+        match self.state {
+            QpState::Rtr => {
+                self.cfg.sq_psn = rts.sq_psn;
+                self.apply_rts_attrs(&rts);
+                self.req = Requester::new(&self.cfg);
+                self.state = QpState::Rts;
+            }
+            QpState::Sqd | QpState::Rts => {
+                self.apply_rts_attrs(&rts);
+                self.state = QpState::Rts;
+            }
+            _ => {}
+        }
+    }
+
+    fn apply_rts_attrs(&mut self, rts: &RtsAttrs) {
+        self.cfg.timeout = rts.timeout;
+        self.cfg.retry_cnt = rts.retry_cnt.min(7);
+        self.cfg.rnr_retry = rts.rnr_retry.min(7);
+        self.cfg.max_rd_atomic = rts.max_rd_atomic;
     }
 
     /// Application-driven state change (modify_qp). Transition legality is the caller's

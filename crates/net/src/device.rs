@@ -1,0 +1,703 @@
+//! A network device: a verbs device and context bound to one [`RoceSocket`], with the
+//! progress engine that moves packets between the socket and the QPs' transport engines.
+//!
+//! # Progress
+//!
+//! All network work happens in one *progress step* ([`NetDevice::progress`]), run under the
+//! device's progress lock by whichever thread gets it:
+//!
+//! 1. receive: up to a few `recvmmsg` batches; every accepted packet goes to the QP its BTH
+//!    names (a counted reference from the context's QP table; unknown QPNs and QPs without
+//!    an engine are dropped and counted) through [`QpRef::engine_handle_packet`];
+//! 2. timers: QPs whose retransmit or RNR deadline has passed get
+//!    [`QpRef::engine_handle_timeout`];
+//! 3. transmit: every QP touched above or rung by `post_send` emits its packets into the
+//!    device's transmit buffer ([`QpRef::engine_transmit`]); they are sealed (ICRC for the
+//!    IP header the kernel emits) and leave in `sendmmsg` batches; each QP's next deadline
+//!    is recorded.
+//!
+//! Three kinds of threads run the step:
+//! * the **progress thread** (one per device, unless disabled) blocks in `poll(2)` on the
+//!   socket, a doorbell eventfd and the earliest timer, so programs that only wait on
+//!   completion channels, or do not call into the library at all, still make progress;
+//! * **application threads polling a CQ**: an empty poll runs one step if the lock is free
+//!   (busy polling, the low-latency path). While an application polls, the progress thread
+//!   stops watching the socket (it would only compete for the lock and the CPU) and keeps
+//!   watching the doorbell and the timers; it watches the socket again once the
+//!   application has not polled for [`BUSY_POLL_GRACE`];
+//! * **posting threads**: `post_send` rings the device; if the lock is free, the poster
+//!   transmits that QP's packets itself, otherwise the QP is put on the ready list and the
+//!   progress thread woken through the doorbell (only when it sleeps).
+//!
+//! Lock order: progress lock → QP lock → CQ / SRQ / event-queue locks. Application calls
+//! never hold a verbs lock while they ring or poll the device.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use rustix::event::{eventfd, EventfdFlags, PollFd, PollFlags, Timespec};
+use uroce_proto::rc::RcCounters;
+use uroce_proto::time::Instant;
+use uroce_verbs::{Context, Device, DeviceConfig, Gid, QpRef, Transport};
+use uroce_wire::ROCEV2_UDP_PORT;
+
+use crate::capture::Capture;
+use crate::error::NetError;
+use crate::faults::FaultConfig;
+use crate::socket::{IcrcPolicy, OutPacket, RecvBatch, RoceSocket, SocketConfig};
+use crate::CounterSnapshot;
+
+/// The environment variable that chooses a device's address for programs that cannot be
+/// changed ([`NetConfig::from_env`]).
+pub const ADDR_ENV: &str = "UROCE_ADDR";
+/// The address used when neither the API nor [`ADDR_ENV`] names one.
+pub const DEFAULT_ADDR: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+/// After an application's last CQ poll, the progress thread leaves the socket to the
+/// application for this long.
+pub const BUSY_POLL_GRACE: Duration = Duration::from_micros(500);
+/// The progress thread keeps stepping without sleeping for this long after its last
+/// useful step (unless an application thread is busy polling).
+pub const SPIN_AFTER_WORK: Duration = Duration::from_micros(50);
+/// The longest the progress thread sleeps without looking at its stop flag.
+const MAX_SLEEP: Duration = Duration::from_millis(100);
+/// Largest packet an engine emits: BTH + RETH/AtomicETH + ImmDt + 4096 payload + ICRC,
+/// rounded up.
+const MAX_PACKET: usize = 4096 + 128;
+/// Packets per transmit batch (one `sendmmsg`).
+const TX_BATCH: usize = 64;
+/// Receive batches per progress step at most (fairness towards transmit and timers).
+const RX_ROUNDS: usize = 4;
+/// Transmit batches per QP per progress step at most.
+const TX_ROUNDS: usize = 16;
+
+/// How a [`NetDevice`] is opened.
+#[derive(Debug, Clone)]
+pub struct NetConfig {
+    /// The local address; GID 0 is this address as a RoCEv2 GID.
+    pub addr: IpAddr,
+    /// UDP port (RoCEv2: 4791).
+    pub port: u16,
+    /// Device name.
+    pub name: String,
+    /// Faults injected into outgoing packets.
+    pub faults: Option<FaultConfig>,
+    /// Write every packet sent and received to this pcap file.
+    pub capture: Option<PathBuf>,
+    /// Run a background progress thread (default). Without it, progress happens only
+    /// when the application polls CQs or calls [`NetDevice::progress`].
+    pub progress_thread: bool,
+    /// What to do with packets whose ICRC does not verify.
+    pub icrc: IcrcPolicy,
+}
+
+impl NetConfig {
+    /// A device on `addr`, port 4791, named `uroce0`, with faults from `UROCE_FAULTS` (if
+    /// it is set and parses; see [`NetConfig::from_env`] for the checked form).
+    pub fn new(addr: IpAddr) -> NetConfig {
+        NetConfig {
+            addr,
+            port: ROCEV2_UDP_PORT,
+            name: "uroce0".to_owned(),
+            faults: FaultConfig::from_env().ok().flatten(),
+            capture: None,
+            progress_thread: true,
+            icrc: IcrcPolicy::Strict,
+        }
+    }
+
+    /// A device on the address in `UROCE_ADDR` (default 127.0.0.1), with faults from
+    /// `UROCE_FAULTS`.
+    ///
+    /// # Errors
+    /// [`NetError::BadAddr`] if `UROCE_ADDR` is not an IP address, [`NetError::Faults`] if
+    /// `UROCE_FAULTS` does not parse.
+    pub fn from_env() -> Result<NetConfig, NetError> {
+        let addr = match std::env::var(ADDR_ENV) {
+            Ok(v) if !v.trim().is_empty() => {
+                v.trim().parse::<IpAddr>().map_err(|_| NetError::BadAddr {
+                    var: ADDR_ENV,
+                    value: v.clone(),
+                })?
+            }
+            _ => DEFAULT_ADDR,
+        };
+        let mut cfg = NetConfig::new(addr);
+        cfg.faults = FaultConfig::from_env()?;
+        Ok(cfg)
+    }
+}
+
+/// Per-device counters: the socket's, the context's lookups, and the sum of the transport
+/// counters of the QPs alive now.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeviceCounters {
+    /// Socket-level counters (packets, bytes, bad ICRC, parse errors, injected faults …).
+    pub socket: CounterSnapshot,
+    /// Packets for a QPN with no QP.
+    pub unknown_qpn: u64,
+    /// Packets for a QP that has no transport engine (not RC, or not yet in RTR).
+    pub no_engine: u64,
+    /// Transport counters summed over the live QPs.
+    pub transport: RcCounters,
+}
+
+impl DeviceCounters {
+    /// Every counter as `(name, value)`, for printing.
+    pub fn fields(&self) -> Vec<(&'static str, u64)> {
+        let mut v: Vec<(&'static str, u64)> = self.socket.fields().collect();
+        v.push(("unknown_qpn", self.unknown_qpn));
+        v.push(("no_engine", self.no_engine));
+        v.extend(rc_fields(&self.transport));
+        v
+    }
+}
+
+/// One QP's counters.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QpCounters {
+    /// The QP number.
+    pub qpn: u32,
+    /// Its transport engine's counters.
+    pub transport: RcCounters,
+}
+
+impl QpCounters {
+    /// Every counter as `(name, value)`, for printing.
+    pub fn fields(&self) -> Vec<(&'static str, u64)> {
+        rc_fields(&self.transport)
+    }
+}
+
+fn rc_fields(c: &RcCounters) -> Vec<(&'static str, u64)> {
+    vec![
+        ("qp_packets_sent", c.packets_sent),
+        ("qp_packets_received", c.packets_received),
+        ("retransmitted_packets", c.retransmitted_packets),
+        ("timeouts", c.timeouts),
+        ("retries", c.retries),
+        ("seq_naks_sent", c.seq_naks_sent),
+        ("seq_naks_received", c.seq_naks_received),
+        ("rnr_naks_sent", c.rnr_naks_sent),
+        ("rnr_naks_received", c.rnr_naks_received),
+        ("error_naks_sent", c.error_naks_sent),
+        ("error_naks_received", c.error_naks_received),
+        ("acks_sent", c.acks_sent),
+        ("acks_received", c.acks_received),
+        ("duplicates_received", c.duplicates_received),
+        ("dropped_packets", c.dropped_packets),
+    ]
+}
+
+fn add_rc(sum: &mut RcCounters, c: &RcCounters) {
+    macro_rules! add {
+        ($($f:ident),*) => { $( sum.$f += c.$f; )* };
+    }
+    add!(
+        packets_sent,
+        packets_received,
+        retransmitted_packets,
+        timeouts,
+        retries,
+        seq_naks_sent,
+        seq_naks_received,
+        rnr_naks_sent,
+        rnr_naks_received,
+        error_naks_sent,
+        error_naks_received,
+        acks_sent,
+        acks_received,
+        read_responses_sent,
+        atomic_acks_sent,
+        implicit_naks,
+        duplicates_received,
+        dropped_packets,
+        dropped_wrong_state,
+        dropped_bad_opcode,
+        dropped_out_of_sequence,
+        dropped_unexpected_responses,
+        dropped_unmatched_duplicates,
+        dropped_responses
+    );
+}
+
+/// What the progress lock protects.
+struct Io {
+    sock: RoceSocket,
+    rx: RecvBatch,
+    tx: Vec<u8>,
+    lens: Vec<usize>,
+    /// QPs with a pending deadline.
+    timers: HashMap<u32, Instant>,
+    /// QPs to visit for transmit in this step.
+    touched: Vec<u32>,
+}
+
+struct Shared {
+    ctx: Context,
+    port: u16,
+    epoch: std::time::Instant,
+    io: Mutex<Io>,
+    ready: Mutex<Vec<u32>>,
+    has_ready: AtomicBool,
+    doorbell: OwnedFd,
+    /// A duplicate of the socket's descriptor, for the progress thread's `poll`.
+    sock_fd: OwnedFd,
+    sleeping: AtomicBool,
+    stop: AtomicBool,
+    /// Nanoseconds since `epoch` of the last application CQ poll (0: never).
+    last_app_poll: AtomicU64,
+    no_engine: AtomicU64,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Shared {
+    fn now(&self) -> Instant {
+        Instant::from_nanos(u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX))
+    }
+
+    fn wake(&self) {
+        // A full counter (EAGAIN) already means "wake up"; nothing else can fail here.
+        let _ = rustix::io::write(&self.doorbell, &1u64.to_ne_bytes());
+    }
+
+    fn mark_ready(&self, qpn: u32) {
+        {
+            let mut r = lock(&self.ready);
+            if !r.contains(&qpn) {
+                r.push(qpn);
+            }
+        }
+        self.has_ready.store(true, Ordering::SeqCst);
+        if self.sleeping.load(Ordering::SeqCst) {
+            self.wake();
+        }
+    }
+
+    /// One progress step; returns whether anything was received, timed out or sent.
+    fn step(&self, io: &mut Io) -> bool {
+        let now = self.now();
+        let mut work = false;
+        io.touched.clear();
+        // 1. Receive.
+        for _ in 0..RX_ROUNDS {
+            let n = match io.sock.recv_batch(&mut io.rx) {
+                Ok(n) => n,
+                Err(_) => break,
+            };
+            if n == 0 {
+                break;
+            }
+            work = true;
+            for r in io.rx.iter() {
+                let qpn = r.packet.bth.dest_qp;
+                let Some(qp) = self.ctx.qp_for_packet(qpn) else {
+                    continue;
+                };
+                if !qp.engine_handle_packet(now, &r.packet) {
+                    self.no_engine.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+                if !io.touched.contains(&qpn) {
+                    io.touched.push(qpn);
+                }
+            }
+            if n < io.rx.capacity() {
+                break;
+            }
+        }
+        // 2. QPs rung by posters.
+        if self.has_ready.swap(false, Ordering::SeqCst) {
+            let mut r = lock(&self.ready);
+            for qpn in r.drain(..) {
+                if !io.touched.contains(&qpn) {
+                    io.touched.push(qpn);
+                }
+            }
+        }
+        // 3. Timers.
+        let due: Vec<u32> = io
+            .timers
+            .iter()
+            .filter(|(_, d)| **d <= now)
+            .map(|(q, _)| *q)
+            .collect();
+        for qpn in due {
+            io.timers.remove(&qpn);
+            if let Some(qp) = self.ctx.lookup_qp(qpn) {
+                qp.engine_handle_timeout(now);
+                work = true;
+                if !io.touched.contains(&qpn) {
+                    io.touched.push(qpn);
+                }
+            }
+        }
+        // 4. Transmit.
+        let touched = std::mem::take(&mut io.touched);
+        for &qpn in &touched {
+            if let Some(qp) = self.ctx.lookup_qp(qpn) {
+                work |= self.transmit(io, &qp, now);
+                match qp.engine_poll_timeout() {
+                    Some(d) => {
+                        io.timers.insert(qpn, d);
+                    }
+                    None => {
+                        io.timers.remove(&qpn);
+                    }
+                }
+            } else {
+                io.timers.remove(&qpn);
+            }
+        }
+        io.touched = touched;
+        work
+    }
+
+    /// Sends what `qp` has to send (bounded); returns whether anything was sent.
+    fn transmit(&self, io: &mut Io, qp: &QpRef, now: Instant) -> bool {
+        let Some(peer) = qp.engine_peer() else {
+            return false;
+        };
+        let dst = SocketAddr::new(peer, self.port);
+        let mut sent = false;
+        for round in 0..TX_ROUNDS {
+            io.lens.clear();
+            let t = qp.engine_transmit(now, &mut io.tx, MAX_PACKET, TX_BATCH, &mut io.lens);
+            if t.packets == 0 {
+                break;
+            }
+            sent = true;
+            let Io { sock, tx, lens, .. } = io;
+            let mut off = 0;
+            let mut pkts: Vec<OutPacket<'_>> = Vec::with_capacity(lens.len());
+            // Seal every packet in place, then send the batch.
+            for &len in lens.iter() {
+                if let Some(p) = tx.get_mut(off..off + len) {
+                    // A packet that cannot be sealed (impossible addresses) is not sent;
+                    // the engine retransmits it.
+                    let _ = sock.seal(dst, p);
+                }
+                off += len;
+            }
+            off = 0;
+            for &len in lens.iter() {
+                if let Some(p) = tx.get(off..off + len) {
+                    pkts.push(OutPacket { dst, roce: p });
+                }
+                off += len;
+            }
+            send_all(sock, &pkts);
+            if !t.limited {
+                break;
+            }
+            if round + 1 == TX_ROUNDS {
+                // More to send: come back in the next step.
+                self.mark_ready(qp.qp_num());
+            }
+        }
+        sent
+    }
+
+    fn next_deadline(&self, io: &Io) -> Option<Instant> {
+        io.timers.values().min().copied()
+    }
+}
+
+/// Sends a batch, retrying briefly while the socket buffer is full. Packets that still do
+/// not fit are left to the engines' retransmission.
+fn send_all(sock: &mut RoceSocket, pkts: &[OutPacket<'_>]) {
+    let mut done = 0;
+    for _attempt in 0..8 {
+        let Some(rest) = pkts.get(done..) else {
+            return;
+        };
+        if rest.is_empty() {
+            return;
+        }
+        match sock.send_batch(rest) {
+            Ok(n) => {
+                done += n;
+                if n == 0 {
+                    let _ = sock.wait_writable(Some(Duration::from_millis(1)));
+                }
+            }
+            Err(_) => return,
+        }
+    }
+}
+
+/// The transport hook installed on the context; weak, so the context does not keep the
+/// device alive.
+struct Hook(Weak<Shared>);
+
+impl Transport for Hook {
+    fn ring(&self, qpn: u32) {
+        let Some(sh) = self.0.upgrade() else {
+            return;
+        };
+        let guard = sh.io.try_lock();
+        match guard {
+            Ok(mut io) => {
+                if let Some(qp) = sh.ctx.lookup_qp(qpn) {
+                    let now = sh.now();
+                    sh.transmit(&mut io, &qp, now);
+                    if let Some(d) = qp.engine_poll_timeout() {
+                        io.timers.insert(qpn, d);
+                        // The progress thread may sleep past this new deadline.
+                        if sh.sleeping.load(Ordering::SeqCst) {
+                            sh.wake();
+                        }
+                    }
+                }
+            }
+            Err(_) => sh.mark_ready(qpn),
+        }
+    }
+
+    fn poll_progress(&self) -> bool {
+        let Some(sh) = self.0.upgrade() else {
+            return false;
+        };
+        let now = sh.now().as_nanos().max(1);
+        sh.last_app_poll.store(now, Ordering::Relaxed);
+        let guard = sh.io.try_lock();
+        match guard {
+            Ok(mut io) => sh.step(&mut io),
+            Err(_) => false,
+        }
+    }
+}
+
+/// A verbs device bound to a UDP socket, with its opened context and progress engine
+/// (see the module docs).
+pub struct NetDevice {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+    local: SocketAddr,
+}
+
+impl std::fmt::Debug for NetDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NetDevice")
+            .field("name", &self.shared.ctx.device().name())
+            .field("local", &self.local)
+            .finish()
+    }
+}
+
+impl NetDevice {
+    /// Binds the socket, creates the device and its context, installs the transport and
+    /// starts the progress thread.
+    ///
+    /// # Errors
+    /// Socket errors (e.g. the address is not local or the port is taken), capture file
+    /// errors, device creation errors.
+    pub fn open(cfg: NetConfig) -> Result<NetDevice, NetError> {
+        let sock_cfg = SocketConfig {
+            icrc_policy: cfg.icrc,
+            faults: cfg.faults,
+            ..SocketConfig::default()
+        };
+        let mut sock = RoceSocket::bind_with(SocketAddr::new(cfg.addr, cfg.port), sock_cfg)?;
+        if let Some(path) = &cfg.capture {
+            sock.set_capture(Some(Capture::create(path)?));
+        }
+        let local = sock.local_addr();
+        let sock_fd = sock.as_fd().try_clone_to_owned().map_err(NetError::Io)?;
+        let device = Device::new(DeviceConfig::new(cfg.name.clone(), cfg.addr))
+            .map_err(|e| NetError::Device(e.to_string()))?;
+        let ctx = Context::open(&device).map_err(|e| NetError::Device(e.to_string()))?;
+        let doorbell = eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)
+            .map_err(|e| NetError::Io(std::io::Error::from(e)))?;
+        let shared = Arc::new(Shared {
+            ctx,
+            port: cfg.port,
+            epoch: std::time::Instant::now(),
+            io: Mutex::new(Io {
+                sock,
+                rx: RecvBatch::default(),
+                tx: vec![0; MAX_PACKET * TX_BATCH],
+                lens: Vec::with_capacity(TX_BATCH),
+                timers: HashMap::new(),
+                touched: Vec::new(),
+            }),
+            ready: Mutex::new(Vec::new()),
+            has_ready: AtomicBool::new(false),
+            doorbell,
+            sock_fd,
+            sleeping: AtomicBool::new(false),
+            stop: AtomicBool::new(false),
+            last_app_poll: AtomicU64::new(0),
+            no_engine: AtomicU64::new(0),
+        });
+        let hook: Arc<dyn Transport> = Arc::new(Hook(Arc::downgrade(&shared)));
+        if shared.ctx.set_transport(hook).is_err() {
+            return Err(NetError::Device(
+                "the context already has a transport".to_owned(),
+            ));
+        }
+        let thread = if cfg.progress_thread {
+            let sh = shared.clone();
+            Some(
+                std::thread::Builder::new()
+                    .name(format!("uroce-progress-{}", cfg.name))
+                    .spawn(move || progress_thread(&sh))
+                    .map_err(NetError::Io)?,
+            )
+        } else {
+            None
+        };
+        Ok(NetDevice {
+            shared,
+            thread,
+            local,
+        })
+    }
+
+    /// The verbs context: create PDs, CQs, QPs and MRs from it.
+    pub fn context(&self) -> &Context {
+        &self.shared.ctx
+    }
+
+    /// The verbs device (name, attributes, GID table).
+    pub fn device(&self) -> &Device {
+        self.shared.ctx.device()
+    }
+
+    /// The socket's local address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// GID 0: the local address as a RoCEv2 GID.
+    pub fn gid(&self) -> Gid {
+        Gid::from_ip(self.local.ip())
+    }
+
+    /// Drives progress once from the caller's thread (waits for the progress lock).
+    /// Returns whether anything was done.
+    pub fn progress(&self) -> bool {
+        let mut io = lock(&self.shared.io);
+        self.shared.step(&mut io)
+    }
+
+    /// The device's counters now.
+    pub fn counters(&self) -> DeviceCounters {
+        let socket = lock(&self.shared.io).sock.counters();
+        let mut transport = RcCounters::default();
+        for qpn in self.shared.ctx.qp_numbers() {
+            if let Some(c) = self
+                .shared
+                .ctx
+                .lookup_qp(qpn)
+                .and_then(|q| q.engine_counters())
+            {
+                add_rc(&mut transport, &c);
+            }
+        }
+        DeviceCounters {
+            socket,
+            unknown_qpn: self.shared.ctx.counters().unknown_qpn_drops,
+            no_engine: self.shared.no_engine.load(Ordering::Relaxed),
+            transport,
+        }
+    }
+
+    /// One QP's counters, if it exists and has a transport engine.
+    pub fn qp_counters(&self, qpn: u32) -> Option<QpCounters> {
+        let transport = self.shared.ctx.lookup_qp(qpn)?.engine_counters()?;
+        Some(QpCounters { qpn, transport })
+    }
+
+    /// Stops the progress thread and flushes the capture file.
+    ///
+    /// # Errors
+    /// Writing the capture file failed.
+    pub fn close(mut self) -> Result<(), NetError> {
+        self.stop_thread();
+        let mut io = lock(&self.shared.io);
+        let _ = io.sock.flush_held();
+        match io.sock.capture_mut() {
+            Some(c) => c.flush(),
+            None => Ok(()),
+        }
+    }
+
+    fn stop_thread(&mut self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        self.shared.wake();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for NetDevice {
+    fn drop(&mut self) {
+        self.stop_thread();
+        if let Ok(mut io) = self.shared.io.lock() {
+            if let Some(c) = io.sock.capture_mut() {
+                let _ = c.flush();
+            }
+        }
+    }
+}
+
+fn progress_thread(sh: &Shared) {
+    let mut buf = [0u8; 8];
+    let mut last_work = sh.now();
+    while !sh.stop.load(Ordering::SeqCst) {
+        let (deadline, worked) = {
+            let mut io = lock(&sh.io);
+            let worked = sh.step(&mut io);
+            (sh.next_deadline(&io), worked)
+        };
+        let now = sh.now();
+        let last = sh.last_app_poll.load(Ordering::Relaxed);
+        let app_busy = last != 0
+            && Duration::from_nanos(now.as_nanos().saturating_sub(last)) < BUSY_POLL_GRACE;
+        if worked {
+            last_work = now;
+        }
+        // While traffic flows and no application thread polls, keep stepping for a
+        // moment instead of paying a sleep and a wake-up per packet batch.
+        if !app_busy && now.saturating_duration_since(last_work) < SPIN_AFTER_WORK {
+            std::hint::spin_loop();
+            continue;
+        }
+        let mut sleep = deadline.map_or(MAX_SLEEP, |d| d.saturating_duration_since(now));
+        if app_busy {
+            sleep = sleep.min(BUSY_POLL_GRACE);
+        }
+        sleep = sleep.min(MAX_SLEEP);
+        sh.sleeping.store(true, Ordering::SeqCst);
+        if sh.has_ready.load(Ordering::SeqCst) || sh.stop.load(Ordering::SeqCst) {
+            sh.sleeping.store(false, Ordering::SeqCst);
+            continue;
+        }
+        if !sleep.is_zero() {
+            let ts = Timespec {
+                tv_sec: i64::try_from(sleep.as_secs()).unwrap_or(i64::MAX),
+                tv_nsec: i64::from(sleep.subsec_nanos()),
+            };
+            let mut fds = [
+                PollFd::new(&sh.doorbell, PollFlags::IN),
+                PollFd::new(&sh.sock_fd, PollFlags::IN),
+            ];
+            // While the application busy-polls, only the doorbell and the timers wake us.
+            let n = if app_busy { 1 } else { 2 };
+            // EINTR and the like just end this sleep early.
+            let _ = rustix::event::poll(&mut fds[..n], Some(&ts));
+        }
+        sh.sleeping.store(false, Ordering::SeqCst);
+        let _ = rustix::io::read(&sh.doorbell, &mut buf);
+    }
+}
