@@ -11,11 +11,25 @@
 //! * `uroce decode FILE` reads a pcap or pcapng capture and prints every RoCEv2 packet,
 //!   with parse errors and ICRC mismatches; the exit status is 1 if any RoCEv2 packet was
 //!   bad.
+//!
+//! and three views of a running device (`uroce-net`):
+//!
+//! * `uroce devinfo [--addr IP] [-v]` ([`devinfo`]): the device, its port, GID table and
+//!   counters;
+//! * `uroce perf …` ([`perf`]): latency and bandwidth tests between two processes or hosts,
+//!   or, with no arguments, a local pair on 127.0.0.1 / 127.0.0.2;
+//! * `uroce capture FILE.pcap [--addr IP] [-- PERF ARGS]` ([`capture`]): a quick local perf
+//!   run with every packet of the client's device written to a pcap file.
+
+mod capture;
+mod devinfo;
+mod perf;
 
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Write};
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
@@ -33,6 +47,7 @@ use uroce_wire::{
 /// Command-line interface of uroce.
 #[derive(Debug, Parser)]
 #[command(name = "uroce", version, about = "uroce: a userspace RoCEv2 stack")]
+#[command(args_override_self = true)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -58,19 +73,58 @@ enum Command {
         /// Capture file.
         file: PathBuf,
     },
+    /// Show the device, its port and GID table, and its counters. Opening the device
+    /// binds UDP port 4791 on its address.
+    Devinfo {
+        /// The device's address [default: $UROCE_ADDR or 127.0.0.1].
+        #[arg(long, value_name = "IP")]
+        addr: Option<IpAddr>,
+        /// Every device and port attribute.
+        #[arg(short, long)]
+        verbose: bool,
+    },
+    /// Latency and bandwidth tests (send, write, read, atomic) between a server and a
+    /// client; with no arguments, a local pair on 127.0.0.2 (server) and 127.0.0.1
+    /// (client). Opening a device binds UDP port 4791 on its address.
+    Perf(perf::PerfArgs),
+    /// Run a quick local `uroce perf` pair and write every packet the client's device
+    /// sends and receives to a pcap file (opening the device binds UDP 4791).
+    Capture(capture::CaptureArgs),
 }
 
-fn main() -> Result<()> {
+fn main() -> ExitCode {
     let cli = Cli::parse();
-    let mut stdout = std::io::stdout().lock();
-    let result = match cli.command {
-        Command::Packet { out, ipv6, pmtu } => packet_cmd(&mut stdout, &out, ipv6, pmtu),
-        Command::Decode { file } => decode_cmd(&mut stdout, &file),
-    };
+    let result = run(cli);
     match result {
+        Ok(code) => ExitCode::from(code),
         // The reader of our output went away (`uroce decode x.pcap | head`): not an error.
-        Err(e) if is_broken_pipe(&e) => Ok(()),
-        other => other,
+        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("uroce: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<u8> {
+    let mut stdout = std::io::stdout().lock();
+    match cli.command {
+        Command::Packet { out, ipv6, pmtu } => {
+            packet_cmd(&mut stdout, &out, ipv6, pmtu).map(|()| 0)
+        }
+        Command::Decode { file } => decode_cmd(&mut stdout, &file).map(|()| 0),
+        Command::Devinfo { addr, verbose } => {
+            drop(stdout);
+            devinfo::devinfo_cmd(addr, verbose).map(|()| 0)
+        }
+        Command::Perf(args) => {
+            drop(stdout);
+            perf::perf_cmd(&args)
+        }
+        Command::Capture(args) => {
+            drop(stdout);
+            capture::capture_cmd(&args)
+        }
     }
 }
 

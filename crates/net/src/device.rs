@@ -21,10 +21,12 @@
 //!   socket, a doorbell eventfd and the earliest timer, so programs that only wait on
 //!   completion channels, or do not call into the library at all, still make progress;
 //! * **application threads polling a CQ**: an empty poll runs one step if the lock is free
-//!   (busy polling, the low-latency path). While an application polls, the progress thread
-//!   stops watching the socket (it would only compete for the lock and the CPU) and keeps
-//!   watching the doorbell and the timers; it watches the socket again once the
-//!   application has not polled for [`BUSY_POLL_GRACE`];
+//!   (busy polling, the low-latency path). While an application busy polls (two polls less than
+//!   50 µs apart), the progress thread stops watching the socket (it would only compete
+//!   for the lock and the CPU) and keeps watching the doorbell and the timers; it watches
+//!   the socket again once the application has not busy polled for [`BUSY_POLL_GRACE`].
+//!   Output that a polling thread's step caused (ACKs) is deferred to the ready list and
+//!   sent by the next step or with the application's next post;
 //! * **posting threads**: `post_send` rings the device; if the lock is free, the poster
 //!   transmits that QP's packets itself, otherwise the QP is put on the ready list and the
 //!   progress thread woken through the doorbell (only when it sleeps).
@@ -61,6 +63,8 @@ pub const DEFAULT_ADDR: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 /// After an application's last CQ poll, the progress thread leaves the socket to the
 /// application for this long.
 pub const BUSY_POLL_GRACE: Duration = Duration::from_micros(500);
+/// Two CQ polls this close together mark the application as busy polling.
+const REPOLL_WINDOW_NANOS: u64 = 50_000;
 /// The progress thread keeps stepping without sleeping for this long after its last
 /// useful step (unless an application thread is busy polling).
 pub const SPIN_AFTER_WORK: Duration = Duration::from_micros(50);
@@ -252,6 +256,9 @@ struct Shared {
     stop: AtomicBool,
     /// Nanoseconds since `epoch` of the last application CQ poll (0: never).
     last_app_poll: AtomicU64,
+    /// Nanoseconds since `epoch` of the last CQ poll that followed another one closely
+    /// (busy polling); 0: never.
+    busy_since: AtomicU64,
     no_engine: AtomicU64,
 }
 
@@ -283,7 +290,13 @@ impl Shared {
     }
 
     /// One progress step; returns whether anything was received, timed out or sent.
-    fn step(&self, io: &mut Io) -> bool {
+    ///
+    /// With `defer_rx_output` (an application thread polling a CQ), what the received
+    /// packets make the QPs send (mostly ACKs) is not sent in this step: the QPs go on the
+    /// ready list, so the application sees its completions one system call sooner, and
+    /// the ACK leaves with the next step or together with the application's next post
+    /// (in a ping-pong, in the same `sendmmsg` as the reply).
+    fn step(&self, io: &mut Io, defer_rx_output: bool) -> bool {
         let now = self.now();
         let mut work = false;
         io.touched.clear();
@@ -314,7 +327,20 @@ impl Shared {
                 break;
             }
         }
-        // 2. QPs rung by posters.
+        if defer_rx_output && !io.touched.is_empty() {
+            {
+                let mut r = lock(&self.ready);
+                for &qpn in &io.touched {
+                    if !r.contains(&qpn) {
+                        r.push(qpn);
+                    }
+                }
+            }
+            self.has_ready.store(true, Ordering::SeqCst);
+            io.touched.clear();
+            return work;
+        }
+        // 2. QPs rung by posters (and output deferred by an earlier step).
         if self.has_ready.swap(false, Ordering::SeqCst) {
             let mut r = lock(&self.ready);
             for qpn in r.drain(..) {
@@ -467,10 +493,15 @@ impl Transport for Hook {
             return false;
         };
         let now = sh.now().as_nanos().max(1);
-        sh.last_app_poll.store(now, Ordering::Relaxed);
+        let prev = sh.last_app_poll.swap(now, Ordering::Relaxed);
+        // Only repeated polls mean busy polling: one empty poll before blocking on a
+        // completion channel must not take the socket away from the progress thread.
+        if prev != 0 && now.saturating_sub(prev) < REPOLL_WINDOW_NANOS {
+            sh.busy_since.store(now, Ordering::Relaxed);
+        }
         let guard = sh.io.try_lock();
         match guard {
-            Ok(mut io) => sh.step(&mut io),
+            Ok(mut io) => sh.step(&mut io, true),
             Err(_) => false,
         }
     }
@@ -536,6 +567,7 @@ impl NetDevice {
             sleeping: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             last_app_poll: AtomicU64::new(0),
+            busy_since: AtomicU64::new(0),
             no_engine: AtomicU64::new(0),
         });
         let hook: Arc<dyn Transport> = Arc::new(Hook(Arc::downgrade(&shared)));
@@ -586,7 +618,7 @@ impl NetDevice {
     /// Returns whether anything was done.
     pub fn progress(&self) -> bool {
         let mut io = lock(&self.shared.io);
-        self.shared.step(&mut io)
+        self.shared.step(&mut io, false)
     }
 
     /// The device's counters now.
@@ -657,11 +689,11 @@ fn progress_thread(sh: &Shared) {
     while !sh.stop.load(Ordering::SeqCst) {
         let (deadline, worked) = {
             let mut io = lock(&sh.io);
-            let worked = sh.step(&mut io);
+            let worked = sh.step(&mut io, false);
             (sh.next_deadline(&io), worked)
         };
         let now = sh.now();
-        let last = sh.last_app_poll.load(Ordering::Relaxed);
+        let last = sh.busy_since.load(Ordering::Relaxed);
         let app_busy = last != 0
             && Duration::from_nanos(now.as_nanos().saturating_sub(last)) < BUSY_POLL_GRACE;
         if worked {
