@@ -194,7 +194,16 @@ fn rc_fields(c: &RcCounters) -> Vec<(&'static str, u64)> {
         ("acks_sent", c.acks_sent),
         ("acks_received", c.acks_received),
         ("duplicates_received", c.duplicates_received),
+        ("implicit_naks", c.implicit_naks),
+        ("read_responses_sent", c.read_responses_sent),
+        ("atomic_acks_sent", c.atomic_acks_sent),
         ("dropped_packets", c.dropped_packets),
+        ("dropped_wrong_state", c.dropped_wrong_state),
+        ("dropped_bad_opcode", c.dropped_bad_opcode),
+        ("dropped_out_of_sequence", c.dropped_out_of_sequence),
+        ("dropped_unexpected_responses", c.dropped_unexpected_responses),
+        ("dropped_unmatched_duplicates", c.dropped_unmatched_duplicates),
+        ("dropped_responses", c.dropped_responses),
     ]
 }
 
