@@ -91,6 +91,24 @@ impl Capture {
         self.record_at(now, src, dst, roce)
     }
 
+    /// [`Capture::record`] of a packet whose IPv4 header carried Identification `id`
+    /// (segment `id` of a GSO train; ignored for IPv6).
+    ///
+    /// # Errors
+    /// As [`Capture::record_at`].
+    pub fn record_with_id(
+        &mut self,
+        src: SocketAddr,
+        dst: SocketAddr,
+        roce: &[u8],
+        id: u16,
+    ) -> Result<(), NetError> {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or(Duration::ZERO);
+        self.record_frame(now, src, dst, roce, id)
+    }
+
     /// Writes one datagram from `src` to `dst` carrying `roce`, stamped `ts` (time since
     /// the Unix epoch).
     ///
@@ -103,6 +121,17 @@ impl Capture {
         src: SocketAddr,
         dst: SocketAddr,
         roce: &[u8],
+    ) -> Result<(), NetError> {
+        self.record_frame(ts, src, dst, roce, 0)
+    }
+
+    fn record_frame(
+        &mut self,
+        ts: Duration,
+        src: SocketAddr,
+        dst: SocketAddr,
+        roce: &[u8],
+        id: u16,
     ) -> Result<(), NetError> {
         let ep = Endpoints {
             src: src.ip(),
@@ -123,7 +152,12 @@ impl Capture {
         eth[0..6].copy_from_slice(&mac_for(ep.dst));
         eth[6..12].copy_from_slice(&mac_for(ep.src));
         eth[12..14].copy_from_slice(&ethertype.to_be_bytes());
-        let (ip_len, _) = ip::roce_headers(&ep, roce.len(), datagram).map_err(NetError::Capture)?;
+        let fields = ip::IpFields {
+            identification: id,
+            ..ip::IpFields::LINUX_UDP_SOCKET
+        };
+        let (ip_len, _) =
+            ip::roce_headers_with(&ep, &fields, roce.len(), datagram).map_err(NetError::Capture)?;
         let (_, udp_and_payload) = datagram.split_at_mut(ip_len);
         let (udp, payload) = udp_and_payload.split_at_mut(UDP_HEADER_LEN);
         payload.copy_from_slice(roce);

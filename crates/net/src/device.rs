@@ -52,7 +52,7 @@ use uroce_wire::ROCEV2_UDP_PORT;
 use crate::capture::Capture;
 use crate::error::NetError;
 use crate::faults::FaultConfig;
-use crate::socket::{IcrcPolicy, OutPacket, RecvBatch, RoceSocket, SocketConfig};
+use crate::socket::{IcrcPolicy, RecvBatch, RoceSocket, SocketConfig};
 use crate::CounterSnapshot;
 
 /// The environment variable that chooses a device's address for programs that cannot be
@@ -73,8 +73,8 @@ const MAX_SLEEP: Duration = Duration::from_millis(100);
 /// Largest packet an engine emits: BTH + RETH/AtomicETH + ImmDt + 4096 payload + ICRC,
 /// rounded up.
 const MAX_PACKET: usize = 4096 + 128;
-/// Packets per transmit batch (one `sendmmsg`).
-const TX_BATCH: usize = 64;
+/// Packets per transmit batch (one or a few `sendmmsg` calls).
+const TX_BATCH: usize = 128;
 /// Receive batches per progress step at most (fairness towards transmit and timers).
 const RX_ROUNDS: usize = 4;
 /// Transmit batches per QP per progress step at most.
@@ -98,6 +98,9 @@ pub struct NetConfig {
     pub progress_thread: bool,
     /// What to do with packets whose ICRC does not verify.
     pub icrc: IcrcPolicy,
+    /// Send trains of equal-size packets with UDP GSO when the kernel supports it (and
+    /// neither faults nor a capture need individual packets); default true.
+    pub gso: bool,
 }
 
 impl NetConfig {
@@ -112,6 +115,7 @@ impl NetConfig {
             capture: None,
             progress_thread: true,
             icrc: IcrcPolicy::Strict,
+            gso: true,
         }
     }
 
@@ -201,8 +205,14 @@ fn rc_fields(c: &RcCounters) -> Vec<(&'static str, u64)> {
         ("dropped_wrong_state", c.dropped_wrong_state),
         ("dropped_bad_opcode", c.dropped_bad_opcode),
         ("dropped_out_of_sequence", c.dropped_out_of_sequence),
-        ("dropped_unexpected_responses", c.dropped_unexpected_responses),
-        ("dropped_unmatched_duplicates", c.dropped_unmatched_duplicates),
+        (
+            "dropped_unexpected_responses",
+            c.dropped_unexpected_responses,
+        ),
+        (
+            "dropped_unmatched_duplicates",
+            c.dropped_unmatched_duplicates,
+        ),
         ("dropped_responses", c.dropped_responses),
     ]
 }
@@ -332,7 +342,7 @@ impl Shared {
                     io.touched.push(qpn);
                 }
             }
-            if n < io.rx.capacity() {
+            if io.rx.datagrams() < io.rx.capacity() {
                 break;
             }
         }
@@ -411,25 +421,7 @@ impl Shared {
             }
             sent = true;
             let Io { sock, tx, lens, .. } = io;
-            let mut off = 0;
-            let mut pkts: Vec<OutPacket<'_>> = Vec::with_capacity(lens.len());
-            // Seal every packet in place, then send the batch.
-            for &len in lens.iter() {
-                if let Some(p) = tx.get_mut(off..off + len) {
-                    // A packet that cannot be sealed (impossible addresses) is not sent;
-                    // the engine retransmits it.
-                    let _ = sock.seal(dst, p);
-                }
-                off += len;
-            }
-            off = 0;
-            for &len in lens.iter() {
-                if let Some(p) = tx.get(off..off + len) {
-                    pkts.push(OutPacket { dst, roce: p });
-                }
-                off += len;
-            }
-            send_all(sock, &pkts);
+            send_runs(sock, dst, tx, lens);
             if !t.limited {
                 break;
             }
@@ -446,18 +438,48 @@ impl Shared {
     }
 }
 
-/// Sends a batch, retrying briefly while the socket buffer is full. Packets that still do
-/// not fit are left to the engines' retransmission.
-fn send_all(sock: &mut RoceSocket, pkts: &[OutPacket<'_>]) {
+/// Sends the packets laid back to back in `tx` (lengths in `lens`) to `dst`. Runs of equal
+/// length (the last of a run may be shorter) go out as trains, with UDP GSO where the
+/// socket can (one system call for up to 64 datagrams of many packets each); the socket
+/// seals every packet's ICRC for the header the kernel gives it. A full socket buffer is
+/// retried briefly; packets that still do not fit are left to the engines'
+/// retransmission.
+fn send_runs(sock: &mut RoceSocket, dst: SocketAddr, tx: &mut [u8], lens: &[usize]) {
+    let mut off = 0;
+    let mut i = 0;
+    // Bounded: every pass consumes at least one packet.
+    while let Some(&len) = lens.get(i) {
+        let mut j = i + 1;
+        let mut end = off + len;
+        while let Some(&next) = lens.get(j) {
+            if next > len {
+                break;
+            }
+            end += next;
+            j += 1;
+            if next < len {
+                break;
+            }
+        }
+        if let Some(run) = tx.get_mut(off..end) {
+            send_train_all(sock, dst, run, len);
+        }
+        off = end;
+        i = j;
+    }
+}
+
+/// `send_train` until everything is sent, the buffer stays full, or the socket fails.
+fn send_train_all(sock: &mut RoceSocket, dst: SocketAddr, run: &mut [u8], seg_len: usize) {
     let mut done = 0;
     for _attempt in 0..8 {
-        let Some(rest) = pkts.get(done..) else {
+        let Some(rest) = run.get_mut(done * seg_len..) else {
             return;
         };
         if rest.is_empty() {
             return;
         }
-        match sock.send_batch(rest) {
+        match sock.send_train(dst, rest, seg_len) {
             Ok(n) => {
                 done += n;
                 if n == 0 {
@@ -544,6 +566,7 @@ impl NetDevice {
         let sock_cfg = SocketConfig {
             icrc_policy: cfg.icrc,
             faults: cfg.faults,
+            gso: cfg.gso,
             ..SocketConfig::default()
         };
         let mut sock = RoceSocket::bind_with(SocketAddr::new(cfg.addr, cfg.port), sock_cfg)?;

@@ -18,6 +18,11 @@
 //!   `sendmmsg` per 64 packets) and receive ([`RoceSocket::recv_batch`], one `recvmmsg`
 //!   into a preallocated [`RecvBatch`]), ICRC sealing ([`seal_for`]) and checking
 //!   ([`verify_icrc`], [`IcrcPolicy`]).
+//! * Trains of equal-size packets to one destination ([`RoceSocket::send_train`]) go out
+//!   with UDP segmentation offload (`UDP_SEGMENT`, many packets per system call), and
+//!   received datagrams the kernel coalesced (`UDP_GRO`) are split back into packets by
+//!   [`RoceSocket::recv_batch`]; the k-th packet of a GSO message carries IPv4
+//!   Identification k and is sealed for it (measured; see [`socket`]).
 //! * [`faults`]: seeded drop / duplicate / reorder / corrupt on outgoing packets
 //!   (`UROCE_FAULTS=drop=0.01,seed=7`).
 //! * [`capture`]: every packet sent and received written to a pcap file, with the IP and
@@ -28,9 +33,9 @@
 //! The RoCEv2 ICRC covers most of the IP header, including the IPv4 Identification and
 //! flags, which a UDP socket does not control. For an **unconnected** socket with
 //! `IP_MTU_DISCOVER = IP_PMTUDISC_DO`, bound to a specific address and sending without IP
-//! options, Linux emits IPv4 Identification 0 with DF set; so the sender seals the ICRC
-//! for exactly that header (addresses, ports and lengths included) and the receiver checks
-//! it against the same reconstruction. IPv6 has nothing unpredictable that the ICRC
+//! options, Linux emits IPv4 Identification 0 with DF set (and k for the k-th datagram of
+//! a GSO message); so the sender seals the ICRC for exactly that header (addresses, ports
+//! and lengths included) and the receiver checks it against the same reconstruction. IPv6 has nothing unpredictable that the ICRC
 //! covers. A peer that does not follow this convention on IPv4 (Linux rxe sends changing
 //! Identifications) cannot be verified from a UDP socket: see [`IcrcPolicy`]. Sockets are
 //! therefore never connected and never bound to the unspecified address.

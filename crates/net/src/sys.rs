@@ -1,12 +1,15 @@
 //! The only module of uroce-net with `unsafe`: thin, safe wrappers over the Linux system
 //! calls the socket layer needs and the standard library does not offer (`setsockopt` /
-//! `getsockopt` with integer values, `sendmmsg`, `recvmmsg`, `poll`).
+//! `getsockopt` with integer values, `sendmmsg` with optional `UDP_SEGMENT` control
+//! messages, `recvmmsg` reading the `UDP_GRO` control message, `poll`).
 //!
 //! Every wrapper takes borrowed, correctly sized Rust values; the raw pointers handed to
 //! the kernel point into locals of the wrapper's own stack frame or into slices the
 //! caller lends for the duration of the call, and nothing the kernel writes is read
 //! before the call has returned. Batches are capped at [`MAX_BATCH`], so the arrays of
-//! `mmsghdr`, `iovec` and socket addresses live on the stack and no call allocates.
+//! `mmsghdr`, `iovec`, socket addresses and control-message buffers live on the stack and
+//! no call allocates. Control messages are built and parsed as plain bytes at the offsets
+//! `CMSG_LEN` / `CMSG_DATA` define, never through pointers into them.
 
 use std::io;
 use std::mem;
@@ -167,50 +170,143 @@ pub(crate) fn get_int_option(
     }
 }
 
+/// Room for the control messages of one datagram: the one UDP GSO / GRO control message
+/// (`CMSG_SPACE(sizeof(int))` = 24 bytes on 64-bit Linux) with margin, aligned like a
+/// `cmsghdr`.
+#[repr(C, align(8))]
+#[derive(Clone, Copy)]
+struct Control([u8; 64]);
+
+impl Control {
+    const ZERO: Control = Control([0; 64]);
+}
+
+/// `CMSG_SPACE(len)`, computed without `unsafe`: the header and the data, each rounded up
+/// to the alignment of `size_t` (what glibc and musl both do on Linux).
+const fn cmsg_space(len: usize) -> usize {
+    cmsg_align(mem::size_of::<libc::cmsghdr>()) + cmsg_align(len)
+}
+
+/// `CMSG_LEN(len)`: the aligned header followed by `len` data bytes.
+const fn cmsg_len(len: usize) -> usize {
+    cmsg_align(mem::size_of::<libc::cmsghdr>()) + len
+}
+
+/// Rounds `len` up to the alignment of `size_t`.
+const fn cmsg_align(len: usize) -> usize {
+    let a = mem::size_of::<usize>();
+    (len + a - 1) & !(a - 1)
+}
+
+/// Whether this kernel knows the UDP segmentation offload option (`UDP_SEGMENT`, Linux
+/// 4.18+): reading it succeeds on a UDP socket.
+pub(crate) fn gso_supported(fd: BorrowedFd<'_>) -> bool {
+    get_int_option(fd, libc::SOL_UDP, libc::UDP_SEGMENT).is_ok()
+}
+
+/// Whether this kernel knows the UDP receive coalescing option (`UDP_GRO`, Linux 5.0+).
+pub(crate) fn gro_supported(fd: BorrowedFd<'_>) -> bool {
+    get_int_option(fd, libc::SOL_UDP, libc::UDP_GRO).is_ok()
+}
+
+/// Switches UDP receive coalescing (`UDP_GRO`) on or off.
+pub(crate) fn set_gro(fd: BorrowedFd<'_>, on: bool) -> io::Result<()> {
+    set_int_option(fd, libc::SOL_UDP, libc::UDP_GRO, libc::c_int::from(on))
+}
+
+/// One message for [`send_messages`]: destination, UDP payload, and the GSO segment size
+/// (0: an ordinary datagram; otherwise the kernel cuts `bytes` into datagrams of
+/// `segment` bytes, the last one possibly shorter).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct OutMessage<'a> {
+    pub(crate) dst: SocketAddr,
+    pub(crate) bytes: &'a [u8],
+    pub(crate) segment: u16,
+}
+
 /// Sends up to [`MAX_BATCH`] datagrams `(destination, UDP payload)` with one
 /// `sendmmsg(MSG_DONTWAIT)`. Returns how many the kernel took: the first `n` of
 /// `packets`. An error is returned only when not even the first one was taken.
 pub(crate) fn send_batch(fd: BorrowedFd<'_>, packets: &[(SocketAddr, &[u8])]) -> io::Result<usize> {
     let n = packets.len().min(MAX_BATCH);
+    let mut msgs = [OutMessage {
+        dst: SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0)),
+        bytes: &[],
+        segment: 0,
+    }; MAX_BATCH];
+    for (m, (dst, bytes)) in msgs.iter_mut().zip(packets).take(n) {
+        *m = OutMessage {
+            dst: *dst,
+            bytes,
+            segment: 0,
+        };
+    }
+    send_messages(fd, msgs.get(..n).unwrap_or_default())
+}
+
+/// Sends up to [`MAX_BATCH`] messages with one `sendmmsg(MSG_DONTWAIT)`; a message with a
+/// non-zero `segment` carries a `UDP_SEGMENT` control message, so the kernel sends it as
+/// a train of datagrams (generic segmentation offload). Returns how many messages the
+/// kernel took: the first `n` of `msgs`. An error is returned only when not even the
+/// first one was taken.
+pub(crate) fn send_messages(fd: BorrowedFd<'_>, msgs: &[OutMessage<'_>]) -> io::Result<usize> {
+    let n = msgs.len().min(MAX_BATCH);
     if n == 0 {
         return Ok(0);
     }
     let mut addrs = [RawAddr::zeroed(); MAX_BATCH];
     let mut addr_lens = [0 as libc::socklen_t; MAX_BATCH];
     let mut iovs = [empty_iovec(); MAX_BATCH];
-    for (((addr, addr_len), iov), (dst, payload)) in addrs
+    let mut controls = [Control::ZERO; MAX_BATCH];
+    let mut control_lens = [0usize; MAX_BATCH];
+    for ((((addr, addr_len), iov), (control, control_len)), m) in addrs
         .iter_mut()
         .zip(addr_lens.iter_mut())
         .zip(iovs.iter_mut())
-        .zip(packets)
+        .zip(controls.iter_mut().zip(control_lens.iter_mut()))
+        .zip(msgs)
     {
-        (*addr, *addr_len) = RawAddr::from_socket_addr(dst);
+        (*addr, *addr_len) = RawAddr::from_socket_addr(&m.dst);
         *iov = libc::iovec {
             // The kernel only reads through this pointer (sendmmsg).
-            iov_base: payload.as_ptr().cast_mut().cast(),
-            iov_len: payload.len(),
+            iov_base: m.bytes.as_ptr().cast_mut().cast(),
+            iov_len: m.bytes.len(),
         };
+        if m.segment != 0 {
+            *control_len = write_segment_cmsg(control, m.segment);
+        }
     }
-    // All pointers handed to the kernel derive from these two base pointers, taken
-    // after the arrays were filled and used until the call returns.
+    // All pointers handed to the kernel derive from these base pointers, taken after the
+    // arrays were filled and used until the call returns.
     let addrs_base = addrs.as_mut_ptr();
     let iovs_base = iovs.as_mut_ptr();
-    let mut msgs = [zeroed_mmsghdr(); MAX_BATCH];
-    for (i, (msg, addr_len)) in msgs.iter_mut().zip(addr_lens).take(n).enumerate() {
-        msg.msg_hdr.msg_name = addrs_base.wrapping_add(i).cast();
-        msg.msg_hdr.msg_namelen = addr_len;
-        msg.msg_hdr.msg_iov = iovs_base.wrapping_add(i);
-        msg.msg_hdr.msg_iovlen = 1;
+    let controls_base = controls.as_mut_ptr();
+    let mut hdrs = [zeroed_mmsghdr(); MAX_BATCH];
+    for (i, (hdr, (addr_len, control_len))) in hdrs
+        .iter_mut()
+        .zip(addr_lens.into_iter().zip(control_lens))
+        .take(n)
+        .enumerate()
+    {
+        hdr.msg_hdr.msg_name = addrs_base.wrapping_add(i).cast();
+        hdr.msg_hdr.msg_namelen = addr_len;
+        hdr.msg_hdr.msg_iov = iovs_base.wrapping_add(i);
+        hdr.msg_hdr.msg_iovlen = 1;
+        if control_len != 0 {
+            hdr.msg_hdr.msg_control = controls_base.wrapping_add(i).cast();
+            hdr.msg_hdr.msg_controllen = control_len as _;
+        }
     }
-    // SAFETY: `msgs[..n]` are initialised headers whose name and iovec pointers point at
-    // element i (< n <= 64) of `addrs` and `iovs`, locals of this frame that are neither
-    // moved nor borrowed again until the call returns, and whose iovecs point into the
-    // caller's payload slices, which outlive the call. The kernel reads those and
-    // writes only `msg_len` of each header. `n <= 64` fits `c_uint`.
+    // SAFETY: `hdrs[..n]` are initialised headers whose name, iovec and control pointers
+    // point at element i (< n <= 64) of `addrs`, `iovs` and `controls`, locals of this
+    // frame that are neither moved nor borrowed again until the call returns (the
+    // control length never exceeds the 64 bytes of a `Control`), and whose iovecs point
+    // into the caller's payload slices, which outlive the call. The kernel reads those
+    // and writes only `msg_len` of each header. `n <= 64` fits `c_uint`.
     let rc = unsafe {
         libc::sendmmsg(
             fd.as_raw_fd(),
-            msgs.as_mut_ptr(),
+            hdrs.as_mut_ptr(),
             n as libc::c_uint,
             libc::MSG_DONTWAIT,
         )
@@ -223,6 +319,97 @@ pub(crate) fn send_batch(fd: BorrowedFd<'_>, packets: &[(SocketAddr, &[u8])]) ->
     }
 }
 
+/// Writes a `SOL_UDP` / `UDP_SEGMENT` control message carrying `segment` (a `u16`, as the
+/// kernel reads it) into `control`; returns the control length to pass (`CMSG_SPACE`).
+/// Plain byte writes at the offsets `CMSG_LEN` / `CMSG_DATA` use, so no pointer is
+/// dereferenced here.
+fn write_segment_cmsg(control: &mut Control, segment: u16) -> usize {
+    let data_len = mem::size_of::<u16>();
+    let header_len = cmsg_align(mem::size_of::<libc::cmsghdr>());
+    // The header's layout differs between C libraries (`cmsg_len` is a `size_t` on
+    // glibc, a `socklen_t` plus padding on musl), so it is built as a value of the
+    // library's own type and copied byte for byte.
+    let mut hdr: libc::cmsghdr = zeroed_cmsghdr();
+    hdr.cmsg_len = cmsg_len(data_len) as _;
+    hdr.cmsg_level = libc::SOL_UDP;
+    hdr.cmsg_type = libc::UDP_SEGMENT;
+    let bytes = &mut control.0;
+    bytes.fill(0);
+    // invariant: header_len + 2 <= cmsg_space(2) = 24 <= 64, and the header's size is at
+    // most `header_len`.
+    if let Some(dst) = bytes.get_mut(..mem::size_of::<libc::cmsghdr>()) {
+        dst.copy_from_slice(cmsghdr_bytes(&hdr));
+    }
+    if let Some(dst) = bytes.get_mut(header_len..header_len + data_len) {
+        dst.copy_from_slice(&segment.to_ne_bytes());
+    }
+    cmsg_space(data_len)
+}
+
+/// A `cmsghdr` with every field zero.
+fn zeroed_cmsghdr() -> libc::cmsghdr {
+    // SAFETY: `cmsghdr` consists of integers only (plus private padding fields on some
+    // targets), for which all-zero bytes are valid values.
+    unsafe { mem::zeroed() }
+}
+
+/// The bytes of a `cmsghdr` value.
+fn cmsghdr_bytes(hdr: &libc::cmsghdr) -> &[u8] {
+    // SAFETY: `hdr` is a live, initialised `cmsghdr` borrowed for the returned lifetime;
+    // it is plain integers with no padding bytes between them on Linux targets (glibc:
+    // size_t + 2 ints = 16 bytes; musl: explicit padding field), so every one of its
+    // `size_of` bytes is initialised and may be read as `u8`.
+    unsafe {
+        std::slice::from_raw_parts(
+            (hdr as *const libc::cmsghdr).cast::<u8>(),
+            mem::size_of::<libc::cmsghdr>(),
+        )
+    }
+}
+
+/// Reads the `SOL_UDP` / `UDP_GRO` control message (the segment size of a coalesced
+/// datagram, an `int`) from the first `len` bytes of `control`, if there is one.
+fn read_gro_cmsg(control: &Control, len: usize) -> Option<usize> {
+    let header_len = cmsg_align(mem::size_of::<libc::cmsghdr>());
+    let bytes = control.0.get(..len.min(control.0.len()))?;
+    let mut offset = 0;
+    // Each pass moves `offset` forward by at least one aligned header: at most 4 passes
+    // over 64 bytes.
+    while offset + header_len <= bytes.len() {
+        let hdr = read_cmsghdr(bytes.get(offset..offset + mem::size_of::<libc::cmsghdr>())?)?;
+        // `size_t` on glibc, `socklen_t` on musl: both fit `usize`.
+        let total = hdr.cmsg_len as usize;
+        if total < header_len {
+            return None;
+        }
+        if hdr.cmsg_level == libc::SOL_UDP && hdr.cmsg_type == libc::UDP_GRO {
+            let data = bytes.get(offset + header_len..offset + total)?;
+            let raw: [u8; 4] = data.get(..4)?.try_into().ok()?;
+            return usize::try_from(i32::from_ne_bytes(raw)).ok();
+        }
+        offset += cmsg_align(total);
+    }
+    None
+}
+
+/// A `cmsghdr` read from its bytes.
+fn read_cmsghdr(bytes: &[u8]) -> Option<libc::cmsghdr> {
+    if bytes.len() != mem::size_of::<libc::cmsghdr>() {
+        return None;
+    }
+    let mut hdr = zeroed_cmsghdr();
+    // SAFETY: `hdr` is a live local of exactly `bytes.len()` bytes, exclusively borrowed
+    // for the copy, and every bit pattern is a valid `cmsghdr` (integers only).
+    unsafe {
+        std::ptr::copy_nonoverlapping(
+            bytes.as_ptr(),
+            (&mut hdr as *mut libc::cmsghdr).cast::<u8>(),
+            bytes.len(),
+        );
+    }
+    Some(hdr)
+}
+
 /// What the kernel reported for one received datagram.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct RecvMeta {
@@ -232,13 +419,17 @@ pub(crate) struct RecvMeta {
     pub(crate) truncated: bool,
     /// Where it came from (None if the kernel reported no IP address).
     pub(crate) src: Option<SocketAddr>,
+    /// For a datagram the kernel coalesced from several (`UDP_GRO`): the size of each of
+    /// them but the last, which may be shorter.
+    pub(crate) segment: Option<usize>,
 }
 
 /// Receives datagrams with one `recvmmsg(MSG_DONTWAIT)` into `storage`, cut into slots
 /// of `slot_len` bytes (datagram i goes to `storage[i * slot_len..][..slot_len]`), at
 /// most `min(meta.len(), storage.len() / slot_len, MAX_BATCH)` of them, and writes their
-/// metadata into `meta`. Returns how many were received; `Err(WouldBlock)` when none
-/// was waiting.
+/// metadata into `meta`, including the segment size of a datagram the kernel coalesced
+/// (`UDP_GRO` control message). Returns how many were received; `Err(WouldBlock)` when
+/// none was waiting.
 pub(crate) fn recv_batch(
     fd: BorrowedFd<'_>,
     storage: &mut [u8],
@@ -262,23 +453,29 @@ pub(crate) fn recv_batch(
         };
     }
     let mut addrs = [RawAddr::zeroed(); MAX_BATCH];
+    let mut controls = [Control::ZERO; MAX_BATCH];
     // All pointers handed to the kernel derive from these base pointers, taken after the
     // arrays were filled and used until the call returns.
     let addrs_base = addrs.as_mut_ptr();
     let iovs_base = iovs.as_mut_ptr();
+    let controls_base = controls.as_mut_ptr();
     let mut msgs = [zeroed_mmsghdr(); MAX_BATCH];
     for (i, msg) in msgs.iter_mut().take(n).enumerate() {
         msg.msg_hdr.msg_name = addrs_base.wrapping_add(i).cast();
         msg.msg_hdr.msg_namelen = mem::size_of::<RawAddr>() as libc::socklen_t;
         msg.msg_hdr.msg_iov = iovs_base.wrapping_add(i);
         msg.msg_hdr.msg_iovlen = 1;
+        msg.msg_hdr.msg_control = controls_base.wrapping_add(i).cast();
+        msg.msg_hdr.msg_controllen = mem::size_of::<Control>() as _;
     }
     // SAFETY: `msgs[..n]` are initialised headers whose name pointers point at element i
-    // of `addrs` (with `msg_namelen` its full size) and whose iovecs point at element i
-    // of `iovs`, which in turn points at slot i of `storage`: `slot_len` bytes that lie
-    // within `storage` (n * slot_len <= storage.len()), exclusively borrowed for the
-    // call. None of these is moved or borrowed again until the call returns, and the
-    // kernel writes at most the lengths given. No timeout (null); `n <= 64` fits `c_uint`.
+    // of `addrs` (with `msg_namelen` its full size), whose control pointers point at
+    // element i of `controls` (with `msg_controllen` its full size) and whose iovecs
+    // point at element i of `iovs`, which in turn points at slot i of `storage`:
+    // `slot_len` bytes that lie within `storage` (n * slot_len <= storage.len()),
+    // exclusively borrowed for the call. None of these is moved or borrowed again until
+    // the call returns, and the kernel writes at most the lengths given. No timeout
+    // (null); `n <= 64` fits `c_uint`.
     let rc = unsafe {
         libc::recvmmsg(
             fd.as_raw_fd(),
@@ -293,11 +490,21 @@ pub(crate) fn recv_batch(
     }
     // invariant: recvmmsg returns at most `n`.
     let got = (rc as usize).min(n);
-    for ((m, msg), addr) in meta.iter_mut().zip(&msgs).zip(&addrs).take(got) {
+    for (((m, msg), addr), control) in meta
+        .iter_mut()
+        .zip(&msgs)
+        .zip(&addrs)
+        .zip(&controls)
+        .take(got)
+    {
+        // `size_t` on glibc, `socklen_t` on musl: both fit `usize`.
+        #[allow(clippy::unnecessary_cast)]
+        let control_len = msg.msg_hdr.msg_controllen as usize;
         *m = RecvMeta {
             len: (msg.msg_len as usize).min(slot_len),
             truncated: msg.msg_hdr.msg_flags & libc::MSG_TRUNC != 0,
             src: addr.to_socket_addr(),
+            segment: read_gro_cmsg(control, control_len).filter(|&s| s > 0),
         };
     }
     Ok(got)

@@ -33,6 +33,8 @@ pub struct SideConfig {
     pub mr_len: usize,
     /// Send and receive queue depth of every QP.
     pub queue_depth: u32,
+    /// Whether the device may send with UDP GSO.
+    pub gso: bool,
 }
 
 impl SideConfig {
@@ -47,6 +49,7 @@ impl SideConfig {
             capture: None,
             mr_len: 1 << 20,
             queue_depth: 256,
+            gso: true,
         }
     }
 }
@@ -85,6 +88,7 @@ impl Side {
         net.name = cfg.name.clone();
         net.faults = cfg.faults;
         net.capture = cfg.capture.clone();
+        net.gso = cfg.gso;
         let dev = NetDevice::open(net)
             .unwrap_or_else(|e| panic!("open device on {}:4791: {e}", cfg.addr));
         let ctx = dev.context();
