@@ -47,12 +47,13 @@ use rustix::event::{eventfd, EventfdFlags, PollFd, PollFlags, Timespec};
 use uroce_proto::rc::RcCounters;
 use uroce_proto::time::Instant;
 use uroce_verbs::{Context, Device, DeviceConfig, Gid, QpRef, Transport};
+use uroce_wire::opcode::{self, Operation};
 use uroce_wire::ROCEV2_UDP_PORT;
 
 use crate::capture::Capture;
 use crate::error::NetError;
 use crate::faults::FaultConfig;
-use crate::socket::{IcrcPolicy, RecvBatch, RoceSocket, SocketConfig};
+use crate::socket::{IcrcPolicy, OutPacket, RecvBatch, RoceSocket, SocketConfig};
 use crate::CounterSnapshot;
 
 /// The environment variable that chooses a device's address for programs that cannot be
@@ -63,6 +64,14 @@ pub const DEFAULT_ADDR: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 /// After an application's last CQ poll, the progress thread leaves the socket to the
 /// application for this long.
 pub const BUSY_POLL_GRACE: Duration = Duration::from_micros(500);
+/// How long a polling application's steps leave output deferred by an earlier step
+/// before sending it themselves (it usually leaves with the application's next post).
+const ACK_DEFER_NANOS: u64 = 20_000;
+/// A post this soon after the previous post's own transmit, from a busy-polling
+/// application, is left for its next poll, so that bursts of posts leave in one batch.
+const RING_COALESCE_NANOS: u64 = 3_000;
+/// How long the progress thread sleeps at most while an application busy polls.
+pub const BUSY_SLEEP: Duration = Duration::from_millis(5);
 /// Two CQ polls this close together mark the application as busy polling.
 const REPOLL_WINDOW_NANOS: u64 = 50_000;
 /// The progress thread keeps stepping without sleeping for this long after its last
@@ -259,6 +268,9 @@ struct Io {
     timers: HashMap<u32, Instant>,
     /// QPs to visit for transmit in this step.
     touched: Vec<u32>,
+    /// QPs whose received packets delivered completions, or that answer a SEND or WRITE,
+    /// in this step (their output may be deferred).
+    completed: Vec<u32>,
 }
 
 struct Shared {
@@ -278,6 +290,13 @@ struct Shared {
     /// Nanoseconds since `epoch` of the last CQ poll that followed another one closely
     /// (busy polling); 0: never.
     busy_since: AtomicU64,
+    /// Nanoseconds since `epoch` when a polling step first deferred output that is still
+    /// waiting (0: none).
+    deferred_since: AtomicU64,
+    /// Nanoseconds since `epoch` until which the progress thread sleeps (when it does).
+    sleep_until: AtomicU64,
+    /// Nanoseconds since `epoch` of the last transmit a post did itself.
+    last_ring_tx: AtomicU64,
     no_engine: AtomicU64,
 }
 
@@ -288,6 +307,13 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl Shared {
     fn now(&self) -> Instant {
         Instant::from_nanos(u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX))
+    }
+
+    /// Whether an application thread busy polls (two polls less than 50 µs apart, the
+    /// last within [`BUSY_POLL_GRACE`]).
+    fn app_busy(&self, now: Instant) -> bool {
+        let last = self.busy_since.load(Ordering::Relaxed);
+        last != 0 && Duration::from_nanos(now.as_nanos().saturating_sub(last)) < BUSY_POLL_GRACE
     }
 
     fn wake(&self) {
@@ -329,38 +355,72 @@ impl Shared {
                 break;
             }
             work = true;
+            // Packets of a batch mostly go to one QP: keep the last reference (it is
+            // dropped at the end of the batch, before anything could wait for it).
+            let mut last: Option<QpRef> = None;
             for r in io.rx.iter() {
                 let qpn = r.packet.bth.dest_qp;
-                let Some(qp) = self.ctx.qp_for_packet(qpn) else {
-                    continue;
+                let qp = match last.take() {
+                    Some(q) if q.qp_num() == qpn => q,
+                    _ => match self.ctx.qp_for_packet(qpn) {
+                        Some(q) => q,
+                        None => continue,
+                    },
                 };
-                if !qp.engine_handle_packet(now, &r.packet) {
+                let qp = last.insert(qp);
+                let Some(delivered) = qp.engine_handle_packet(now, &r.packet) else {
                     self.no_engine.fetch_add(1, Ordering::Relaxed);
                     continue;
-                }
+                };
                 if !io.touched.contains(&qpn) {
                     io.touched.push(qpn);
+                }
+                // A SEND or WRITE this QP answered (its output is an ACK), or a
+                // completion the application is about to see: output may wait for the
+                // application's next post (see below). READ and atomic responses and
+                // what ACKs unblock (the requester's window) never wait.
+                let acked_request = opcode::info(r.packet.bth.opcode).is_some_and(|i| {
+                    i.is_request && matches!(i.operation, Operation::Send | Operation::RdmaWrite)
+                });
+                if (delivered > 0 || acked_request) && !io.completed.contains(&qpn) {
+                    io.completed.push(qpn);
                 }
             }
             if io.rx.datagrams() < io.rx.capacity() {
                 break;
             }
         }
-        if defer_rx_output && !io.touched.is_empty() {
+        if defer_rx_output && !io.completed.is_empty() {
+            // The application is about to see completions and most likely posts next:
+            // what these QPs would send now (ACKs) waits on the ready list and leaves with
+            // that post, or with a step at most ACK_DEFER_NANOS later.
+            let _ = self.deferred_since.compare_exchange(
+                0,
+                now.as_nanos().max(1),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
             {
                 let mut r = lock(&self.ready);
-                for &qpn in &io.touched {
+                for &qpn in &io.completed {
                     if !r.contains(&qpn) {
                         r.push(qpn);
                     }
                 }
             }
             self.has_ready.store(true, Ordering::SeqCst);
-            io.touched.clear();
-            return work;
+            let completed = std::mem::take(&mut io.completed);
+            io.touched.retain(|q| !completed.contains(q));
+            io.completed = completed;
         }
-        // 2. QPs rung by posters (and output deferred by an earlier step).
-        if self.has_ready.swap(false, Ordering::SeqCst) {
+        io.completed.clear();
+        // 2. QPs rung by posters (and output deferred by an earlier step). A polling
+        // application leaves deferred output alone for a moment (see above).
+        let since = self.deferred_since.load(Ordering::Relaxed);
+        let fresh =
+            defer_rx_output && since != 0 && now.as_nanos().saturating_sub(since) < ACK_DEFER_NANOS;
+        if !fresh && self.has_ready.swap(false, Ordering::SeqCst) {
+            self.deferred_since.store(0, Ordering::Relaxed);
             let mut r = lock(&self.ready);
             for qpn in r.drain(..) {
                 if !io.touched.contains(&qpn) {
@@ -438,13 +498,15 @@ impl Shared {
     }
 }
 
-/// Sends the packets laid back to back in `tx` (lengths in `lens`) to `dst`. Runs of equal
-/// length (the last of a run may be shorter) go out as trains, with UDP GSO where the
-/// socket can (one system call for up to 64 datagrams of many packets each); the socket
-/// seals every packet's ICRC for the header the kernel gives it. A full socket buffer is
-/// retried briefly; packets that still do not fit are left to the engines'
-/// retransmission.
+/// Sends the packets laid back to back in `tx` (lengths in `lens`) to `dst`, in order.
+/// Runs of at least two equal-length packets (the last of a run may be shorter) go out as
+/// trains, with UDP GSO where the socket can (one system call for up to 64 datagrams of
+/// many packets each); other packets (ACKs, single-packet messages) are batched into one
+/// `sendmmsg`. Every packet's ICRC is sealed for the header the kernel gives it. A full
+/// socket buffer is retried briefly; packets that still do not fit are left to the
+/// engines' retransmission.
 fn send_runs(sock: &mut RoceSocket, dst: SocketAddr, tx: &mut [u8], lens: &[usize]) {
+    let mut singles: Vec<(usize, usize)> = Vec::new();
     let mut off = 0;
     let mut i = 0;
     // Bounded: every pass consumes at least one packet.
@@ -461,12 +523,58 @@ fn send_runs(sock: &mut RoceSocket, dst: SocketAddr, tx: &mut [u8], lens: &[usiz
                 break;
             }
         }
-        if let Some(run) = tx.get_mut(off..end) {
-            send_train_all(sock, dst, run, len);
+        if j - i >= 2 {
+            send_singles(sock, dst, tx, &mut singles);
+            if let Some(run) = tx.get_mut(off..end) {
+                send_train_all(sock, dst, run, len);
+            }
+            off = end;
+            i = j;
+        } else {
+            singles.push((off, len));
+            off += len;
+            i += 1;
         }
-        off = end;
-        i = j;
     }
+    send_singles(sock, dst, tx, &mut singles);
+}
+
+/// Seals and sends the packets at `(offset, length)` of `tx` in one batch.
+fn send_singles(
+    sock: &mut RoceSocket,
+    dst: SocketAddr,
+    tx: &mut [u8],
+    singles: &mut Vec<(usize, usize)>,
+) {
+    if singles.is_empty() {
+        return;
+    }
+    for &(off, len) in singles.iter() {
+        if let Some(p) = tx.get_mut(off..off + len) {
+            // A packet that cannot be sealed (impossible addresses) is not worth sending;
+            // the engine retransmits it.
+            let _ = sock.seal(dst, p);
+        }
+    }
+    let pkts: Vec<OutPacket<'_>> = singles
+        .iter()
+        .filter_map(|&(off, len)| tx.get(off..off + len))
+        .map(|roce| OutPacket { dst, roce })
+        .collect();
+    let mut done = 0;
+    for _attempt in 0..8 {
+        let Some(rest) = pkts.get(done..).filter(|r| !r.is_empty()) else {
+            break;
+        };
+        match sock.send_batch(rest) {
+            Ok(0) => {
+                let _ = sock.wait_writable(Some(Duration::from_millis(1)));
+            }
+            Ok(n) => done += n,
+            Err(_) => break,
+        }
+    }
+    singles.clear();
 }
 
 /// `send_train` until everything is sent, the buffer stays full, or the socket fails.
@@ -500,16 +608,36 @@ impl Transport for Hook {
         let Some(sh) = self.0.upgrade() else {
             return;
         };
+        let now = sh.now();
+        if sh.app_busy(now) {
+            // Posts in quick succession from a busy-polling application: the first goes
+            // out at once, the following ones wait for its next poll (a few microseconds)
+            // and leave together, in one batch.
+            let last = sh.last_ring_tx.load(Ordering::Relaxed);
+            if now.as_nanos().saturating_sub(last) < RING_COALESCE_NANOS {
+                {
+                    let mut r = lock(&sh.ready);
+                    if !r.contains(&qpn) {
+                        r.push(qpn);
+                    }
+                }
+                sh.has_ready.store(true, Ordering::SeqCst);
+                return;
+            }
+        }
         let guard = sh.io.try_lock();
         match guard {
             Ok(mut io) => {
                 if let Some(qp) = sh.ctx.lookup_qp(qpn) {
-                    let now = sh.now();
+                    sh.last_ring_tx.store(now.as_nanos(), Ordering::Relaxed);
                     sh.transmit(&mut io, &qp, now);
                     if let Some(d) = qp.engine_poll_timeout() {
                         io.timers.insert(qpn, d);
-                        // The progress thread may sleep past this new deadline.
-                        if sh.sleeping.load(Ordering::SeqCst) {
+                        // Wake the progress thread only if it would sleep past the new
+                        // deadline.
+                        if sh.sleeping.load(Ordering::SeqCst)
+                            && d.as_nanos() < sh.sleep_until.load(Ordering::SeqCst)
+                        {
                             sh.wake();
                         }
                     }
@@ -591,6 +719,7 @@ impl NetDevice {
                 lens: Vec::with_capacity(TX_BATCH),
                 timers: HashMap::new(),
                 touched: Vec::new(),
+                completed: Vec::new(),
             }),
             ready: Mutex::new(Vec::new()),
             has_ready: AtomicBool::new(false),
@@ -600,6 +729,9 @@ impl NetDevice {
             stop: AtomicBool::new(false),
             last_app_poll: AtomicU64::new(0),
             busy_since: AtomicU64::new(0),
+            deferred_since: AtomicU64::new(0),
+            sleep_until: AtomicU64::new(0),
+            last_ring_tx: AtomicU64::new(0),
             no_engine: AtomicU64::new(0),
         });
         let hook: Arc<dyn Transport> = Arc::new(Hook(Arc::downgrade(&shared)));
@@ -719,15 +851,24 @@ fn progress_thread(sh: &Shared) {
     let mut buf = [0u8; 8];
     let mut last_work = sh.now();
     while !sh.stop.load(Ordering::SeqCst) {
-        let (deadline, worked) = {
+        let busy = |now: Instant| sh.app_busy(now);
+        // While an application busy polls it does the work; never wait for the lock then
+        // (a blocked lock is a context switch on both sides).
+        let (deadline, worked) = if busy(sh.now()) {
+            match sh.io.try_lock() {
+                Ok(mut io) => {
+                    let worked = sh.step(&mut io, false);
+                    (sh.next_deadline(&io), worked)
+                }
+                Err(_) => (None, false),
+            }
+        } else {
             let mut io = lock(&sh.io);
             let worked = sh.step(&mut io, false);
             (sh.next_deadline(&io), worked)
         };
         let now = sh.now();
-        let last = sh.busy_since.load(Ordering::Relaxed);
-        let app_busy = last != 0
-            && Duration::from_nanos(now.as_nanos().saturating_sub(last)) < BUSY_POLL_GRACE;
+        let app_busy = busy(now);
         if worked {
             last_work = now;
         }
@@ -739,15 +880,24 @@ fn progress_thread(sh: &Shared) {
         }
         let mut sleep = deadline.map_or(MAX_SLEEP, |d| d.saturating_duration_since(now));
         if app_busy {
-            sleep = sleep.min(BUSY_POLL_GRACE);
+            // Wake rarely: every wake-up steals a core from a spinning application on a
+            // small machine. The cost is that a program that stops busy polling (to block
+            // on a completion channel) waits up to this long for the thread to watch the
+            // socket again, once.
+            sleep = sleep.min(BUSY_SLEEP);
         }
         sleep = sleep.min(MAX_SLEEP);
         sh.sleeping.store(true, Ordering::SeqCst);
-        if sh.has_ready.load(Ordering::SeqCst) || sh.stop.load(Ordering::SeqCst) {
+        // Work on the ready list is ours unless an application busy polls (it sends what
+        // its own steps deferred, with its next poll or post).
+        let ready = !app_busy && sh.has_ready.load(Ordering::SeqCst);
+        if ready || sh.stop.load(Ordering::SeqCst) {
             sh.sleeping.store(false, Ordering::SeqCst);
             continue;
         }
         if !sleep.is_zero() {
+            sh.sleep_until
+                .store(now.saturating_add(sleep).as_nanos(), Ordering::SeqCst);
             let ts = Timespec {
                 tv_sec: i64::try_from(sleep.as_secs()).unwrap_or(i64::MAX),
                 tv_nsec: i64::from(sleep.subsec_nanos()),

@@ -70,14 +70,28 @@ pub(crate) struct Engine {
 pub struct QpMemory<'a> {
     ctx: &'a ContextCore,
     pd_id: u32,
+    /// The region of the previous access (one engine call, e.g. a transmit batch of a
+    /// large message, mostly touches one region): saves the table lookup.
+    last: std::cell::RefCell<Option<Arc<crate::region::MrEntry>>>,
 }
 
-impl QpMemory<'_> {
+impl<'a> QpMemory<'a> {
+    fn new(ctx: &'a ContextCore, pd_id: u32) -> QpMemory<'a> {
+        QpMemory {
+            ctx,
+            pd_id,
+            last: std::cell::RefCell::new(None),
+        }
+    }
+
     fn region(&self, key: u32) -> Option<Arc<crate::region::MrEntry>> {
-        self.ctx
-            .mrs
-            .get(key_index(key))
-            .filter(|e| e.mr.lkey() == key || e.mr.rkey() == key)
+        let hit = |e: &Arc<crate::region::MrEntry>| e.mr.lkey() == key || e.mr.rkey() == key;
+        if let Some(e) = self.last.borrow().as_ref().filter(|e| hit(e)) {
+            return Some(e.clone());
+        }
+        let found = self.ctx.mrs.get(key_index(key)).filter(hit);
+        self.last.replace(found.clone());
+        found
     }
 }
 
@@ -225,10 +239,7 @@ fn with_engine<R>(
     f: impl FnOnce(&mut RcQp, &mut Env<'_>) -> R,
 ) -> Option<R> {
     let engine = inner.engine.as_mut()?;
-    let mem = QpMemory {
-        ctx: &core.ctx,
-        pd_id: core.pd.as_ref().map_or(0, |pd| pd.id),
-    };
+    let mem = QpMemory::new(&core.ctx, core.pd.as_ref().map_or(0, |pd| pd.id));
     let r = match &core.srq {
         Some(srq) => {
             let mut source = SrqSource(srq);
@@ -240,16 +251,17 @@ fn with_engine<R>(
             f(&mut engine.rc, &mut env)
         }
     };
-    drain(core, inner);
+    inner.delivered = drain(core, inner);
     Some(r)
 }
 
 /// Moves the engine's completions to the CQs and its events to the event queue, and
 /// mirrors an engine-detected error into the QP's state.
-fn drain(core: &Arc<QpCore>, inner: &mut QpInner) {
+fn drain(core: &Arc<QpCore>, inner: &mut QpInner) -> usize {
     let Some(engine) = inner.engine.as_mut() else {
-        return;
+        return 0;
     };
+    let mut delivered = 0;
     // Bounded: every round either empties the engine's queues or moves it to ERR, after
     // which a second round only flushes.
     for _round in 0..2 {
@@ -262,6 +274,8 @@ fn drain(core: &Arc<QpCore>, inner: &mut QpInner) {
             if let Some(cq) = cq {
                 if CqCore::push(cq, wc, wc.solicited).is_err() {
                     overrun = true;
+                } else {
+                    delivered += 1;
                 }
             }
         }
@@ -292,6 +306,7 @@ fn drain(core: &Arc<QpCore>, inner: &mut QpInner) {
         inner.attr.qp_state = QpState::Err;
         inner.attr.sq_draining = false;
     }
+    delivered
 }
 
 /// The engine's configuration from the QP's attributes at INIT→RTR.
@@ -496,11 +511,13 @@ impl QpRef {
     }
 
     /// Hands a received packet (addressed to this QP, ICRC already checked) to the
-    /// engine. Returns `false` if the QP has no engine (the packet is dropped).
-    pub fn engine_handle_packet(&self, now: Instant, pkt: &PacketRepr<'_>) -> bool {
+    /// engine. Returns how many work completions it delivered to the CQs, or `None` if
+    /// the QP has no engine (the packet is dropped).
+    pub fn engine_handle_packet(&self, now: Instant, pkt: &PacketRepr<'_>) -> Option<usize> {
         let core = self.core();
         let mut inner = self.lock();
-        with_engine(core, &mut inner, |rc, env| rc.handle_packet(now, pkt, env)).is_some()
+        with_engine(core, &mut inner, |rc, env| rc.handle_packet(now, pkt, env))?;
+        Some(inner.delivered)
     }
 
     /// Runs the engine's timers (call when `now` ≥ [`QpRef::engine_poll_timeout`]).

@@ -630,6 +630,8 @@ pub(crate) struct QpInner {
     rq_taken: VecDeque<TakenRecv>,
     /// The transport engine of an RC QP, from the INIT→RTR transition until RESET.
     pub(crate) engine: Option<Box<crate::engine::Engine>>,
+    /// Completions the last engine call delivered to the CQs.
+    pub(crate) delivered: usize,
 }
 
 pub(crate) struct QpCore {
@@ -798,6 +800,7 @@ impl QpCore {
                     rq: VecDeque::new(),
                     rq_taken: VecDeque::new(),
                     engine: None,
+                    delivered: 0,
                 }),
                 liveness: Liveness::new(),
             })

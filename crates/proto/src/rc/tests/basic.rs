@@ -570,11 +570,11 @@ fn psn_wraps_around() {
 }
 
 #[test]
-fn ackreq_every_64_packets_and_window_of_128() {
+fn ackreq_every_64_packets_and_window_of_512() {
     let (mut ca, cb) = configs();
     ca.timeout = 0; // no retransmission while ACKs are held
     let mut p = Pair::with_configs(ca, cb);
-    let len = 200 * 256;
+    let len = 600 * 256;
     p.mem_a.add(1, 0, len, ALL);
     p.mem_b.add(2, 0, len, ALL);
     let data = bytes(6, len);
@@ -589,20 +589,21 @@ fn ackreq_every_64_packets_and_window_of_128() {
     .unwrap();
     p.hold_to = Some(Side::A);
     p.run();
-    // Window: 128 unacknowledged PSNs, then the requester waits.
-    assert_eq!(p.sent(Side::A).len(), 128);
+    // Window: 512 unacknowledged PSNs, then the requester waits.
+    assert_eq!(p.sent(Side::A).len(), 512);
     p.release();
     p.run();
     assert_eq!(p.mem_b.get(2, 0, len), data);
     let a = p.sent(Side::A);
-    assert_eq!(a.len(), 200);
+    assert_eq!(a.len(), 600);
     let acked: Vec<_> = a
         .iter()
         .filter(|s| s.ack_req)
         .map(|s| s.psn.value())
         .collect();
     // Every 64th packet and the last.
-    assert_eq!(acked, [63, 127, 191, 199]);
+    let expected: Vec<u32> = (1..=9).map(|k| 64 * k - 1).chain([599]).collect();
+    assert_eq!(acked, expected);
     assert_eq!(p.completions(Side::A).len(), 1);
 }
 
