@@ -268,8 +268,8 @@ struct Io {
     timers: HashMap<u32, Instant>,
     /// QPs to visit for transmit in this step.
     touched: Vec<u32>,
-    /// QPs whose received packets delivered completions, or that answer a SEND or WRITE,
-    /// in this step (their output may be deferred).
+    /// QPs that answer a SEND or WRITE received in this step (their ACK may be
+    /// deferred).
     completed: Vec<u32>,
 }
 
@@ -375,14 +375,14 @@ impl Shared {
                 if !io.touched.contains(&qpn) {
                     io.touched.push(qpn);
                 }
-                // A SEND or WRITE this QP answered (its output is an ACK), or a
-                // completion the application is about to see: output may wait for the
-                // application's next post (see below). READ and atomic responses and
-                // what ACKs unblock (the requester's window) never wait.
+                // A SEND or WRITE this QP answered: its output is an ACK, which may wait
+                // for the application's next post (see below). READ and atomic
+                // responses, and what ACKs unblock (the requester's window), never wait.
+                let _ = delivered;
                 let acked_request = opcode::info(r.packet.bth.opcode).is_some_and(|i| {
                     i.is_request && matches!(i.operation, Operation::Send | Operation::RdmaWrite)
                 });
-                if (delivered > 0 || acked_request) && !io.completed.contains(&qpn) {
+                if acked_request && !io.completed.contains(&qpn) {
                     io.completed.push(qpn);
                 }
             }
@@ -391,9 +391,10 @@ impl Shared {
             }
         }
         if defer_rx_output && !io.completed.is_empty() {
-            // The application is about to see completions and most likely posts next:
-            // what these QPs would send now (ACKs) waits on the ready list and leaves with
-            // that post, or with a step at most ACK_DEFER_NANOS later.
+            // The application is about to see what these requests brought (a receive
+            // completion, data in its memory) and most likely posts next: the ACKs wait
+            // on the ready list and leave with that post, or with a step at most
+            // ACK_DEFER_NANOS later.
             let _ = self.deferred_since.compare_exchange(
                 0,
                 now.as_nanos().max(1),
