@@ -67,9 +67,8 @@ pub const BUSY_POLL_GRACE: Duration = Duration::from_micros(500);
 /// How long a polling application's steps leave output deferred by an earlier step
 /// before sending it themselves (it usually leaves with the application's next post).
 const ACK_DEFER_NANOS: u64 = 20_000;
-/// A post this soon after the previous post's own transmit, from a busy-polling
-/// application, is left for its next poll, so that bursts of posts leave in one batch.
-const RING_COALESCE_NANOS: u64 = 3_000;
+/// A post less than this after the previous one is part of a burst (see `Hook::ring`).
+const BURST_GAP_NANOS: u64 = 5_000;
 /// How long the progress thread sleeps at most while an application busy polls.
 pub const BUSY_SLEEP: Duration = Duration::from_millis(5);
 /// Two CQ polls this close together mark the application as busy polling.
@@ -295,8 +294,10 @@ struct Shared {
     deferred_since: AtomicU64,
     /// Nanoseconds since `epoch` until which the progress thread sleeps (when it does).
     sleep_until: AtomicU64,
-    /// Nanoseconds since `epoch` of the last transmit a post did itself.
-    last_ring_tx: AtomicU64,
+    /// A busy-polling application posted since its last step.
+    rung: AtomicBool,
+    /// Nanoseconds since `epoch` of the last post.
+    last_post: AtomicU64,
     no_engine: AtomicU64,
 }
 
@@ -345,6 +346,17 @@ impl Shared {
         let now = self.now();
         let mut work = false;
         io.touched.clear();
+        // 0. A polling application's own posts (rung since its last step) leave first,
+        // together with any ACKs deferred for them.
+        if defer_rx_output && self.rung.swap(false, Ordering::SeqCst) {
+            let qpns: Vec<u32> = {
+                let mut r = lock(&self.ready);
+                self.has_ready.store(false, Ordering::SeqCst);
+                r.drain(..).collect()
+            };
+            self.deferred_since.store(0, Ordering::Relaxed);
+            work |= self.transmit_all(io, &qpns, now);
+        }
         // 1. Receive.
         for _ in 0..RX_ROUNDS {
             let n = match io.sock.recv_batch(&mut io.rx) {
@@ -448,7 +460,15 @@ impl Shared {
         }
         // 4. Transmit.
         let touched = std::mem::take(&mut io.touched);
-        for &qpn in &touched {
+        work |= self.transmit_all(io, &touched, now);
+        io.touched = touched;
+        work
+    }
+
+    /// Transmits for each QP in `qpns` and records its next deadline.
+    fn transmit_all(&self, io: &mut Io, qpns: &[u32], now: Instant) -> bool {
+        let mut work = false;
+        for &qpn in qpns {
             if let Some(qp) = self.ctx.lookup_qp(qpn) {
                 work |= self.transmit(io, &qp, now);
                 match qp.engine_poll_timeout() {
@@ -463,7 +483,6 @@ impl Shared {
                 io.timers.remove(&qpn);
             }
         }
-        io.touched = touched;
         work
     }
 
@@ -610,27 +629,27 @@ impl Transport for Hook {
             return;
         };
         let now = sh.now();
-        if sh.app_busy(now) {
-            // Posts in quick succession from a busy-polling application: the first goes
-            // out at once, the following ones wait for its next poll (a few microseconds)
-            // and leave together, in one batch.
-            let last = sh.last_ring_tx.load(Ordering::Relaxed);
-            if now.as_nanos().saturating_sub(last) < RING_COALESCE_NANOS {
-                {
-                    let mut r = lock(&sh.ready);
-                    if !r.contains(&qpn) {
-                        r.push(qpn);
-                    }
+        let prev_post = sh.last_post.swap(now.as_nanos(), Ordering::Relaxed);
+        let in_burst = now.as_nanos().saturating_sub(prev_post) < BURST_GAP_NANOS;
+        if in_burst && sh.app_busy(now) {
+            // Posts in quick succession from a busy-polling application wait for its next
+            // poll (typically right after the burst), which sends them first thing, all
+            // together: a burst leaves as one batch (GSO trains). An isolated post (a
+            // ping-pong) goes out at once below.
+            {
+                let mut r = lock(&sh.ready);
+                if !r.contains(&qpn) {
+                    r.push(qpn);
                 }
-                sh.has_ready.store(true, Ordering::SeqCst);
-                return;
             }
+            sh.has_ready.store(true, Ordering::SeqCst);
+            sh.rung.store(true, Ordering::SeqCst);
+            return;
         }
         let guard = sh.io.try_lock();
         match guard {
             Ok(mut io) => {
                 if let Some(qp) = sh.ctx.lookup_qp(qpn) {
-                    sh.last_ring_tx.store(now.as_nanos(), Ordering::Relaxed);
                     sh.transmit(&mut io, &qp, now);
                     if let Some(d) = qp.engine_poll_timeout() {
                         io.timers.insert(qpn, d);
@@ -732,7 +751,8 @@ impl NetDevice {
             busy_since: AtomicU64::new(0),
             deferred_since: AtomicU64::new(0),
             sleep_until: AtomicU64::new(0),
-            last_ring_tx: AtomicU64::new(0),
+            rung: AtomicBool::new(false),
+            last_post: AtomicU64::new(0),
             no_engine: AtomicU64::new(0),
         });
         let hook: Arc<dyn Transport> = Arc::new(Hook(Arc::downgrade(&shared)));
