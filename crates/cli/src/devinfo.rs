@@ -1,5 +1,6 @@
 //! `uroce devinfo`: the device, its port and GID table, and its counters, in the layout
-//! of the verbs device-info tools.
+//! of the verbs device-info tools. The device is opened for the report alone, so its
+//! counters are zero; `uroce perf --counters` shows counters after traffic.
 
 use std::io::Write;
 use std::net::{IpAddr, Ipv6Addr};
@@ -121,7 +122,12 @@ pub fn print(out: &mut impl Write, dev: &NetDevice, verbose: bool) -> Result<()>
         }
         writeln!(out, "\t\t\tGID[{i:3}]:\t\t{}, RoCE v2", gid_str(gid))?;
     }
-    writeln!(out, "\tcounters:")?;
+    // The device was opened just for this report: nothing has used it yet.
+    writeln!(
+        out,
+        "\tcounters:\t\t\t(this device was just opened, so they are zero; \
+         `uroce perf --counters` prints both sides' counters after each test)"
+    )?;
     for (k, v) in dev.counters().fields() {
         writeln!(out, "\t\t{k}:{}{v}", tabs(16, k.len() + 1))?;
     }

@@ -75,6 +75,10 @@ enum Command {
     },
     /// Show the device, its port and GID table, and its counters. Opening the device
     /// binds UDP port 4791 on its address.
+    ///
+    /// The device is opened just for this report, so its counters are zero; to see
+    /// counters after traffic, run `uroce perf --counters` (both sides' device and
+    /// per-QP counters after each test).
     Devinfo {
         /// The device's address [default: $UROCE_ADDR or 127.0.0.1].
         #[arg(long, value_name = "IP")]

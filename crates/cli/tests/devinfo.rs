@@ -62,6 +62,12 @@ fn devinfo_shows_port_gid_and_counters() {
     assert!(gid.contains("RoCE v2"), "{gid}");
     assert_eq!(field("rx_packets"), "0");
     assert_eq!(field("tx_packets"), "0");
+    // The output says why the counters are zero and where to see them after traffic.
+    let note = field("counters");
+    assert!(
+        note.contains("just opened") && note.contains("uroce perf --counters"),
+        "{note}"
+    );
     assert!(!text.contains("max_qp:"), "attributes only with -v");
 }
 

@@ -8,8 +8,10 @@
 //! * `uroce perf --idle-qps N` measures the memory of N idle RC QPs in RTS.
 //!
 //! The two sides agree on every test over a TCP connection ([`oob`]); the tests
-//! themselves are in [`engine`].
+//! themselves are in [`engine`]. With `--counters` the client prints both sides' device
+//! and QP counters after each test ([`counters`]).
 
+pub mod counters;
 pub mod engine;
 pub mod oob;
 pub mod pattern;
@@ -31,6 +33,7 @@ use uroce_net::{NetConfig, NetDevice};
 use uroce_verbs::{AccessFlags, AhAttr, AttrMask, QpAttr, QpCap, QpInitAttr, QpState, QpType};
 use uroce_wire::psn::Psn;
 
+use counters::CounterReport;
 use engine::{Resources, Role, Runner};
 use oob::{Msg, Oob, OobError, VERSION};
 use plan::{Mode, TestKind, TestSpec};
@@ -91,7 +94,13 @@ printed. Opening a device binds UDP port 4791 on its address; the out-of-band ex
 TCP --oob-port on the server's address.
 
 Latency is one-way (half the round trip) for send_lat and write_lat, the full round trip \
-for read_lat and atomic_lat. Bandwidth is in GB/s (10^9 bytes/s).")]
+for read_lat and atomic_lat. Bandwidth is in GB/s (10^9 bytes/s).
+
+With --counters, the client prints after each test the counters of its own device and of \
+the server's (fetched over the out-of-band connection): one `counters client dev:` / \
+`counters server dev:` line with the device's counters, cumulative since it was opened, \
+and one `counters SIDE qp 0xQPN:` line per QP of the test; only non-zero counters are \
+shown.")]
 pub struct PerfArgs {
     /// Run as the server: wait for clients on TCP --addr:--oob-port.
     #[arg(long, conflicts_with = "client")]
@@ -160,6 +169,11 @@ pub struct PerfArgs {
     /// Never show the progress display.
     #[arg(long)]
     pub no_progress: bool,
+    /// After each test, print the device counters (cumulative since the device was
+    /// opened) and the per-QP counters of both sides, non-zero ones only; the server's
+    /// come over the out-of-band connection. A server prints its own as well.
+    #[arg(long)]
+    pub counters: bool,
     /// Server: damage READ sources and WRITE / atomic targets on purpose (to test that
     /// --verify catches it).
     #[arg(long, hide = true, requires = "server")]
@@ -236,6 +250,9 @@ impl PerfArgs {
         }
         if self.no_progress {
             v.push("--no-progress".into());
+        }
+        if self.counters {
+            v.push("--counters".into());
         }
         v
     }
@@ -329,7 +346,7 @@ pub fn run_client(args: &PerfArgs, peer: IpAddr) -> Result<Vec<RunResult>> {
     let show = !args.no_progress && std::io::stderr().is_terminal();
     let mut results = Vec::with_capacity(specs.len());
     for spec in specs {
-        let r = client_test(&dev, &mut oob, &spec, show);
+        let r = client_test(&dev, &mut oob, &spec, show, args.counters);
         match r {
             Ok(r) => results.push(r),
             Err(e) => {
@@ -363,7 +380,13 @@ fn unexpected(expected: &'static str, got: &Msg) -> anyhow::Error {
     .into()
 }
 
-fn client_test(dev: &NetDevice, oob: &mut Oob, spec: &TestSpec, show: bool) -> Result<RunResult> {
+fn client_test(
+    dev: &NetDevice,
+    oob: &mut Oob,
+    spec: &TestSpec,
+    show: bool,
+    counters: bool,
+) -> Result<RunResult> {
     let mut res = Resources::create(dev, spec)?;
     oob.send(&Msg::Setup {
         spec: spec.clone(),
@@ -392,6 +415,21 @@ fn client_test(dev: &NetDevice, oob: &mut Oob, spec: &TestSpec, show: bool) -> R
         Msg::Done { error: None } => {}
         Msg::Done { error: Some(e) } => bail!("the server's checks failed: {e}"),
         m => return Err(unexpected("done", &m)),
+    }
+    drop(runner);
+    if counters {
+        // The test's traffic is over on both sides (the Done barrier); its QPs still exist.
+        let mine = CounterReport::take(dev, res.qps.iter().map(|q| q.qp.qp_num()));
+        oob.send(&Msg::GetCounters)?;
+        let theirs = match oob.recv()? {
+            Msg::Counters { report } => report,
+            m => return Err(unexpected("counters", &m)),
+        };
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "counters after {} {} B:", spec.test, spec.size)?;
+        mine.write(&mut out, "client")?;
+        theirs.write(&mut out, "server")?;
+        out.flush()?;
     }
     let measured = outcome
         .measured
@@ -467,33 +505,50 @@ fn serve(dev: &NetDevice, stream: std::net::TcpStream, args: &PerfArgs) -> Resul
         }
         m => return Err(unexpected("hello", &m)),
     }
+    // The counters taken after the last test, for `GetCounters`.
+    let mut last: Option<CounterReport> = None;
     loop {
         match oob.recv()? {
             Msg::Setup { spec, qps } => {
-                if let Err(e) = server_test(dev, &mut oob, &spec, qps, args.inject_corruption) {
-                    if !is_peer_abort(&e) {
-                        oob.abort(&format!("{e:#}"));
+                let report = match server_test(dev, &mut oob, &spec, qps, args.inject_corruption) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        if !is_peer_abort(&e) {
+                            oob.abort(&format!("{e:#}"));
+                        }
+                        return Err(e.context(format!("{} ({} bytes)", spec.test, spec.size)));
                     }
-                    return Err(e.context(format!("{} ({} bytes)", spec.test, spec.size)));
-                }
+                };
                 println!(
                     "uroce perf server: {} {} B x{} ({} QP) done",
                     spec.test, spec.size, spec.iters, spec.qps
                 );
+                if args.counters {
+                    let mut out = std::io::stdout().lock();
+                    report.write(&mut out, "server")?;
+                    out.flush()?;
+                }
+                last = Some(report);
+            }
+            Msg::GetCounters => {
+                // Before any test: the device's counters now, no QPs.
+                let report = last.clone().unwrap_or_else(|| CounterReport::take(dev, []));
+                oob.send(&Msg::Counters { report })?;
             }
             Msg::Bye => return Ok(()),
-            m => return Err(unexpected("setup or bye", &m)),
+            m => return Err(unexpected("setup, get_counters or bye", &m)),
         }
     }
 }
 
+/// Runs one test as the server; returns the counters taken once its traffic was over.
 fn server_test(
     dev: &NetDevice,
     oob: &mut Oob,
     spec: &TestSpec,
     peers: Vec<oob::QpInfo>,
     corrupt: bool,
-) -> Result<()> {
+) -> Result<CounterReport> {
     spec.validate().map_err(|e| anyhow!(e))?;
     let mut res = Resources::create(dev, spec)?;
     res.connect(dev, peers)?;
@@ -523,10 +578,12 @@ fn server_test(
         Msg::Done { error: Some(e) } => bail!("the client failed: {e}"),
         m => return Err(unexpected("done", &m)),
     }
+    // The client's Done: the test's traffic is over; the QPs still exist.
+    let report = CounterReport::take(dev, res.qps.iter().map(|q| q.qp.qp_num()));
     let checks = runner.final_checks();
     let error = checks.as_ref().err().map(|e| format!("{e:#}"));
     runner.oob().send(&Msg::Done { error })?;
-    checks
+    checks.map(|()| report)
 }
 
 // ----- local pair ----------------------------------------------------------------------

@@ -13,6 +13,9 @@
 //!   … the test …
 //!   client → Done { error }                (barrier after)
 //!   server → Done { error }                the server's checks
+//!   with --counters only (an optional extension; servers older than it reject it):
+//!   client → GetCounters
+//!   server → Counters { report }           the server's counters after the test
 //! client → Bye
 //! ```
 //! Either side may send `Abort { error }` at any point; the other gives up the test.
@@ -25,6 +28,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use super::counters::CounterReport;
 use super::plan::{Mode, TestSpec};
 
 /// Version of the exchange; both sides must agree.
@@ -83,6 +87,14 @@ pub enum Msg {
     },
     /// The client has no more tests.
     Bye,
+    /// Client → server after a test's `Done` barrier: asks for [`Msg::Counters`].
+    GetCounters,
+    /// Server → client: the server's counters after the last test (its device's, and
+    /// those of the test's QPs).
+    Counters {
+        /// The counters.
+        report: CounterReport,
+    },
 }
 
 impl Msg {
@@ -95,6 +107,8 @@ impl Msg {
             Msg::Done { .. } => "done",
             Msg::Abort { .. } => "abort",
             Msg::Bye => "bye",
+            Msg::GetCounters => "get_counters",
+            Msg::Counters { .. } => "counters",
         }
     }
 }
@@ -366,6 +380,24 @@ mod tests {
         }
         drop(a);
         assert!(matches!(b.recv(), Err(OobError::Closed)));
+    }
+
+    #[test]
+    fn counters_cross() {
+        let (mut a, mut b) = pair(Duration::from_secs(5));
+        let report = CounterReport {
+            device: vec![("tx_packets".into(), 7), ("bad_icrc".into(), 0)],
+            qps: vec![crate::perf::counters::QpCounterReport {
+                qpn: 0x12,
+                fields: vec![("qp_packets_received".into(), u64::MAX)],
+            }],
+        };
+        a.send(&Msg::GetCounters).unwrap();
+        assert_eq!(b.recv().unwrap(), Msg::GetCounters);
+        let msg = Msg::Counters { report };
+        b.send(&msg).unwrap();
+        assert_eq!(a.recv().unwrap(), msg);
+        assert_eq!(msg.name(), "counters");
     }
 
     #[test]
