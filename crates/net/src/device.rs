@@ -896,7 +896,9 @@ fn progress_thread(sh: &Shared) {
         // While traffic flows and no application thread polls, keep stepping for a
         // moment instead of paying a sleep and a wake-up per packet batch.
         if !app_busy && now.saturating_duration_since(last_work) < SPIN_AFTER_WORK {
-            std::hint::spin_loop();
+            // Yield rather than spin: a thread we just woke (an application blocked on a
+            // completion channel) gets the core at once on a small machine.
+            std::thread::yield_now();
             continue;
         }
         let mut sleep = deadline.map_or(MAX_SLEEP, |d| d.saturating_duration_since(now));
