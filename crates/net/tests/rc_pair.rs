@@ -6,9 +6,9 @@ use std::time::{Duration, Instant};
 
 use uroce_net::{NetConfig, NetDevice};
 use uroce_verbs::{
-    AccessFlags, AhAttr, AtomicInfo, AttrMask, CompChannel, Cq, MemBlock, Mr, Pd, Qp, QpAttr,
-    QpCap, QpInitAttr, QpState, QpType, RdmaInfo, RecvWr, SendFlags, SendWr, Sge, WcOpcode,
-    WcStatus, WorkCompletion, WrOpcode,
+    AccessFlags, AtomicInfo, CompChannel, Cq, MemBlock, Mr, Pd, Qp, QpCap, QpInitAttr, QpType,
+    RcConnect, RdmaInfo, RecvWr, SendFlags, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion,
+    WrOpcode,
 };
 use uroce_wire::pmtu::Pmtu;
 use uroce_wire::psn::Psn;
@@ -61,63 +61,15 @@ fn side(addr: &str, event: bool) -> Side {
 
 fn connect(a: &Side, b: &Side, mtu: Pmtu) {
     for (me, peer) in [(a, b), (b, a)] {
-        let init = QpAttr {
-            qp_state: QpState::Init,
-            port_num: 1,
-            qp_access_flags: AccessFlags::REMOTE_WRITE
-                | AccessFlags::REMOTE_READ
-                | AccessFlags::REMOTE_ATOMIC,
-            ..QpAttr::default()
-        };
-        me.qp
-            .modify(
-                &init,
-                AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS,
-            )
-            .expect("INIT");
-        let rtr = QpAttr {
-            qp_state: QpState::Rtr,
-            ah_attr: AhAttr::to_ip(peer.dev.local_addr().ip()),
+        let c = RcConnect {
             path_mtu: mtu,
-            dest_qp_num: peer.qp.qp_num(),
             rq_psn: Psn::new(100),
-            max_dest_rd_atomic: 16,
-            min_rnr_timer: 1,
-            ..QpAttr::default()
-        };
-        me.qp
-            .modify(
-                &rtr,
-                AttrMask::STATE
-                    | AttrMask::AV
-                    | AttrMask::PATH_MTU
-                    | AttrMask::DEST_QPN
-                    | AttrMask::RQ_PSN
-                    | AttrMask::MAX_DEST_RD_ATOMIC
-                    | AttrMask::MIN_RNR_TIMER,
-            )
-            .expect("RTR");
-    }
-    for s in [a, b] {
-        let rts = QpAttr {
-            qp_state: QpState::Rts,
             sq_psn: Psn::new(100),
+            min_rnr_timer: 1,
             timeout: 10,
-            retry_cnt: 7,
-            rnr_retry: 7,
-            max_rd_atomic: 16,
-            ..QpAttr::default()
+            ..RcConnect::new(peer.dev.local_addr().ip(), peer.qp.qp_num())
         };
-        s.qp.modify(
-            &rts,
-            AttrMask::STATE
-                | AttrMask::SQ_PSN
-                | AttrMask::TIMEOUT
-                | AttrMask::RETRY_CNT
-                | AttrMask::RNR_RETRY
-                | AttrMask::MAX_QP_RD_ATOMIC,
-        )
-        .expect("RTS");
+        me.qp.connect_rc(&c).expect("RESET to RTS");
     }
 }
 

@@ -137,6 +137,7 @@
 //! (exhaustive, about 25 s; `LOOM_MAX_PREEMPTIONS=3` bounds it to under a second).
 
 pub mod ah;
+pub mod connect;
 pub mod context;
 pub mod cq;
 pub mod device;
@@ -155,6 +156,7 @@ pub mod wc;
 pub mod xrcd;
 
 pub use ah::{Ah, AhAttr, AhRef};
+pub use connect::{rc_init_attr, RcConnect};
 pub use context::{Context, Counters, LiveObjects};
 pub use cq::{CompChannel, Cq, CqEvent, CqRef};
 pub use device::{Device, DeviceAttr, DeviceConfig, Gid, PortAttr, PortState};

@@ -25,9 +25,9 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context as _, Result};
 use uroce_net::NetDevice;
 use uroce_verbs::{
-    AccessFlags, AhAttr, AtomicInfo, AttrMask, CompChannel, Cq, Gid, MemBlock, Mr, Pd, Qp, QpAttr,
-    QpCap, QpInitAttr, QpState, QpType, RdmaInfo, RecvWr, SendFlags, SendWr, Sge, WaitError,
-    WcStatus, WorkCompletion, WrOpcode,
+    rc_init_attr, AccessFlags, AtomicInfo, CompChannel, Cq, Gid, MemBlock, Mr, Pd, Qp, QpCap,
+    QpInitAttr, QpType, RcConnect, RdmaInfo, RecvWr, SendFlags, SendWr, Sge, WaitError, WcStatus,
+    WorkCompletion, WrOpcode,
 };
 use uroce_wire::pmtu::Pmtu;
 use uroce_wire::psn::Psn;
@@ -244,20 +244,10 @@ impl Resources {
             let qp = pd
                 .create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq, cap))
                 .context("creating an RC QP")?;
-            let init = QpAttr {
-                qp_state: QpState::Init,
-                pkey_index: 0,
-                port_num: 1,
-                qp_access_flags: AccessFlags::REMOTE_WRITE
-                    | AccessFlags::REMOTE_READ
-                    | AccessFlags::REMOTE_ATOMIC,
-                ..QpAttr::default()
-            };
-            qp.modify(
-                &init,
-                AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS,
-            )
-            .context("moving the QP to INIT")?;
+            let (init, mask) = rc_init_attr(
+                AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC,
+            );
+            qp.modify(&init, mask).context("moving the QP to INIT")?;
             list.push(QpRes {
                 qp,
                 mr,
@@ -318,49 +308,18 @@ impl Resources {
             } else {
                 local_mtu
             };
-            let rtr = QpAttr {
-                qp_state: QpState::Rtr,
-                ah_attr: AhAttr {
-                    dgid: Gid(ip.octets()),
-                    ..AhAttr::to_ip(Gid(ip.octets()).to_ip())
-                },
+            let c = RcConnect {
                 path_mtu: mtu,
-                dest_qp_num: p.qpn,
                 rq_psn: Psn::new(p.psn & 0xff_ffff),
-                max_dest_rd_atomic: RD_ATOMIC,
-                min_rnr_timer: MIN_RNR_TIMER,
-                ..QpAttr::default()
-            };
-            q.qp.modify(
-                &rtr,
-                AttrMask::STATE
-                    | AttrMask::AV
-                    | AttrMask::PATH_MTU
-                    | AttrMask::DEST_QPN
-                    | AttrMask::RQ_PSN
-                    | AttrMask::MAX_DEST_RD_ATOMIC
-                    | AttrMask::MIN_RNR_TIMER,
-            )
-            .context("moving the QP to RTR")?;
-            let rts = QpAttr {
-                qp_state: QpState::Rts,
                 sq_psn: Psn::new(q.psn),
-                timeout: ACK_TIMEOUT,
-                retry_cnt: 7,
-                rnr_retry: 7,
+                max_dest_rd_atomic: RD_ATOMIC,
                 max_rd_atomic: RD_ATOMIC,
-                ..QpAttr::default()
+                min_rnr_timer: MIN_RNR_TIMER,
+                timeout: ACK_TIMEOUT,
+                ..RcConnect::new(Gid(ip.octets()).to_ip(), p.qpn)
             };
-            q.qp.modify(
-                &rts,
-                AttrMask::STATE
-                    | AttrMask::SQ_PSN
-                    | AttrMask::TIMEOUT
-                    | AttrMask::RETRY_CNT
-                    | AttrMask::RNR_RETRY
-                    | AttrMask::MAX_QP_RD_ATOMIC,
-            )
-            .context("moving the QP to RTS")?;
+            q.qp.connect_rc_from_init(&c)
+                .context("moving the QP to RTR and RTS")?;
         }
         self.peers = peers;
         Ok(())

@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context as _, Result};
 use uroce_net::{NetConfig, NetDevice};
-use uroce_verbs::{AccessFlags, AhAttr, AttrMask, QpAttr, QpCap, QpInitAttr, QpState, QpType};
+use uroce_verbs::{AccessFlags, QpCap, QpInitAttr, QpType, RcConnect};
 use uroce_wire::psn::Psn;
 
 use counters::CounterReport;
@@ -717,54 +717,14 @@ fn idle_qps(args: &PerfArgs, n: u32) -> Result<()> {
     let before = vm_rss()?;
     for i in 0..n {
         let qp = pd.create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq, cap))?;
-        let init = QpAttr {
-            qp_state: QpState::Init,
-            port_num: 1,
-            qp_access_flags: AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ,
-            ..QpAttr::default()
-        };
-        qp.modify(
-            &init,
-            AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS,
-        )?;
-        let rtr = QpAttr {
-            qp_state: QpState::Rtr,
-            ah_attr: AhAttr::to_ip(addr),
+        let c = RcConnect {
+            access: AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ,
             path_mtu: dev.device().active_mtu(),
-            dest_qp_num: 0x00f0_0000 + i,
             rq_psn: Psn::new(i),
-            max_dest_rd_atomic: 16,
-            min_rnr_timer: 12,
-            ..QpAttr::default()
-        };
-        qp.modify(
-            &rtr,
-            AttrMask::STATE
-                | AttrMask::AV
-                | AttrMask::PATH_MTU
-                | AttrMask::DEST_QPN
-                | AttrMask::RQ_PSN
-                | AttrMask::MAX_DEST_RD_ATOMIC
-                | AttrMask::MIN_RNR_TIMER,
-        )?;
-        let rts = QpAttr {
-            qp_state: QpState::Rts,
             sq_psn: Psn::new(i),
-            timeout: 14,
-            retry_cnt: 7,
-            rnr_retry: 7,
-            max_rd_atomic: 16,
-            ..QpAttr::default()
+            ..RcConnect::new(addr, 0x00f0_0000 + i)
         };
-        qp.modify(
-            &rts,
-            AttrMask::STATE
-                | AttrMask::SQ_PSN
-                | AttrMask::TIMEOUT
-                | AttrMask::RETRY_CNT
-                | AttrMask::RNR_RETRY
-                | AttrMask::MAX_QP_RD_ATOMIC,
-        )?;
+        qp.connect_rc(&c)?;
         qps.push(qp);
     }
     let after = vm_rss()?;

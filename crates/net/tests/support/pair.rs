@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use uroce_net::{FaultConfig, NetConfig, NetDevice};
 use uroce_verbs::{
-    AccessFlags, AhAttr, AttrMask, Cq, MemBlock, Mr, Pd, Qp, QpAttr, QpCap, QpInitAttr, QpState,
-    QpType, Sge, WorkCompletion,
+    AccessFlags, Cq, MemBlock, Mr, Pd, Qp, QpCap, QpInitAttr, QpType, RcConnect, Sge,
+    WorkCompletion,
 };
 use uroce_wire::pmtu::Pmtu;
 use uroce_wire::psn::Psn;
@@ -204,64 +204,37 @@ impl Default for ConnectOpts {
     }
 }
 
+impl ConnectOpts {
+    /// The connection attributes towards QP `peer_qpn` of the device at `peer_ip`.
+    fn rc(&self, peer_ip: IpAddr, peer_qpn: u32) -> RcConnect {
+        RcConnect {
+            path_mtu: self.mtu,
+            rq_psn: Psn::new(self.start_psn),
+            sq_psn: Psn::new(self.start_psn),
+            max_dest_rd_atomic: self.rd_atomic,
+            max_rd_atomic: self.rd_atomic,
+            min_rnr_timer: self.min_rnr_timer,
+            timeout: self.timeout,
+            retry_cnt: self.retry_cnt,
+            rnr_retry: self.rnr_retry,
+            ..RcConnect::new(peer_ip, peer_qpn)
+        }
+    }
+}
+
 /// Takes `qp` through INIT to RTR, towards QP `peer_qpn` of the device at `peer_ip`.
 fn to_rtr(qp: &Qp, peer_ip: IpAddr, peer_qpn: u32, o: &ConnectOpts) {
-    let init = QpAttr {
-        qp_state: QpState::Init,
-        port_num: 1,
-        qp_access_flags: AccessFlags::REMOTE_WRITE
-            | AccessFlags::REMOTE_READ
-            | AccessFlags::REMOTE_ATOMIC,
-        ..QpAttr::default()
-    };
-    qp.modify(
-        &init,
-        AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS,
-    )
-    .expect("modify to INIT");
-    let rtr = QpAttr {
-        qp_state: QpState::Rtr,
-        ah_attr: AhAttr::to_ip(peer_ip),
-        path_mtu: o.mtu,
-        dest_qp_num: peer_qpn,
-        rq_psn: Psn::new(o.start_psn),
-        max_dest_rd_atomic: o.rd_atomic,
-        min_rnr_timer: o.min_rnr_timer,
-        ..QpAttr::default()
-    };
-    qp.modify(
-        &rtr,
-        AttrMask::STATE
-            | AttrMask::AV
-            | AttrMask::PATH_MTU
-            | AttrMask::DEST_QPN
-            | AttrMask::RQ_PSN
-            | AttrMask::MAX_DEST_RD_ATOMIC
-            | AttrMask::MIN_RNR_TIMER,
-    )
-    .expect("modify to RTR");
+    let c = o.rc(peer_ip, peer_qpn);
+    let (init, mask) = c.init_attr();
+    qp.modify(&init, mask).expect("modify to INIT");
+    let (rtr, mask) = c.rtr_attr();
+    qp.modify(&rtr, mask).expect("modify to RTR");
 }
 
 fn to_rts(qp: &Qp, o: &ConnectOpts) {
-    let rts = QpAttr {
-        qp_state: QpState::Rts,
-        sq_psn: Psn::new(o.start_psn),
-        timeout: o.timeout,
-        retry_cnt: o.retry_cnt,
-        rnr_retry: o.rnr_retry,
-        max_rd_atomic: o.rd_atomic,
-        ..QpAttr::default()
-    };
-    qp.modify(
-        &rts,
-        AttrMask::STATE
-            | AttrMask::SQ_PSN
-            | AttrMask::TIMEOUT
-            | AttrMask::RETRY_CNT
-            | AttrMask::RNR_RETRY
-            | AttrMask::MAX_QP_RD_ATOMIC,
-    )
-    .expect("modify to RTS");
+    // Only the RTS attributes are used: the peer's address was given at RTR.
+    let (rts, mask) = o.rc(IpAddr::from([0u8; 4]), 0).rts_attr();
+    qp.modify(&rts, mask).expect("modify to RTS");
 }
 
 /// Connects `qa` (on `a`) with `qb` (on `b`): both through INIT and RTR, then both to
