@@ -586,31 +586,9 @@ fn kernel_segments_carry_the_identification_they_were_sealed_for() {
     if !support::have_tshark(TEST) || !support::have_scapy(TEST) {
         return;
     }
-    let exe = std::env::current_exe().unwrap();
-    let mut cmd = Command::new("unshare");
-    cmd.arg("--net")
-        .arg("--")
-        .arg(&exe)
-        .args([
-            "--exact",
-            CHILD_TEST,
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(NETNS_CHILD, "1");
-    let out = match support::run(cmd, Duration::from_secs(240)) {
-        Ok(out) => out,
-        Err(e) => {
-            support::skip(TEST, &format!("cannot run in a new network namespace: {e}"));
-            return;
-        }
-    };
-    eprintln!("{}", out.stderr.trim_end());
-    if out.stderr.contains("unshare failed") || out.stderr.contains("unshare:") {
-        support::skip(TEST, "no permission to create a network namespace");
+    let Some(out) = support::run_in_new_netns(TEST, CHILD_TEST, NETNS_CHILD) else {
         return;
-    }
+    };
     assert!(
         out.status.success() && out.stdout.contains("1 passed"),
         "child test failed:\n{}\n{}",

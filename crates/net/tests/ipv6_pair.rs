@@ -64,31 +64,9 @@ const FETCH_OFF: usize = 1000 * 1024 + 64;
 /// Runs [`rc_over_ipv6_in_a_private_namespace`] in a new network namespace.
 #[test]
 fn every_rc_operation_over_ipv6() {
-    let exe = std::env::current_exe().expect("test executable");
-    let mut cmd = Command::new("unshare");
-    cmd.arg("--net")
-        .arg("--")
-        .arg(&exe)
-        .args([
-            "--exact",
-            CHILD_TEST,
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(NETNS_CHILD, "1");
-    let out = match support::run(cmd, Duration::from_secs(240)) {
-        Ok(out) => out,
-        Err(e) => {
-            support::skip(TEST, &format!("cannot run in a new network namespace: {e}"));
-            return;
-        }
-    };
-    eprintln!("{}", out.stderr.trim_end());
-    if out.stderr.contains("unshare failed") || out.stderr.contains("unshare:") {
-        support::skip(TEST, "no permission to create a network namespace");
+    let Some(out) = support::run_in_new_netns(TEST, CHILD_TEST, NETNS_CHILD) else {
         return;
-    }
+    };
     // The harness prints the child's output on its `test … ...` line: search anywhere.
     if let Some(at) = out.stdout.find(UNAVAILABLE) {
         let why = out.stdout[at..].lines().next().unwrap_or(UNAVAILABLE);

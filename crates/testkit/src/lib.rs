@@ -25,8 +25,8 @@ mod tshark;
 pub use capture::LiveCapture;
 pub use packets::{hex, random_sample, Rng, Sample};
 pub use tools::{
-    have_scapy, have_tshark, probe, python, repo_root, run, script, skip, tools_required, tshark,
-    Output, TempFile,
+    have_scapy, have_tshark, probe, python, repo_root, run, run_in_new_netns, script, skip,
+    tools_required, tshark, Output, TempFile,
 };
 pub use tshark::{
     check_decoded, num, tshark_decode, tshark_decodes_extension_headers, tshark_fields, Row,

@@ -170,3 +170,43 @@ impl Drop for TempFile {
         let _ = std::fs::remove_file(&self.0);
     }
 }
+
+/// Re-runs the ignored test `child_test` of the current test binary inside a new network
+/// namespace (`unshare --net`), with the environment variable `child_env` set to `1`, so
+/// that it may reconfigure its own `lo` without disturbing the host. Returns the child's
+/// output, or `None` after reporting a skip for `test` (see [`skip`]) when no namespace
+/// can be created.
+pub fn run_in_new_netns(test: &str, child_test: &str, child_env: &str) -> Option<Output> {
+    let exe = match std::env::current_exe() {
+        Ok(exe) => exe,
+        Err(e) => {
+            skip(test, &format!("cannot find the test executable: {e}"));
+            return None;
+        }
+    };
+    let mut cmd = Command::new("unshare");
+    cmd.arg("--net")
+        .arg("--")
+        .arg(&exe)
+        .args([
+            "--exact",
+            child_test,
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(child_env, "1");
+    let out = match run(cmd, Duration::from_secs(240)) {
+        Ok(out) => out,
+        Err(e) => {
+            skip(test, &format!("cannot run in a new network namespace: {e}"));
+            return None;
+        }
+    };
+    eprintln!("{}", out.stderr.trim_end());
+    if out.stderr.contains("unshare failed") || out.stderr.contains("unshare:") {
+        skip(test, "no permission to create a network namespace");
+        return None;
+    }
+    Some(out)
+}
