@@ -805,6 +805,40 @@ pub struct ibv_port_attr {
     pub port_cap_flags2: u16,
 }
 
+/// `enum ibv_gid_type` (what `_ibv_query_gid_ex` reports in [`ibv_gid_entry::gid_type`]).
+pub type ibv_gid_type = c_uint;
+/// InfiniBand GID.
+pub const IBV_GID_TYPE_IB: ibv_gid_type = 0;
+/// RoCE v1 GID.
+pub const IBV_GID_TYPE_ROCE_V1: ibv_gid_type = 1;
+/// RoCE v2 GID (an IPv6 or IPv4-mapped address; every populated uroce GID).
+pub const IBV_GID_TYPE_ROCE_V2: ibv_gid_type = 2;
+
+/// `enum ibv_gid_type_sysfs` (what `ibv_query_gid_type` reports). It lives in rdma-core's
+/// private driver header, which Debian does not install, so the layout test cannot check
+/// it; values from ibverbs-abi.md §6.7.
+pub type ibv_gid_type_sysfs = c_uint;
+/// InfiniBand or RoCE v1 GID (also reported for empty table entries).
+pub const IBV_GID_TYPE_SYSFS_IB_ROCE_V1: ibv_gid_type_sysfs = 0;
+/// RoCE v2 GID.
+pub const IBV_GID_TYPE_SYSFS_ROCE_V2: ibv_gid_type_sysfs = 1;
+
+/// `struct ibv_gid_entry` (32 bytes): one GID table entry as `_ibv_query_gid_ex` fills it.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_gid_entry {
+    /// The GID.
+    pub gid: ibv_gid,
+    /// Its index in the port's GID table.
+    pub gid_index: u32,
+    /// The port number.
+    pub port_num: u32,
+    /// `IBV_GID_TYPE_*`.
+    pub gid_type: ibv_gid_type,
+    /// Interface index of the associated network device (0: none).
+    pub ndev_ifindex: u32,
+}
+
 /// The two halves of a GID (the `global` member of [`ibv_gid`]; anonymous in C).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,14 +1,23 @@
-//! uroce's C ABI: the layer that will let unmodified programs built against rdma-core 44's
+//! uroce's C ABI: the layer that lets unmodified programs built against rdma-core 44's
 //! `<infiniband/verbs.h>` (Debian 12: ibverbs-utils, perftest, rdmacm-utils) run on uroce,
 //! as a drop-in `libibverbs.so.1` on top of uroce-net and uroce-verbs.
 //!
-//! For now this crate only defines the types ([`abi`]): `#[repr(C)]` mirrors of the
-//! structs, unions and enum constants those programs use, with layouts proven identical to
-//! the installed header on x86_64 by `tests/layout.rs` (which compiles a C program against
-//! `<infiniband/verbs.h>` and compares every `sizeof`/`offsetof`). No symbol is exported yet.
+//! * [`abi`]: `#[repr(C)]` mirrors of the structs, unions and enum constants those programs
+//!   use, with layouts proven identical to the installed header on x86_64 by
+//!   `tests/layout.rs` (which compiles a C program against `<infiniband/verbs.h>` and
+//!   compares every `sizeof`/`offsetof`).
+//! * [`exports`]: the exported functions. The cdylib (`liburoce_ffi.so`, SONAME
+//!   `libibverbs.so.1`, rdma-core 44's symbol versions) is loaded by unmodified programs
+//!   in place of the real library (`LD_LIBRARY_PATH`). First slice: the device list,
+//!   `ibv_open_device`/`ibv_close_device`, device/port/GID queries and
+//!   `ibv_read_sysfs_file` — enough for `ibv_devices` and `ibv_devinfo -v`. Programs
+//!   that import any other verbs symbol do not load yet.
+//! * [`device`]: the process-wide registry of the device and open contexts.
 //!
-//! This is the one crate of uroce where `unsafe` is expected: the exported functions will
+//! This is the one crate of uroce where `unsafe` is expected: the exported functions
 //! dereference pointers handed over by C callers. Every such block carries a `// SAFETY:`
 //! comment; the crates below it stay safe Rust.
 
 pub mod abi;
+pub mod device;
+pub mod exports;

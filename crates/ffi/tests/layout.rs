@@ -133,6 +133,14 @@ fn table() -> Vec<Check> {
         max_srq_sge, max_pkeys, local_ca_ack_delay, phys_port_cnt
     });
 
+    t.push(ty!(struct ibv_gid_entry));
+    t.extend(fields! {struct ibv_gid_entry;
+        gid, gid_index, port_num, gid_type, ndev_ifindex
+    });
+    t.extend(consts! {
+        IBV_GID_TYPE_IB, IBV_GID_TYPE_ROCE_V1, IBV_GID_TYPE_ROCE_V2
+    });
+
     t.push(ty!(struct ibv_port_attr));
     t.extend(fields! {struct ibv_port_attr;
         state, max_mtu, active_mtu, gid_tbl_len, port_cap_flags, max_msg_sz, bad_pkey_cntr,

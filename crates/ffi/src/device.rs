@@ -1,0 +1,415 @@
+//! The process-wide device registry behind the exported device and context functions.
+//!
+//! uroce shows one device, `uroce0`, bound to the address of [`NetConfig::from_env`]
+//! (`UROCE_ADDR`, default 127.0.0.1). Its [`ibv_device`] is allocated once, on the first
+//! `ibv_get_device_list`, and never freed (`ibv_free_device_list` frees only the array;
+//! device pointers stay valid for the life of the process, as with the real library).
+//!
+//! Every `ibv_open_device` returns the `context` member of a fresh heap [`verbs_context`]
+//! (`sz` = 648, `abi_compat` = [`VERBS_ABI_IS_EXTENDED`], `query_port` set); all contexts of
+//! the process share one [`NetDevice`] (one UDP socket and progress thread), which is
+//! opened with the first context and closed with the last. The registry records every live
+//! context by address, so that a pointer the application hands back is only dereferenced
+//! when uroce handed it out and it was not closed yet.
+//!
+//! Everything here is safe Rust except [`Registry::open`] and [`Registry::close`], which
+//! create and free the context allocations.
+
+use std::collections::HashMap;
+use std::ffi::c_char;
+use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError, Weak};
+
+use uroce_net::{NetConfig, NetDevice};
+use uroce_verbs::device::{node_guid_for, LinkLayer, PortState, PORT_NUM};
+use uroce_verbs::Gid;
+
+use crate::abi::*;
+
+/// Why a device or context call failed; each maps to one `errno` value.
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+pub enum FfiError {
+    /// A pointer argument was NULL or not an object uroce handed out (or it was closed).
+    #[error("{what} is NULL or not a live uroce object")]
+    BadHandle {
+        /// Which argument.
+        what: &'static str,
+    },
+    /// A port number other than 1.
+    #[error("port {port} does not exist (uroce devices have port 1 only)")]
+    BadPort {
+        /// The port asked for.
+        port: u32,
+    },
+    /// A GID index beyond the table.
+    #[error("GID index {index} is outside the table of {len} entries")]
+    BadGidIndex {
+        /// The index asked for.
+        index: u64,
+        /// Table length.
+        len: u32,
+    },
+    /// An argument value the call does not accept.
+    #[error("invalid argument: {0}")]
+    Invalid(&'static str),
+    /// The environment does not describe a usable device (e.g. `UROCE_ADDR` unparsable).
+    #[error("device configuration: {0}")]
+    Config(String),
+    /// Opening the network device failed (address not local, port taken, …).
+    #[error("opening the network device: {0}")]
+    Open(String),
+}
+
+impl FfiError {
+    /// The `errno` value this error reports.
+    pub fn errno(&self) -> i32 {
+        match self {
+            FfiError::BadHandle { .. }
+            | FfiError::BadPort { .. }
+            | FfiError::BadGidIndex { .. }
+            | FfiError::Invalid(_)
+            | FfiError::Config(_) => libc::EINVAL,
+            FfiError::Open(_) => libc::ENODEV,
+        }
+    }
+}
+
+/// The one device of the process.
+struct Dev {
+    /// The leaked `ibv_device` handed to applications (never freed).
+    ptr: AtomicPtr<ibv_device>,
+    /// The configuration the device list was built from; contexts open with it.
+    cfg: NetConfig,
+    /// Node GUID (host order).
+    guid: u64,
+}
+
+/// One open context.
+struct Ctx {
+    /// The heap `verbs_context` (from `Box::into_raw`), freed by [`Registry::close`].
+    raw: AtomicPtr<verbs_context>,
+    /// The shared network device this context uses.
+    net: Arc<NetDevice>,
+}
+
+/// All state of the exported functions.
+#[derive(Default)]
+struct State {
+    dev: Option<Dev>,
+    /// The shared network device while any context is open.
+    net: Weak<NetDevice>,
+    /// Live contexts by the address of their `ibv_context`.
+    contexts: HashMap<usize, Ctx>,
+}
+
+/// The registry (a namespace for the operations on the global state).
+pub struct Registry;
+
+static STATE: LazyLock<Mutex<State>> = LazyLock::new(|| Mutex::new(State::default()));
+
+fn state() -> MutexGuard<'static, State> {
+    // A panic while the lock was held (caught at the C boundary) leaves the state
+    // consistent: every mutation below is a single insert/remove/assignment.
+    STATE.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Copies `s` into a fixed C string field, truncating so that a NUL always fits.
+fn put_str(dst: &mut [c_char], s: &str) {
+    let n = s.len().min(dst.len().saturating_sub(1));
+    for (d, b) in dst.iter_mut().zip(s.bytes().take(n)) {
+        *d = b as c_char;
+    }
+    if let Some(end) = dst.get_mut(n) {
+        *end = 0;
+    }
+}
+
+/// Builds the `ibv_device` for a configuration.
+fn make_device(cfg: &NetConfig) -> ibv_device {
+    let mut d = ibv_device {
+        _ops: _ibv_device_ops {
+            _dummy1: None,
+            _dummy2: None,
+        },
+        node_type: IBV_NODE_CA,
+        transport_type: IBV_TRANSPORT_IB,
+        name: [0; 64],
+        dev_name: [0; 64],
+        dev_path: [0; 256],
+        ibdev_path: [0; 256],
+    };
+    put_str(&mut d.name, &cfg.name);
+    put_str(&mut d.dev_name, &cfg.name);
+    put_str(
+        &mut d.dev_path,
+        &format!("/sys/class/infiniband_verbs/{}", cfg.name),
+    );
+    put_str(
+        &mut d.ibdev_path,
+        &format!("/sys/class/infiniband/{}", cfg.name),
+    );
+    d
+}
+
+impl Registry {
+    /// The device pointer, creating the device from the environment on first use.
+    ///
+    /// # Errors
+    /// [`FfiError::Config`] when the environment does not parse (nothing is cached then).
+    pub fn device() -> Result<*mut ibv_device, FfiError> {
+        let mut st = state();
+        if let Some(d) = &st.dev {
+            return Ok(d.ptr.load(Ordering::Acquire));
+        }
+        let cfg = NetConfig::from_env().map_err(|e| FfiError::Config(e.to_string()))?;
+        let guid = node_guid_for(cfg.addr);
+        let ptr = Box::into_raw(Box::new(make_device(&cfg)));
+        st.dev = Some(Dev {
+            ptr: AtomicPtr::new(ptr),
+            cfg,
+            guid,
+        });
+        Ok(ptr)
+    }
+
+    /// The node GUID of `dev` if it is the uroce device.
+    pub fn guid(dev: *mut ibv_device) -> Result<u64, FfiError> {
+        let st = state();
+        match &st.dev {
+            Some(d) if !dev.is_null() && d.ptr.load(Ordering::Acquire) == dev => Ok(d.guid),
+            _ => Err(FfiError::BadHandle { what: "device" }),
+        }
+    }
+
+    /// Checks that `dev` is the uroce device.
+    pub fn check_device(dev: *mut ibv_device) -> Result<(), FfiError> {
+        Self::guid(dev).map(|_| ())
+    }
+
+    /// Opens a context on `dev`: returns the `ibv_context` handed to the application.
+    ///
+    /// # Errors
+    /// [`FfiError::BadHandle`] for a foreign device, [`FfiError::Open`] when the network
+    /// device cannot be opened.
+    pub fn open(dev: *mut ibv_device) -> Result<*mut ibv_context, FfiError> {
+        let mut st = state();
+        let cfg = match &st.dev {
+            Some(d) if !dev.is_null() && d.ptr.load(Ordering::Acquire) == dev => d.cfg.clone(),
+            _ => return Err(FfiError::BadHandle { what: "device" }),
+        };
+        let net = match st.net.upgrade() {
+            Some(n) => n,
+            None => {
+                let n = Arc::new(
+                    NetDevice::open(cfg.clone()).map_err(|e| FfiError::Open(e.to_string()))?,
+                );
+                st.net = Arc::downgrade(&n);
+                n
+            }
+        };
+        // SAFETY: verbs_context consists of integers, raw pointers, `Option<extern fn>`
+        // (NULL is `None`) and an `ibv_context` of the same kinds plus a glibc
+        // `pthread_mutex_t`, whose all-zero bytes are `PTHREAD_MUTEX_INITIALIZER`; every
+        // field is therefore valid when zeroed.
+        let mut vctx: Box<verbs_context> = unsafe { Box::new(std::mem::zeroed()) };
+        vctx.query_port = Some(crate::exports::vctx_query_port);
+        vctx.sz = std::mem::size_of::<verbs_context>();
+        vctx.context.device = dev;
+        vctx.context.cmd_fd = -1;
+        vctx.context.async_fd = -1;
+        vctx.context.num_comp_vectors = 1;
+        vctx.context.mutex = libc::PTHREAD_MUTEX_INITIALIZER;
+        vctx.context.abi_compat = VERBS_ABI_IS_EXTENDED;
+        let raw = Box::into_raw(vctx);
+        // SAFETY: `raw` is the live allocation just made; taking a field address does not
+        // read anything.
+        let ctx = unsafe { &raw mut (*raw).context };
+        st.contexts.insert(
+            ctx as usize,
+            Ctx {
+                raw: AtomicPtr::new(raw),
+                net,
+            },
+        );
+        Ok(ctx)
+    }
+
+    /// Closes a context from [`Registry::open`]; the last one closes the network device.
+    ///
+    /// # Errors
+    /// [`FfiError::BadHandle`] when `ctx` is not a live uroce context.
+    pub fn close(ctx: *mut ibv_context) -> Result<(), FfiError> {
+        let mut st = state();
+        let entry = st
+            .contexts
+            .remove(&(ctx as usize))
+            .ok_or(FfiError::BadHandle { what: "context" })?;
+        let raw = entry.raw.load(Ordering::Acquire);
+        // SAFETY: `raw` came from `Box::into_raw` in `open` and was registered exactly once;
+        // it has just been removed from the registry, so no other call can reach it and it
+        // is freed exactly once.
+        drop(unsafe { Box::from_raw(raw) });
+        // Dropping the last Arc (here, under the lock) closes the socket and joins the
+        // progress thread before another open could bind the same address.
+        drop(entry.net);
+        Ok(())
+    }
+
+    /// The network device behind a live context.
+    ///
+    /// # Errors
+    /// [`FfiError::BadHandle`] when `ctx` is not a live uroce context.
+    pub fn net(ctx: *const ibv_context) -> Result<Arc<NetDevice>, FfiError> {
+        state()
+            .contexts
+            .get(&(ctx as usize))
+            .map(|c| c.net.clone())
+            .ok_or(FfiError::BadHandle { what: "context" })
+    }
+}
+
+/// Firmware version string reported by `ibv_query_device`.
+pub const FW_VER: &str = concat!("uroce ", env!("CARGO_PKG_VERSION"));
+
+/// `ibv_query_device` for the device behind `net`.
+pub fn device_attr(net: &NetDevice) -> ibv_device_attr {
+    let a = net.device().attr();
+    let sat = |v: u32| c_int_from(v);
+    let mut out = ibv_device_attr {
+        fw_ver: [0; 64],
+        node_guid: a.node_guid.to_be(),
+        sys_image_guid: a.sys_image_guid.to_be(),
+        max_mr_size: u64::MAX,
+        page_size_cap: 0xffff_f000,
+        vendor_id: 0xff_ffff,
+        vendor_part_id: 0,
+        hw_ver: 0,
+        max_qp: sat(a.max_qp),
+        max_qp_wr: sat(a.max_qp_wr),
+        device_cap_flags: 0,
+        max_sge: sat(a.max_sge),
+        max_sge_rd: sat(a.max_sge_rd),
+        max_cq: sat(a.max_cq),
+        max_cqe: sat(a.max_cqe),
+        max_mr: sat(a.max_mr),
+        max_pd: sat(a.max_pd),
+        max_qp_rd_atom: sat(a.max_qp_rd_atom),
+        max_ee_rd_atom: 0,
+        max_res_rd_atom: sat(a.max_qp_rd_atom.saturating_mul(a.max_qp)),
+        max_qp_init_rd_atom: sat(a.max_qp_init_rd_atom),
+        max_ee_init_rd_atom: 0,
+        atomic_cap: a.atomic_cap as ibv_atomic_cap,
+        max_ee: 0,
+        max_rdd: 0,
+        max_mw: 0,
+        max_raw_ipv6_qp: 0,
+        max_raw_ethy_qp: 0,
+        max_mcast_grp: 0,
+        max_mcast_qp_attach: 0,
+        max_total_mcast_qp_attach: 0,
+        max_ah: sat(a.max_ah),
+        max_fmr: 0,
+        max_map_per_fmr: 0,
+        max_srq: sat(a.max_srq),
+        max_srq_wr: sat(a.max_srq_wr),
+        max_srq_sge: sat(a.max_srq_sge),
+        max_pkeys: a.max_pkeys,
+        local_ca_ack_delay: a.local_ca_ack_delay,
+        phys_port_cnt: a.phys_port_cnt,
+    };
+    put_str(&mut out.fw_ver, FW_VER);
+    out
+}
+
+/// `u32` → `c_int`, saturating.
+fn c_int_from(v: u32) -> i32 {
+    i32::try_from(v).unwrap_or(i32::MAX)
+}
+
+/// `ibv_query_port` for the device behind `net` (the full 52-byte structure).
+///
+/// # Errors
+/// [`FfiError::BadPort`] for a port other than 1.
+pub fn port_attr(net: &NetDevice, port: u8) -> Result<ibv_port_attr, FfiError> {
+    let p = net
+        .device()
+        .port_attr(port)
+        .map_err(|_| FfiError::BadPort { port: port.into() })?;
+    let active = p.state == PortState::Active;
+    Ok(ibv_port_attr {
+        state: p.state as ibv_port_state,
+        max_mtu: p.max_mtu as ibv_mtu,
+        active_mtu: p.active_mtu as ibv_mtu,
+        gid_tbl_len: c_int_from(p.gid_tbl_len),
+        port_cap_flags: 0,
+        max_msg_sz: u32::try_from(p.max_msg_sz).unwrap_or(u32::MAX),
+        bad_pkey_cntr: 0,
+        qkey_viol_cntr: 0,
+        pkey_tbl_len: p.pkey_tbl_len,
+        lid: 0,
+        sm_lid: 0,
+        lmc: 0,
+        max_vl_num: 1,
+        sm_sl: 0,
+        subnet_timeout: 0,
+        init_type_reply: 0,
+        // 1X at SDR: a software device has no physical lanes; this is the smallest
+        // well-formed value.
+        active_width: 1,
+        active_speed: 1,
+        // IB PortPhysicalState: 5 = LinkUp, 3 = Disabled.
+        phys_state: if active { 5 } else { 3 },
+        link_layer: match p.link_layer {
+            LinkLayer::Ethernet => IBV_LINK_LAYER_ETHERNET,
+            LinkLayer::InfiniBand => IBV_LINK_LAYER_INFINIBAND,
+        },
+        flags: 0,
+        port_cap_flags2: 0,
+    })
+}
+
+/// One GID table entry: `Ok(None)` for an empty (all-zero) in-range entry.
+///
+/// # Errors
+/// [`FfiError::BadPort`] / [`FfiError::BadGidIndex`].
+pub fn gid(net: &NetDevice, port: u32, index: u64) -> Result<Option<Gid>, FfiError> {
+    let port8 = u8::try_from(port)
+        .ok()
+        .filter(|p| *p == PORT_NUM)
+        .ok_or(FfiError::BadPort { port })?;
+    let len = net
+        .device()
+        .port_attr(port8)
+        .map_err(|_| FfiError::BadPort { port })?
+        .gid_tbl_len;
+    let idx = u32::try_from(index)
+        .ok()
+        .filter(|i| *i < len)
+        .ok_or(FfiError::BadGidIndex { index, len })?;
+    let g = net
+        .device()
+        .gid(port8, idx)
+        .map_err(|_| FfiError::BadGidIndex { index, len })?;
+    Ok((!g.is_zero()).then_some(g))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn put_str_truncates_and_terminates() {
+        let mut buf = [1 as c_char; 4];
+        put_str(&mut buf, "abcdef");
+        assert_eq!(buf, [b'a' as c_char, b'b' as c_char, b'c' as c_char, 0]);
+        let mut buf = [1 as c_char; 8];
+        put_str(&mut buf, "ab");
+        assert_eq!(&buf[..3], &[b'a' as c_char, b'b' as c_char, 0]);
+    }
+
+    #[test]
+    fn errors_map_to_errno() {
+        assert_eq!(FfiError::BadPort { port: 2 }.errno(), libc::EINVAL);
+        assert_eq!(FfiError::Open("x".into()).errno(), libc::ENODEV);
+    }
+}
