@@ -667,6 +667,15 @@ impl Transport for Hook {
         }
     }
 
+    fn flush(&self, qpn: u32) {
+        let Some(sh) = self.0.upgrade() else {
+            return;
+        };
+        let mut io = lock(&sh.io);
+        let now = sh.now();
+        sh.transmit_all(&mut io, &[qpn], now);
+    }
+
     fn poll_progress(&self) -> bool {
         let Some(sh) = self.0.upgrade() else {
             return false;
@@ -853,6 +862,14 @@ impl NetDevice {
         self.shared.wake();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
+        }
+        // A last step sends what is still waiting: ACKs deferred for the application's
+        // next post, posts left for its next poll. A program that exits right after its
+        // last completion (a ping-pong) would otherwise leave its peer without the final
+        // ACK, retrying until RETRY_EXC_ERR.
+        if let Ok(mut io) = self.shared.io.lock() {
+            self.shared.step(&mut io, false);
+            let _ = io.sock.flush_held();
         }
     }
 }

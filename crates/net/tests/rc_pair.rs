@@ -243,3 +243,34 @@ fn event_mode_send_ping_pong() {
         assert_eq!(wa[0].status, WcStatus::Success);
     }
 }
+
+/// A busy-polling receiver holds its ACK back for its next post. If instead it destroys
+/// the QP right after its last completion (a ping-pong's last iteration), the ACK must
+/// still leave: the sender's SEND completes successfully instead of retrying until
+/// RETRY_EXC_ERR.
+#[test]
+fn held_back_ack_leaves_when_the_receiver_destroys_its_qp() {
+    let a = side("127.0.2.5", false);
+    let b = side("127.0.2.6", false);
+    connect(&a, &b, Pmtu::Mtu1024);
+    b.qp.post_recv(RecvWr::new(1, vec![sge(&b.mr, 0, 64)]))
+        .expect("recv");
+    // B busy polls before the message arrives, so its receive step defers the ACK.
+    let early = b.cq.poll(1);
+    assert!(early.is_empty());
+    a.qp.post_send(SendWr::send(9, vec![sge(&a.mr, 0, 8)]))
+        .expect("send");
+    let wb = wait(&b.cq, 1);
+    assert_eq!(wb[0].status, WcStatus::Success);
+    // Destroy B's QP at once, without another poll or post on B.
+    let Side { qp, .. } = b;
+    qp.destroy().map_err(|(_, e)| e).expect("destroy");
+    // With the timeout code 10 of `connect` (about 4 ms, 7 retries) a lost ACK would end
+    // in RETRY_EXC_ERR within a few tens of milliseconds.
+    let wa = wait(&a.cq, 1);
+    assert_eq!(
+        (wa[0].wr_id, wa[0].status),
+        (9, WcStatus::Success),
+        "the SEND must be acknowledged"
+    );
+}

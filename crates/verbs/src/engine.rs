@@ -54,6 +54,10 @@ pub trait Transport: Send + Sync {
     /// An application thread polled an empty CQ: drive progress now if no other thread is
     /// doing so. Returns whether anything was done. Called without any verbs lock held.
     fn poll_progress(&self) -> bool;
+
+    /// QP `qpn` is about to be destroyed: send what it still has to send now (waiting for
+    /// the network lock if needed). Called without any verbs lock held.
+    fn flush(&self, qpn: u32);
 }
 
 /// The installed transport, if any.
@@ -476,6 +480,13 @@ pub(crate) fn post_recv(
 pub(crate) fn ring(core: &Arc<QpCore>) {
     if let Some(t) = core.ctx.transport.get() {
         t.ring(core.qpn);
+    }
+}
+
+/// Sends what a QP about to be destroyed still has to send.
+pub(crate) fn flush(core: &Arc<QpCore>) {
+    if let Some(t) = core.ctx.transport.get() {
+        t.flush(core.qpn);
     }
 }
 

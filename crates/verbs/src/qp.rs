@@ -1516,6 +1516,9 @@ impl Qp {
     fn retire(&self) -> Result<(), DestroyError> {
         let core = &self.r.core;
         let ctx = &core.ctx;
+        // 0. What the QP still has to send (an ACK held back for a post that will not
+        // come) leaves now, while the QP can still be found.
+        crate::engine::flush(core);
         // 1. No new events for it from now on (checked under the event queue's lock).
         core.liveness.unpublish();
         // 2. No new lookups; the QPN stays reserved until the release.
