@@ -58,6 +58,19 @@ pub enum FfiError {
     /// Opening the network device failed (address not local, port taken, …).
     #[error("opening the network device: {0}")]
     Open(String),
+    /// The verbs layer refused the operation; `errno` is the verbs ABI's value for it.
+    #[error("{op}: {reason}")]
+    Refused {
+        /// The verbs call.
+        op: &'static str,
+        /// The errno value reported (EINVAL, ENOMEM, EBUSY, …).
+        errno: i32,
+        /// The verbs layer's explanation.
+        reason: String,
+    },
+    /// A feature this library does not implement (yet).
+    #[error("not supported: {0}")]
+    Unsupported(&'static str),
 }
 
 impl FfiError {
@@ -70,6 +83,8 @@ impl FfiError {
             | FfiError::Invalid(_)
             | FfiError::Config(_) => libc::EINVAL,
             FfiError::Open(_) => libc::ENODEV,
+            FfiError::Refused { errno, .. } => *errno,
+            FfiError::Unsupported(_) => libc::EOPNOTSUPP,
         }
     }
 }
@@ -213,6 +228,11 @@ impl Registry {
         // field is therefore valid when zeroed.
         let mut vctx: Box<verbs_context> = unsafe { Box::new(std::mem::zeroed()) };
         vctx.query_port = Some(crate::exports::vctx_query_port);
+        vctx.context.ops.poll_cq = Some(crate::verbs_api::ops_poll_cq);
+        vctx.context.ops.req_notify_cq = Some(crate::verbs_api::ops_req_notify_cq);
+        vctx.context.ops.post_send = Some(crate::verbs_api::ops_post_send);
+        vctx.context.ops.post_recv = Some(crate::verbs_api::ops_post_recv);
+        vctx.context.ops.post_srq_recv = Some(crate::verbs_api::ops_post_srq_recv);
         vctx.sz = std::mem::size_of::<verbs_context>();
         vctx.context.device = dev;
         vctx.context.cmd_fd = -1;

@@ -8,11 +8,15 @@
 //!   compares every `sizeof`/`offsetof`).
 //! * [`exports`]: the exported functions. The cdylib (`liburoce_ffi.so`, SONAME
 //!   `libibverbs.so.1`, rdma-core 44's symbol versions) is loaded by unmodified programs
-//!   in place of the real library (`LD_LIBRARY_PATH`). First slice: the device list,
+//!   in place of the real library (`LD_LIBRARY_PATH`): the device list,
 //!   `ibv_open_device`/`ibv_close_device`, device/port/GID queries and
-//!   `ibv_read_sysfs_file` — enough for `ibv_devices` and `ibv_devinfo -v`. Programs
-//!   that import any other verbs symbol do not load yet.
+//!   `ibv_read_sysfs_file` — enough for `ibv_devices` and `ibv_devinfo -v`.
+//! * [`verbs_api`]: PDs, MRs, completion channels, CQs, RC QPs and the data-path slots of
+//!   `ibv_context.ops` — enough for `ibv_rc_pingpong`. Programs that import any other
+//!   verbs symbol do not load yet.
 //! * [`device`]: the process-wide registry of the device and open contexts.
+//! * [`objects`]: the registry of the objects handed out, and the conversions between the
+//!   C work requests/completions/attributes and uroce-verbs' types.
 //!
 //! This is the one crate of uroce where `unsafe` is expected: the exported functions
 //! dereference pointers handed over by C callers. Every such block carries a `// SAFETY:`
@@ -21,3 +25,5 @@
 pub mod abi;
 pub mod device;
 pub mod exports;
+pub mod objects;
+pub mod verbs_api;

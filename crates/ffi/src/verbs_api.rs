@@ -1,0 +1,972 @@
+//! The exported verbs object and data-path functions (second slice): protection domains,
+//! memory regions, completion channels and CQs (with events), RC QPs
+//! (create/modify/query/destroy), and the `ibv_context.ops` slots the header inlines call
+//! (`poll_cq`, `req_notify_cq`, `post_send`, `post_recv`; `post_srq_recv` reports
+//! `EOPNOTSUPP`). Enough for the unmodified `ibv_rc_pingpong`.
+//!
+//! Conventions as in [`crate::exports`]: internal `uroce_<name>` symbols renamed by
+//! `.symver`, panics caught (`EIO`), handles checked against the registry
+//! ([`crate::objects`]) before use, `errno` set on failure. Return conventions follow
+//! rdma-core 44: constructors return NULL + `errno`; `ibv_dealloc_pd`, `ibv_dereg_mr`,
+//! `ibv_destroy_*`, `ibv_modify_qp`, `ibv_query_qp` and the ops slots return 0 or the errno
+//! value; `ibv_get_cq_event` returns 0 or -1 + `errno`.
+
+use std::ffi::{c_char, c_int, c_uint, c_void, CString};
+use std::os::fd::AsRawFd as _;
+use std::sync::{Arc, LazyLock};
+
+use uroce_verbs::{
+    AccessFlags, CompChannel, CqRef, MemBlock, QpInitAttr, QpType, WcStatus, WorkCompletion,
+};
+
+use crate::abi::*;
+use crate::device::{FfiError, Registry};
+use crate::objects::*;
+
+/// Sets the calling thread's `errno`.
+fn set_errno(e: c_int) {
+    // SAFETY: `__errno_location` returns the address of the calling thread's errno, valid
+    // and writable for the thread's lifetime.
+    unsafe { *libc::__errno_location() = e };
+}
+
+/// Runs `f`, turning a panic into `on_panic` with `errno` = `EIO`.
+fn guard<R>(on_panic: R, f: impl FnOnce() -> R) -> R {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|_| {
+        set_errno(libc::EIO);
+        on_panic
+    })
+}
+
+/// `Ok(p)` → `p`, `Err` → NULL with `errno` set.
+fn ptr_or_null<T>(r: Result<*mut T, FfiError>) -> *mut T {
+    r.unwrap_or_else(|e| {
+        set_errno(e.errno());
+        std::ptr::null_mut()
+    })
+}
+
+/// `Ok` → 0, `Err` → the errno value (also stored in `errno`).
+fn errno_value(r: Result<(), FfiError>) -> c_int {
+    match r {
+        Ok(()) => 0,
+        Err(e) => {
+            set_errno(e.errno());
+            e.errno()
+        }
+    }
+}
+
+/// A verbs-layer refusal with its errno.
+fn refused(op: &'static str, errno: c_int, e: impl std::fmt::Display) -> FfiError {
+    FfiError::Refused {
+        op,
+        errno,
+        reason: e.to_string(),
+    }
+}
+
+/// Attaches the public versioned name to an internal symbol (not in unit-test builds).
+macro_rules! symver {
+    ($internal:literal, $public:literal) => {
+        #[cfg(not(test))]
+        std::arch::global_asm!(concat!(".symver ", $internal, ", ", $public));
+    };
+}
+
+symver!("uroce_ibv_alloc_pd", "ibv_alloc_pd@@IBVERBS_1.1");
+symver!("uroce_ibv_dealloc_pd", "ibv_dealloc_pd@@IBVERBS_1.1");
+symver!("uroce_ibv_reg_mr", "ibv_reg_mr@@IBVERBS_1.1");
+symver!("uroce_ibv_reg_mr_iova2", "ibv_reg_mr_iova2@@IBVERBS_1.8");
+symver!("uroce_ibv_dereg_mr", "ibv_dereg_mr@@IBVERBS_1.1");
+symver!(
+    "uroce_ibv_create_comp_channel",
+    "ibv_create_comp_channel@@IBVERBS_1.0"
+);
+symver!(
+    "uroce_ibv_destroy_comp_channel",
+    "ibv_destroy_comp_channel@@IBVERBS_1.0"
+);
+symver!("uroce_ibv_create_cq", "ibv_create_cq@@IBVERBS_1.1");
+symver!("uroce_ibv_destroy_cq", "ibv_destroy_cq@@IBVERBS_1.1");
+symver!("uroce_ibv_get_cq_event", "ibv_get_cq_event@@IBVERBS_1.1");
+symver!("uroce_ibv_ack_cq_events", "ibv_ack_cq_events@@IBVERBS_1.1");
+symver!("uroce_ibv_create_qp", "ibv_create_qp@@IBVERBS_1.1");
+symver!("uroce_ibv_modify_qp", "ibv_modify_qp@@IBVERBS_1.1");
+symver!("uroce_ibv_query_qp", "ibv_query_qp@@IBVERBS_1.1");
+symver!("uroce_ibv_destroy_qp", "ibv_destroy_qp@@IBVERBS_1.1");
+symver!("uroce_ibv_wc_status_str", "ibv_wc_status_str@@IBVERBS_1.1");
+symver!("uroce_ibv_qp_to_qp_ex", "ibv_qp_to_qp_ex@@IBVERBS_1.6");
+
+// ---------------------------------------------------------------------------------------
+// Protection domains.
+// ---------------------------------------------------------------------------------------
+
+/// `ibv_alloc_pd(context)`: a new PD, or NULL + `errno` (`EINVAL` bad context, `ENOMEM`).
+///
+/// # Safety
+/// None beyond the C contract: unknown pointers are rejected, never dereferenced.
+#[no_mangle]
+pub unsafe extern "C" fn uroce_ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd {
+    guard(std::ptr::null_mut(), || {
+        ptr_or_null((|| {
+            let net = Registry::net(context)?;
+            let pd = net
+                .context()
+                .alloc_pd()
+                .map_err(|e| refused("ibv_alloc_pd", libc::ENOMEM, e))?;
+            let raw = CBox::new(ibv_pd {
+                context,
+                handle: pd.id(),
+            });
+            let p = raw.ptr();
+            objects().pds.insert(p as usize, PdEntry { raw, pd, net });
+            Ok(p)
+        })())
+    })
+}
+
+/// `ibv_dealloc_pd(pd)`: 0, or `EBUSY` while MRs/QPs use it, `EINVAL` for an unknown PD.
+///
+/// # Safety
+/// None beyond the C contract: unknown pointers are rejected, never dereferenced.
+#[no_mangle]
+pub unsafe extern "C" fn uroce_ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
+    guard(libc::EIO, || {
+        errno_value((|| {
+            let entry = objects()
+                .pds
+                .remove(&(pd as usize))
+                .ok_or(FfiError::BadHandle { what: "pd" })?;
+            let PdEntry { raw, pd: p, net } = entry;
+            match p.destroy() {
+                Ok(()) => Ok(()),
+                Err((p, e)) => {
+                    let key = raw.ptr() as usize;
+                    objects().pds.insert(key, PdEntry { raw, pd: p, net });
+                    Err(refused("ibv_dealloc_pd", libc::EBUSY, e))
+                }
+            }
+        })())
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+// Memory regions.
+// ---------------------------------------------------------------------------------------
+
+/// Registers `[addr, addr + length)` with byte 0 at `iova` (`None`: the address itself).
+///
+/// # Safety
+/// The range is application memory that stays valid until the MR is deregistered.
+unsafe fn reg_mr(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    iova: Option<u64>,
+    access: AccessFlags,
+) -> Result<*mut ibv_mr, FfiError> {
+    let mut objs = objects();
+    let entry = objs.pd(pd)?;
+    let context = {
+        // SAFETY: `pd` is a live registered PD (checked above, lock held), allocated by
+        // uroce; reading one field.
+        unsafe { (*pd).context }
+    };
+    // SAFETY: caller guarantee (the C contract of ibv_reg_mr): the range is live memory
+    // until ibv_dereg_mr, which retires the block before returning.
+    let block = unsafe { MemBlock::from_raw(addr.cast(), length) }
+        .map_err(|e| refused("ibv_reg_mr", libc::EINVAL, e))?;
+    let mr = match iova {
+        Some(iova) => entry.pd.reg_mr_iova(block, access, iova),
+        None => entry.pd.reg_mr(block, access),
+    }
+    .map_err(|e| refused("ibv_reg_mr", libc::EINVAL, e))?;
+    let raw = CBox::new(ibv_mr {
+        context,
+        pd,
+        addr,
+        length,
+        handle: mr.lkey(),
+        lkey: mr.lkey(),
+        rkey: mr.rkey(),
+    });
+    let p = raw.ptr();
+    objs.mrs.insert(p as usize, MrEntry { raw, mr });
+    Ok(p)
+}
+
+/// `ibv_reg_mr(pd, addr, length, access)`: a memory region over application memory, or
+/// NULL + `errno` (`EINVAL`). Optional access bits (`IBV_ACCESS_OPTIONAL_RANGE`) are
+/// ignored.
+///
+/// # Safety
+/// `[addr, addr + length)` is application memory that stays allocated until
+/// `ibv_dereg_mr` returns (the verbs contract).
+#[no_mangle]
+pub unsafe extern "C" fn uroce_ibv_reg_mr(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    access: c_int,
+) -> *mut ibv_mr {
+    guard(std::ptr::null_mut(), || {
+        ptr_or_null(
+            // SAFETY: forwarded caller guarantee on the range.
+            mr_access(access).and_then(|a| unsafe { reg_mr(pd, addr, length, None, a) }),
+        )
+    })
+}
+
+/// `ibv_reg_mr_iova2(pd, addr, length, iova, access)` (IBVERBS_1.8): like `ibv_reg_mr`
+/// with an explicit virtual address for the first byte.
+///
+/// # Safety
+/// As for [`uroce_ibv_reg_mr`].
+#[no_mangle]
+pub unsafe extern "C" fn uroce_ibv_reg_mr_iova2(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    iova: u64,
+    access: c_uint,
+) -> *mut ibv_mr {
+    guard(std::ptr::null_mut(), || {
+        ptr_or_null(mr_access(access as c_int).and_then(|a| {
+            // SAFETY: forwarded caller guarantee on the range.
+            unsafe { reg_mr(pd, addr, length, Some(iova), a) }
+        }))
+    })
+}
+
+/// `ibv_dereg_mr(mr)`: 0 once no access to the memory is in progress any more (the
+/// application may free it then), or the errno value (`EINVAL`, `EBUSY`).
+///
+/// # Safety
+/// None beyond the C contract: unknown pointers are rejected, never dereferenced.
+#[no_mangle]
+pub unsafe extern "C" fn uroce_ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
+    guard(libc::EIO, || {
+        errno_value((|| {
+            let MrEntry { raw, mr: m } = objects()
+                .mrs
+                .remove(&(mr as usize))
+                .ok_or(FfiError::BadHandle { what: "mr" })?;
+            match m.destroy() {
+                Ok(()) => Ok(()),
+                Err((m, e)) => {
+                    let key = raw.ptr() as usize;
+                    objects().mrs.insert(key, MrEntry { raw, mr: m });
+                    Err(refused("ibv_dereg_mr", libc::EBUSY, e))
+                }
+            }
+        })())
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+// Completion channels and CQs.
+// ---------------------------------------------------------------------------------------
+
+/// `ibv_create_comp_channel(context)`: a channel whose `fd` is readable while CQ events
+/// are pending; NULL + `errno` on failure.
+///
+/// # Safety
+/// None beyond the C contract: unknown pointers are rejected, never dereferenced.
+#[no_mangle]
+pub unsafe extern "C" fn uroce_ibv_create_comp_channel(
+    context: *mut ibv_context,
+) -> *mut ibv_comp_channel {
+    guard(std::ptr::null_mut(), || {
+        ptr_or_null((|| {
+            let net = Registry::net(context)?;
+            let ch = net
+                .context()
+                .create_comp_channel()
+                .map_err(|e| refused("ibv_create_comp_channel", libc::ENOMEM, e))?;
+            let raw = CBox::new(ibv_comp_channel {
+                context,
+                fd: ch.fd().as_raw_fd(),
+                refcnt: 0,
+            });
+            let p = raw.ptr();
+            objects().channels.insert(
+                p as usize,
+                ChannelEntry {
+                    raw,
+                    ch: Arc::new(ch),
+                    _net: net,
+                },
+            );
+            Ok(p)
+        })())
+    })
+}
+
+/// `ibv_destroy_comp_channel(channel)`: 0, or `EBUSY` while CQs use it or a thread waits
+/// on it, `EINVAL` for an unknown channel.
+///
+/// # Safety
+/// None beyond the C contract: unknown pointers are rejected, never dereferenced.
+#[no_mangle]
+pub unsafe extern "C" fn uroce_ibv_destroy_comp_channel(channel: *mut ibv_comp_channel) -> c_int {
+    guard(libc::EIO, || {
+        errno_value((|| {
+            let mut objs = objects();
+            let entry = objs
+                .channels
+                .get(&(channel as usize))
+                .ok_or(FfiError::BadHandle { what: "channel" })?;
+            // SAFETY: registered, live channel allocated by uroce (lock held).
+            let refcnt = unsafe { (*entry.raw.ptr()).refcnt };
+            if refcnt > 0 || Arc::strong_count(&entry.ch) > 1 {
+                return Err(FfiError::Refused {
+                    op: "ibv_destroy_comp_channel",
+                    errno: libc::EBUSY,
+                    reason: "CQs use the channel or a thread waits on it".into(),
+                });
+            }
+            let ChannelEntry { raw, ch, _net } = objs
+                .channels
+                .remove(&(channel as usize))
+                .ok_or(FfiError::BadHandle { what: "channel" })?;
+            drop(objs);
+            let ch = match Arc::try_unwrap(ch) {
+                Ok(ch) => ch,
+                Err(ch) => {
+                    let key = raw.ptr() as usize;
+                    objects()
+                        .channels
+                        .insert(key, ChannelEntry { raw, ch, _net });
+                    return Err(refused("ibv_destroy_comp_channel", libc::EBUSY, "in use"));
+                }
+            };
+            match ch.destroy() {
+                Ok(()) => Ok(()),
+                Err((ch, e)) => {
+                    let key = raw.ptr() as usize;
+                    objects().channels.insert(
+                        key,
+                        ChannelEntry {
+                            raw,
+                            ch: Arc::new(ch),
+                            _net,
+                        },
+                    );
+                    Err(refused("ibv_destroy_comp_channel", libc::EBUSY, e))
+                }
+            }
+        })())
+    })
+}
+
+/// `ibv_create_cq(context, cqe, cq_context, channel, comp_vector)`: a CQ of `cqe`
+/// entries, optionally reporting to `channel`; NULL + `errno` (`EINVAL`, `ENOMEM`).
+///
+/// # Safety
+/// None beyond the C contract: unknown pointers are rejected, never dereferenced.
+#[no_mangle]
+pub unsafe extern "C" fn uroce_ibv_create_cq(
+    context: *mut ibv_context,
+    cqe: c_int,
+    cq_context: *mut c_void,
+    channel: *mut ibv_comp_channel,
+    comp_vector: c_int,
+) -> *mut ibv_cq {
+    guard(std::ptr::null_mut(), || {
+        ptr_or_null((|| {
+            let net = Registry::net(context)?;
+            let cqe = u32::try_from(cqe).map_err(|_| FfiError::Invalid("negative cqe"))?;
+            let vector =
+                u32::try_from(comp_vector).map_err(|_| FfiError::Invalid("negative vector"))?;
+            let mut objs = objects();
+            let ch = if channel.is_null() {
+                None
+            } else {
+                Some(
+                    objs.channels
+                        .get(&(channel as usize))
+                        .ok_or(FfiError::BadHandle { what: "channel" })?,
+                )
+            };
+            let cq = net
+                .context()
+                .create_cq(cqe, ch.map(|c| &*c.ch), vector)
+                .map_err(|e| refused("ibv_create_cq", libc::EINVAL, e))?;
+            if let Some(c) = ch {
+                // SAFETY: registered, live channel allocated by uroce (lock held).
+                unsafe { (*c.raw.ptr()).refcnt += 1 };
+            }
+            // SAFETY: ibv_cq is pointers, integers and glibc pthread objects, all valid
+            // zeroed (the pthread ones are then their static initialisers).
+            let mut c: ibv_cq = unsafe { zeroed() };
+            c.context = context;
+            c.channel = channel;
+            c.cq_context = cq_context;
+            c.handle = cq.id();
+            c.cqe = c_int::try_from(cq.capacity()).unwrap_or(c_int::MAX);
+            let raw = CBox::new(c);
+            let p = raw.ptr();
+            objs.cq_by_id.insert(cq.id(), p as usize);
+            objs.cqs.insert(
+                p as usize,
+                CqEntry {
+                    raw,
+                    cq,
+                    events: Vec::new(),
+                    channel: channel as usize,
+                    _net: net,
+                },
+            );
+            Ok(p)
+        })())
+    })
+}
+
+/// `ibv_destroy_cq(cq)`: 0, or `EBUSY` while QPs use it, `EINVAL` for an unknown CQ.
+/// Events got and not acknowledged are acknowledged implicitly.
+///
+/// # Safety
+/// None beyond the C contract: unknown pointers are rejected, never dereferenced.
+#[no_mangle]
+pub unsafe extern "C" fn uroce_ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
+    guard(libc::EIO, || {
+        errno_value((|| {
+            let entry = {
+                let mut objs = objects();
+                let e = objs
+                    .cqs
+                    .remove(&(cq as usize))
+                    .ok_or(FfiError::BadHandle { what: "cq" })?;
+                objs.cq_by_id.remove(&e.cq.id());
+                e
+            };
+            let CqEntry {
+                raw,
+                cq: c,
+                events,
+                channel,
+                _net,
+            } = entry;
+            drop(events);
+            match c.destroy() {
+                Ok(()) => {
+                    let objs = objects();
+                    if let Some(ch) = objs.channels.get(&channel) {
+                        // SAFETY: registered, live channel allocated by uroce (lock held).
+                        unsafe { (*ch.raw.ptr()).refcnt -= 1 };
+                    }
+                    Ok(())
+                }
+                Err((c, e)) => {
+                    let key = raw.ptr() as usize;
+                    let mut objs = objects();
+                    objs.cq_by_id.insert(c.id(), key);
+                    objs.cqs.insert(
+                        key,
+                        CqEntry {
+                            raw,
+                            cq: c,
+                            events: Vec::new(),
+                            channel,
+                            _net,
+                        },
+                    );
+                    Err(refused("ibv_destroy_cq", libc::EBUSY, e))
+                }
+            }
+        })())
+    })
+}
+
+/// `ibv_get_cq_event(channel, &cq, &cq_context)`: waits (in `poll(2)` on the channel's fd,
+/// a cancellation point) for the next CQ notification; 0, or -1 + `errno`.
+///
+/// uroce's channel fd is non-blocking by construction, so its `O_NONBLOCK` flag says
+/// nothing about the application's wish: this call always waits. Applications that must
+/// not block `poll(2)` the fd first (readable exactly while an event is pending), as
+/// generic event loops do.
+///
+/// # Safety
+/// `cq` and `cq_context` are NULL or writable pointers.
+#[no_mangle]
+pub unsafe extern "C" fn uroce_ibv_get_cq_event(
+    channel: *mut ibv_comp_channel,
+    cq: *mut *mut ibv_cq,
+    cq_context: *mut *mut c_void,
+) -> c_int {
+    guard(-1, || {
+        let r = (|| {
+            if cq.is_null() || cq_context.is_null() {
+                return Err(FfiError::Invalid("output pointer is NULL"));
+            }
+            let ch: Arc<CompChannel> = objects()
+                .channels
+                .get(&(channel as usize))
+                .map(|e| Arc::clone(&e.ch))
+                .ok_or(FfiError::BadHandle { what: "channel" })?;
+            let ev = ch
+                .get_cq_event(None)
+                .map_err(|e| refused("ibv_get_cq_event", libc::EIO, e))?;
+            drop(ch);
+            let mut objs = objects();
+            let key = *objs
+                .cq_by_id
+                .get(&ev.cq().id())
+                .ok_or(FfiError::BadHandle { what: "cq" })?;
+            let entry = objs
+                .cqs
+                .get_mut(&key)
+                .ok_or(FfiError::BadHandle { what: "cq" })?;
+            // SAFETY: registered, live CQ allocated by uroce (lock held).
+            let user = unsafe { (*entry.raw.ptr()).cq_context };
+            entry.events.push(ev);
+            // SAFETY: the caller passes writable output pointers (checked non-NULL).
+            unsafe {
+                cq.write(key as *mut ibv_cq);
+                cq_context.write(user);
+            }
+            Ok(())
+        })();
+        match r {
+            Ok(()) => 0,
+            Err(e) => {
+                set_errno(e.errno());
+                -1
+            }
+        }
+    })
+}
+
+/// `ibv_ack_cq_events(cq, nevents)`: acknowledges events got for `cq` (unknown CQs and
+/// surplus counts are ignored).
+///
+/// # Safety
+/// None beyond the C contract: unknown pointers are rejected, never dereferenced.
+#[no_mangle]
+pub unsafe extern "C" fn uroce_ibv_ack_cq_events(cq: *mut ibv_cq, nevents: c_uint) {
+    guard((), || {
+        let mut objs = objects();
+        if let Some(entry) = objs.cqs.get_mut(&(cq as usize)) {
+            let n = entry
+                .events
+                .len()
+                .min(usize::try_from(nevents).unwrap_or(usize::MAX));
+            entry.events.drain(..n);
+            // SAFETY: registered, live CQ allocated by uroce (lock held).
+            unsafe {
+                let c = entry.raw.ptr();
+                (*c).comp_events_completed = (*c).comp_events_completed.wrapping_add(nevents);
+            }
+        }
+    })
+}
+
+/// `ibv_context.ops.poll_cq(cq, num_entries, wc)`: up to `num_entries` completions into
+/// `wc`; the count, or -1 (unknown CQ, negative count, NULL array).
+///
+/// # Safety
+/// `wc` is valid for writing `num_entries` `struct ibv_wc`.
+pub unsafe extern "C" fn ops_poll_cq(
+    cq: *mut ibv_cq,
+    num_entries: c_int,
+    wc: *mut ibv_wc,
+) -> c_int {
+    guard(-1, || {
+        let Ok(n) = usize::try_from(num_entries) else {
+            return -1;
+        };
+        if n == 0 {
+            return 0;
+        }
+        if wc.is_null() {
+            return -1;
+        }
+        let Ok(cq) = cq_ref(cq) else {
+            return -1;
+        };
+        let got: Vec<WorkCompletion> = cq.poll(n);
+        for (i, w) in got.iter().enumerate() {
+            // SAFETY: `i < got.len() <= num_entries`, and the caller's array holds
+            // `num_entries` writable entries.
+            unsafe { wc.add(i).write(wc_to_c(w)) };
+        }
+        c_int::try_from(got.len()).unwrap_or(c_int::MAX)
+    })
+}
+
+/// `ibv_context.ops.req_notify_cq(cq, solicited_only)`: arms the CQ; 0 or the errno value.
+///
+/// # Safety
+/// None beyond the C contract: unknown pointers are rejected, never dereferenced.
+pub unsafe extern "C" fn ops_req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -> c_int {
+    guard(libc::EIO, || {
+        errno_value(cq_ref(cq).and_then(|c: CqRef| {
+            c.req_notify(solicited_only != 0)
+                .map_err(|e| refused("ibv_req_notify_cq", libc::EINVAL, e))
+        }))
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+// Queue pairs.
+// ---------------------------------------------------------------------------------------
+
+/// `ibv_create_qp(pd, init_attr)`: an RC QP in RESET (`init_attr->cap` is updated to the
+/// granted sizes); NULL + `errno` (`EINVAL`; `EOPNOTSUPP` for other QP types or an SRQ).
+///
+/// # Safety
+/// `init_attr` is NULL or points to a readable and writable `struct ibv_qp_init_attr`.
+#[no_mangle]
+pub unsafe extern "C" fn uroce_ibv_create_qp(
+    pd: *mut ibv_pd,
+    init_attr: *mut ibv_qp_init_attr,
+) -> *mut ibv_qp {
+    guard(std::ptr::null_mut(), || {
+        ptr_or_null((|| {
+            if init_attr.is_null() {
+                return Err(FfiError::Invalid("init_attr is NULL"));
+            }
+            // SAFETY: caller guarantee: readable init_attr (checked non-NULL).
+            let ia = unsafe { init_attr.read() };
+            if !ia.srq.is_null() {
+                return Err(FfiError::Unsupported("QPs with an SRQ"));
+            }
+            // Only RC QPs get a transport engine from the network device; a UC or UD QP
+            // would accept posts and never send them, so they are refused.
+            let qp_type = QpType::from_u32(ia.qp_type)
+                .filter(|t| *t == QpType::Rc)
+                .ok_or(FfiError::Unsupported("QP types other than RC"))?;
+            let mut objs = objects();
+            let pd_entry = objs.pd(pd)?;
+            let send_cq = objs.cq(ia.send_cq)?;
+            let recv_cq = objs.cq(ia.recv_cq)?;
+            let attr = QpInitAttr {
+                qp_type,
+                send_cq: Some(&send_cq.cq),
+                recv_cq: Some(&recv_cq.cq),
+                srq: None,
+                cap: cap_from_c(&ia.cap),
+                sq_sig_all: ia.sq_sig_all != 0,
+            };
+            let qp = pd_entry
+                .pd
+                .create_qp(&attr)
+                .map_err(|e| refused("ibv_create_qp", libc::EINVAL, e))?;
+            let cap = qp.query().1.cap;
+            let net = Arc::clone(&pd_entry.net);
+            // SAFETY: `pd` is a registered, live PD allocated by uroce (lock held).
+            let context = unsafe { (*pd).context };
+            // SAFETY: ibv_qp is pointers, integers and glibc pthread objects, all valid
+            // zeroed (the pthread ones are then their static initialisers).
+            let mut c: ibv_qp = unsafe { zeroed() };
+            c.context = context;
+            c.qp_context = ia.qp_context;
+            c.pd = pd;
+            c.send_cq = ia.send_cq;
+            c.recv_cq = ia.recv_cq;
+            c.handle = qp.qp_num();
+            c.qp_num = qp.qp_num();
+            c.state = qp.state().as_u32();
+            c.qp_type = ia.qp_type;
+            let raw = CBox::new(c);
+            let p = raw.ptr();
+            objs.qps.insert(
+                p as usize,
+                QpEntry {
+                    raw,
+                    qp,
+                    max_inline: cap.max_inline_data,
+                    net,
+                },
+            );
+            // SAFETY: caller guarantee: writable init_attr (checked non-NULL).
+            unsafe { (*init_attr).cap = cap_to_c(&cap) };
+            Ok(p)
+        })())
+    })
+}
+
+/// `ibv_modify_qp(qp, attr, attr_mask)`: 0 or the errno value (`EINVAL`: unknown QP, bad
+/// mask or values, transition not allowed). `qp->state` follows the new state.
+///
+/// # Safety
+/// `attr` is NULL or points to a readable `struct ibv_qp_attr`.
+#[no_mangle]
+pub unsafe extern "C" fn uroce_ibv_modify_qp(
+    qp: *mut ibv_qp,
+    attr: *mut ibv_qp_attr,
+    attr_mask: c_int,
+) -> c_int {
+    guard(libc::EIO, || {
+        errno_value((|| {
+            if attr.is_null() {
+                return Err(FfiError::Invalid("attr is NULL"));
+            }
+            // SAFETY: caller guarantee: readable attr (checked non-NULL).
+            let a = unsafe { attr.read() };
+            let (q, mask) = qp_attr_from_c(&a, attr_mask as u32)?;
+            let (r, _) = qp_ref(qp)?;
+            let res = r
+                .modify(&q, mask)
+                .map_err(|e| refused("ibv_modify_qp", libc::EINVAL, e));
+            let objs = objects();
+            if let Ok(e) = objs.qp(qp) {
+                // SAFETY: registered, live QP allocated by uroce (lock held).
+                unsafe { (*e.raw.ptr()).state = r.state().as_u32() };
+            }
+            res
+        })())
+    })
+}
+
+/// `ibv_query_qp(qp, attr, attr_mask, init_attr)`: fills both structures completely
+/// (whatever the mask); 0 or the errno value (`EINVAL`).
+///
+/// # Safety
+/// `attr` and `init_attr` are NULL or point to writable structures.
+#[no_mangle]
+pub unsafe extern "C" fn uroce_ibv_query_qp(
+    qp: *mut ibv_qp,
+    attr: *mut ibv_qp_attr,
+    attr_mask: c_int,
+    init_attr: *mut ibv_qp_init_attr,
+) -> c_int {
+    let _ = attr_mask;
+    guard(libc::EIO, || {
+        errno_value((|| {
+            if attr.is_null() || init_attr.is_null() {
+                return Err(FfiError::Invalid("attr or init_attr is NULL"));
+            }
+            let objs = objects();
+            let e = objs.qp(qp)?;
+            let (q, info) = e.qp.query();
+            let c = e.raw.ptr();
+            // SAFETY: registered, live QP allocated by uroce (lock held); the caller passes
+            // writable output structures (checked non-NULL).
+            unsafe {
+                attr.write(qp_attr_to_c(&q));
+                init_attr.write(ibv_qp_init_attr {
+                    qp_context: (*c).qp_context,
+                    send_cq: (*c).send_cq,
+                    recv_cq: (*c).recv_cq,
+                    srq: (*c).srq,
+                    cap: cap_to_c(&info.cap),
+                    qp_type: info.qp_type.as_u32(),
+                    sq_sig_all: c_int::from(info.sq_sig_all),
+                });
+            }
+            Ok(())
+        })())
+    })
+}
+
+/// `ibv_destroy_qp(qp)`: sends what the QP still owes its peer (deferred ACKs), then
+/// destroys it; 0, or the errno value (`EINVAL` unknown QP, `EBUSY`).
+///
+/// # Safety
+/// None beyond the C contract: unknown pointers are rejected, never dereferenced.
+#[no_mangle]
+pub unsafe extern "C" fn uroce_ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
+    guard(libc::EIO, || {
+        errno_value((|| {
+            let QpEntry {
+                raw,
+                qp: q,
+                max_inline,
+                net,
+            } = objects()
+                .qps
+                .remove(&(qp as usize))
+                .ok_or(FfiError::BadHandle { what: "qp" })?;
+            // Send what the QP owes its peer now: the ACK of the last message received is
+            // held back briefly to leave with the application's next post, and a program
+            // that destroys the QP right after its last receive completion (as the
+            // pingpongs do) would otherwise leave the peer retrying into the void.
+            net.progress();
+            match q.destroy() {
+                Ok(()) => Ok(()),
+                Err((q, e)) => {
+                    let key = raw.ptr() as usize;
+                    objects().qps.insert(
+                        key,
+                        QpEntry {
+                            raw,
+                            qp: q,
+                            max_inline,
+                            net,
+                        },
+                    );
+                    Err(refused("ibv_destroy_qp", libc::EBUSY, e))
+                }
+            }
+        })())
+    })
+}
+
+/// `ibv_qp_to_qp_ex(qp)` (IBVERBS_1.6): the extended-QP (`ibv_wr_*`) API is not
+/// implemented; always NULL + `EOPNOTSUPP`.
+///
+/// # Safety
+/// None: the argument is not dereferenced.
+#[no_mangle]
+pub unsafe extern "C" fn uroce_ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut c_void {
+    let _ = qp;
+    set_errno(libc::EOPNOTSUPP);
+    std::ptr::null_mut()
+}
+
+/// Most work requests one post call walks (bounds the walk of a corrupt, cyclic list).
+const MAX_CHAIN: usize = 1 << 20;
+
+/// `ibv_context.ops.post_send(qp, wr, bad_wr)`: posts the chain in order; 0, or the errno
+/// value with `*bad_wr` = the first WR not posted (`EINVAL` invalid WR/state, `ENOMEM`
+/// queue full).
+///
+/// # Safety
+/// `wr` is NULL or a valid chain of `struct ibv_send_wr` whose SGE lists are readable;
+/// `bad_wr` is NULL or writable.
+pub unsafe extern "C" fn ops_post_send(
+    qp: *mut ibv_qp,
+    wr: *mut ibv_send_wr,
+    bad_wr: *mut *mut ibv_send_wr,
+) -> c_int {
+    guard(libc::EIO, || {
+        let fail = |at: *mut ibv_send_wr, e: FfiError| {
+            if !bad_wr.is_null() {
+                // SAFETY: caller guarantee: writable bad_wr (checked non-NULL).
+                unsafe { bad_wr.write(at) };
+            }
+            set_errno(e.errno());
+            e.errno()
+        };
+        let (r, max_inline) = match qp_ref(qp) {
+            Ok(x) => x,
+            Err(e) => return fail(wr, e),
+        };
+        let mut cur = wr;
+        for _ in 0..MAX_CHAIN {
+            if cur.is_null() {
+                return 0;
+            }
+            // SAFETY: caller guarantee: every WR of the chain is readable.
+            let w = unsafe { cur.read() };
+            // SAFETY: caller guarantee: its SGE list (and inline data) is readable.
+            let res = unsafe { send_wr_from_c(&w, max_inline) }.and_then(|s| {
+                r.post_send(s).map_err(|e| {
+                    let errno = match e {
+                        uroce_verbs::PostError::QueueFull { .. } => libc::ENOMEM,
+                        _ => libc::EINVAL,
+                    };
+                    refused("ibv_post_send", errno, e)
+                })
+            });
+            if let Err(e) = res {
+                return fail(cur, e);
+            }
+            cur = w.next;
+        }
+        fail(cur, FfiError::Invalid("work request list too long"))
+    })
+}
+
+/// `ibv_context.ops.post_recv(qp, wr, bad_wr)`: posts the chain in order; 0, or the errno
+/// value with `*bad_wr` = the first WR not posted.
+///
+/// # Safety
+/// `wr` is NULL or a valid chain of `struct ibv_recv_wr` whose SGE lists are readable;
+/// `bad_wr` is NULL or writable.
+pub unsafe extern "C" fn ops_post_recv(
+    qp: *mut ibv_qp,
+    wr: *mut ibv_recv_wr,
+    bad_wr: *mut *mut ibv_recv_wr,
+) -> c_int {
+    guard(libc::EIO, || {
+        let fail = |at: *mut ibv_recv_wr, e: FfiError| {
+            if !bad_wr.is_null() {
+                // SAFETY: caller guarantee: writable bad_wr (checked non-NULL).
+                unsafe { bad_wr.write(at) };
+            }
+            set_errno(e.errno());
+            e.errno()
+        };
+        let (r, _) = match qp_ref(qp) {
+            Ok(x) => x,
+            Err(e) => return fail(wr, e),
+        };
+        let mut cur = wr;
+        for _ in 0..MAX_CHAIN {
+            if cur.is_null() {
+                return 0;
+            }
+            // SAFETY: caller guarantee: every WR of the chain is readable.
+            let w = unsafe { cur.read() };
+            // SAFETY: caller guarantee: its SGE list is readable.
+            let res = unsafe { recv_wr_from_c(&w) }.and_then(|rw| {
+                r.post_recv(rw).map_err(|e| {
+                    let errno = match e {
+                        uroce_verbs::PostError::QueueFull { .. } => libc::ENOMEM,
+                        _ => libc::EINVAL,
+                    };
+                    refused("ibv_post_recv", errno, e)
+                })
+            });
+            if let Err(e) = res {
+                return fail(cur, e);
+            }
+            cur = w.next;
+        }
+        fail(cur, FfiError::Invalid("work request list too long"))
+    })
+}
+
+/// `ibv_context.ops.post_srq_recv`: SRQs are not implemented; `EOPNOTSUPP` with
+/// `*bad_wr` = `wr`.
+///
+/// # Safety
+/// `bad_wr` is NULL or writable.
+pub unsafe extern "C" fn ops_post_srq_recv(
+    srq: *mut ibv_srq,
+    wr: *mut ibv_recv_wr,
+    bad_wr: *mut *mut ibv_recv_wr,
+) -> c_int {
+    let _ = srq;
+    if !bad_wr.is_null() {
+        // SAFETY: caller guarantee: writable bad_wr (checked non-NULL).
+        unsafe { bad_wr.write(wr) };
+    }
+    set_errno(libc::EOPNOTSUPP);
+    libc::EOPNOTSUPP
+}
+
+// ---------------------------------------------------------------------------------------
+// Strings.
+// ---------------------------------------------------------------------------------------
+
+/// NUL-terminated descriptions of every completion status, indexed by ABI value.
+static WC_STATUS_STR: LazyLock<Vec<CString>> = LazyLock::new(|| {
+    let max = WcStatus::ALL.iter().map(|s| s.as_u32()).max().unwrap_or(0);
+    (0..=max)
+        .map(|v| {
+            let text = WcStatus::from_u32(v).map_or("unknown", WcStatus::as_str);
+            CString::new(text).unwrap_or_default()
+        })
+        .collect()
+});
+
+/// The text for unknown status values.
+const UNKNOWN: &std::ffi::CStr = c"unknown";
+
+/// `ibv_wc_status_str(status)`: a static description ("unknown" for unknown values).
+///
+/// # Safety
+/// None: no pointer argument.
+#[no_mangle]
+pub unsafe extern "C" fn uroce_ibv_wc_status_str(status: c_int) -> *const c_char {
+    guard(UNKNOWN.as_ptr(), || {
+        usize::try_from(status)
+            .ok()
+            .and_then(|i| WC_STATUS_STR.get(i))
+            .map_or(UNKNOWN.as_ptr(), |s| s.as_ptr())
+    })
+}

@@ -1,0 +1,265 @@
+//! The unmodified Debian `ibv_rc_pingpong` (package ibverbs-utils) runs between two
+//! processes against uroce's cdylib presented as `libibverbs.so.1` through
+//! `LD_LIBRARY_PATH`: one uroce device on 127.0.7.x per process, the QP numbers, PSNs and
+//! GIDs exchanged by the program itself over TCP, 1000 round trips of 4096 bytes over RC,
+//! in busy-polling mode and in event mode (`-e`: completion channel, `ibv_req_notify_cq`,
+//! `ibv_get_cq_event`, `ibv_ack_cq_events`).
+//!
+//! Expectations come from the program's documented behaviour, not from uroce: both exit
+//! 0; each prints its own and its peer's address (GID `::ffff:<addr>`, RFC 4291
+//! §2.5.5.2) and the peer's QPN/PSN equal what the peer printed as its own; each counts
+//! `2 * size * iters` bytes (it sends and receives `size` bytes per iteration). The
+//! library must also define every `IBVERBS_*` symbol the binary imports, with that exact
+//! version (read from the binary with `readelf`). Without the tools the test is skipped,
+//! or fails under `UROCE_REQUIRE_TOOLS=1`.
+
+use std::net::{Ipv4Addr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use uroce_testkit::{run, skip};
+
+const PROGRAM: &str = "/usr/bin/ibv_rc_pingpong";
+/// Per-process limit (the runs take well under a second).
+const LIMIT: Duration = Duration::from_secs(60);
+/// Message size and iterations (rc_pingpong's defaults, passed explicitly).
+const SIZE: u64 = 4096;
+const ITERS: u64 = 1000;
+
+/// The cdylib cargo built for this test run (`<target>/<profile>/deps/liburoce_ffi.so`,
+/// beside this executable).
+fn built_library() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    exe.parent()
+        .expect("test executable lives in <target>/<profile>/deps")
+        .join("liburoce_ffi.so")
+}
+
+/// A fresh directory holding the library as `libibverbs.so.1`, removed on drop.
+struct LibDir(PathBuf);
+
+impl LibDir {
+    fn new(tag: &str) -> LibDir {
+        let dir =
+            std::env::temp_dir().join(format!("uroce-rc-pingpong-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("create temp dir");
+        let lib = built_library();
+        assert!(lib.exists(), "cdylib not built at {}", lib.display());
+        std::fs::copy(&lib, dir.join("libibverbs.so.1")).expect("copy library");
+        LibDir(dir)
+    }
+}
+
+impl Drop for LibDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Whether the tools are there (else the test was reported as skipped).
+fn have_tools(test: &str) -> bool {
+    if !Path::new(PROGRAM).exists() {
+        skip(
+            test,
+            &format!("{PROGRAM} is missing (install the Debian package ibverbs-utils)"),
+        );
+        return false;
+    }
+    true
+}
+
+/// A TCP port that was free a moment ago.
+fn free_tcp_port() -> u16 {
+    let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind an ephemeral port");
+    l.local_addr().expect("local_addr").port()
+}
+
+/// Whether some socket listens on TCP `port` (any address, IPv4 or IPv6), read from
+/// `/proc/net/tcp{,6}` so that no probe connection disturbs the server.
+fn listening(port: u16) -> bool {
+    let want = format!(":{port:04X}");
+    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
+        std::fs::read_to_string(f).is_ok_and(|t| {
+            t.lines().skip(1).any(|l| {
+                let w: Vec<&str> = l.split_whitespace().collect();
+                // Columns: sl local_address rem_address st …; st 0A = LISTEN.
+                w.len() > 3 && w[1].ends_with(&want) && w[3] == "0A"
+            })
+        })
+    })
+}
+
+/// A pingpong command against the library for the device address `addr`.
+fn pingpong(dir: &LibDir, addr: Ipv4Addr, args: &[String]) -> Command {
+    let mut cmd = Command::new(PROGRAM);
+    cmd.args(args)
+        .env("LD_LIBRARY_PATH", &dir.0)
+        .env("UROCE_ADDR", addr.to_string())
+        .env_remove("UROCE_FAULTS");
+    cmd
+}
+
+/// `(QPN, PSN, GID)` of the line starting with `prefix` ("local address:" or "remote
+/// address:").
+fn address(out: &str, prefix: &str) -> (String, String, String) {
+    let line = out
+        .lines()
+        .map(str::trim)
+        .find(|l| l.starts_with(prefix))
+        .unwrap_or_else(|| panic!("no {prefix:?} line in:\n{out}"));
+    let word_after = |key: &str| {
+        line.split_whitespace()
+            .skip_while(|w| *w != key)
+            .nth(1)
+            .unwrap_or_else(|| panic!("no {key} in {line:?}"))
+            .trim_end_matches(',')
+            .to_owned()
+    };
+    (word_after("QPN"), word_after("PSN"), word_after("GID"))
+}
+
+/// Runs server and client with `extra` options; checks both outputs; returns them.
+fn run_pair(test: &str, server: Ipv4Addr, client: Ipv4Addr, extra: &[&str]) -> (String, String) {
+    let dir = LibDir::new(test);
+    let port = free_tcp_port();
+    let mut args: Vec<String> = vec![
+        "-g".into(),
+        "0".into(),
+        "-p".into(),
+        port.to_string(),
+        "-s".into(),
+        SIZE.to_string(),
+        "-n".into(),
+        ITERS.to_string(),
+    ];
+    args.extend(extra.iter().map(|s| (*s).to_owned()));
+
+    let server_cmd = pingpong(&dir, server, &args);
+    let start = Instant::now();
+    let server_thread = std::thread::spawn(move || run(server_cmd, LIMIT));
+    let wait_until = Instant::now() + Duration::from_secs(20);
+    while !listening(port) {
+        assert!(
+            Instant::now() < wait_until && !server_thread.is_finished(),
+            "{test}: the server never listened on TCP port {port}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut client_args = args.clone();
+    client_args.push(server.to_string());
+    let client_out = run(pingpong(&dir, client, &client_args), LIMIT)
+        .unwrap_or_else(|e| panic!("{test} client: {e}"));
+    let server_out = server_thread
+        .join()
+        .expect("server thread")
+        .unwrap_or_else(|e| panic!("{test} server: {e}"));
+    eprintln!("{test}: both finished in {:?}", start.elapsed());
+    for (who, out) in [("server", &server_out), ("client", &client_out)] {
+        eprintln!("{test} {who} stdout:\n{}", out.stdout);
+        assert!(
+            out.status.success(),
+            "{test} {who} failed ({:?}):\nstdout:\n{}\nstderr:\n{}",
+            out.status,
+            out.stdout,
+            out.stderr
+        );
+    }
+
+    let (s_out, c_out) = (server_out.stdout, client_out.stdout);
+    let s_local = address(&s_out, "local address:");
+    let s_remote = address(&s_out, "remote address:");
+    let c_local = address(&c_out, "local address:");
+    let c_remote = address(&c_out, "remote address:");
+    assert_eq!(s_local.2, server.to_ipv6_mapped().to_string());
+    assert_eq!(c_local.2, client.to_ipv6_mapped().to_string());
+    assert_eq!(s_remote, c_local, "server's view of the client");
+    assert_eq!(c_remote, s_local, "client's view of the server");
+
+    let bytes = format!("{} bytes in ", 2 * SIZE * ITERS);
+    let iters = format!("{ITERS} iters in ");
+    for (who, out) in [("server", &s_out), ("client", &c_out)] {
+        for want in [&bytes, &iters] {
+            assert!(
+                out.lines().any(|l| l.starts_with(want.as_str())),
+                "{test} {who}: no line starting with {want:?}:\n{out}"
+            );
+        }
+    }
+    (s_out, c_out)
+}
+
+#[test]
+fn library_defines_every_symbol_rc_pingpong_imports() {
+    const TEST: &str = "library_defines_every_symbol_rc_pingpong_imports";
+    if !have_tools(TEST) {
+        return;
+    }
+    let mut cmd = Command::new("readelf");
+    cmd.args(["--dyn-syms", "-W", PROGRAM]);
+    let imports = match run(cmd, LIMIT) {
+        Ok(o) if o.status.success() => o.stdout,
+        Ok(o) => panic!("readelf failed: {}", o.stderr),
+        Err(e) => {
+            skip(TEST, &format!("readelf (binutils) cannot run: {e}"));
+            return;
+        }
+    };
+    // Imported names look like `ibv_alloc_pd@IBVERBS_1.1 (2)`.
+    let wanted: Vec<String> = imports
+        .lines()
+        .filter(|l| l.contains(" UND "))
+        .filter_map(|l| l.split_whitespace().nth(7))
+        .filter(|n| n.contains("@IBVERBS_"))
+        .map(|n| n.replacen('@', "@@", 1))
+        .collect();
+    assert!(
+        wanted.len() >= 20,
+        "unexpectedly few imports read from {PROGRAM}: {wanted:?}"
+    );
+    let mut cmd = Command::new("readelf");
+    cmd.args(["--dyn-syms", "-W"]).arg(built_library());
+    let ours = run(cmd, LIMIT).expect("readelf on the library").stdout;
+    let defined: Vec<&str> = ours
+        .lines()
+        .filter(|l| l.contains(" FUNC ") && !l.contains(" UND "))
+        .filter_map(|l| l.split_whitespace().nth(7))
+        .collect();
+    let missing: Vec<&String> = wanted
+        .iter()
+        .filter(|w| !defined.contains(&w.as_str()))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "not defined by the library: {missing:?}"
+    );
+}
+
+#[test]
+fn debian_rc_pingpong_busy_polling() {
+    const TEST: &str = "debian_rc_pingpong_busy_polling";
+    if !have_tools(TEST) {
+        return;
+    }
+    run_pair(
+        TEST,
+        Ipv4Addr::new(127, 0, 7, 2),
+        Ipv4Addr::new(127, 0, 7, 1),
+        &[],
+    );
+}
+
+#[test]
+fn debian_rc_pingpong_event_mode() {
+    const TEST: &str = "debian_rc_pingpong_event_mode";
+    if !have_tools(TEST) {
+        return;
+    }
+    run_pair(
+        TEST,
+        Ipv4Addr::new(127, 0, 7, 4),
+        Ipv4Addr::new(127, 0, 7, 3),
+        &["-e"],
+    );
+}
