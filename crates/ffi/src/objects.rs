@@ -1,5 +1,5 @@
 //! The process-wide registry of the verbs objects handed out to C callers (protection
-//! domains, memory regions, completion channels, CQs, QPs), and the conversions between
+//! domains, memory regions, completion channels, CQs, SRQs, QPs), and the conversions between
 //! the C work-request / completion / attribute structures and uroce-verbs' types.
 //!
 //! Every object is a heap C structure (`ibv_pd`, `ibv_mr`, …) allocated by uroce and
@@ -15,8 +15,8 @@ use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError};
 use uroce_net::NetDevice;
 use uroce_verbs::{
     AccessFlags, AhAttr, AtomicInfo, CompChannel, Cq, CqEvent, CqRef, Gid, Mr, PathMigState, Pd,
-    Qp, QpAttr, QpCap, QpRef, QpState, RdmaInfo, RecvWr, SendFlags, SendWr, Sge, WorkCompletion,
-    WrOpcode,
+    Qp, QpAttr, QpCap, QpRef, QpState, RdmaInfo, RecvWr, SendFlags, SendWr, Sge, Srq, SrqRef,
+    WorkCompletion, WrOpcode,
 };
 use uroce_verbs::{AttrMask, WcFlags};
 use uroce_wire::pmtu::Pmtu;
@@ -98,6 +98,12 @@ pub(crate) struct CqEntry {
     pub(crate) _net: Arc<NetDevice>,
 }
 
+/// A shared receive queue.
+pub(crate) struct SrqEntry {
+    pub(crate) raw: CBox<ibv_srq>,
+    pub(crate) srq: Srq,
+}
+
 /// A queue pair.
 pub(crate) struct QpEntry {
     pub(crate) raw: CBox<ibv_qp>,
@@ -117,6 +123,7 @@ pub(crate) struct Objects {
     pub(crate) cqs: HashMap<usize, CqEntry>,
     /// CQ id → address of its `ibv_cq` (to map a CQ event back to the C object).
     pub(crate) cq_by_id: HashMap<u32, usize>,
+    pub(crate) srqs: HashMap<usize, SrqEntry>,
     pub(crate) qps: HashMap<usize, QpEntry>,
 }
 
@@ -143,6 +150,13 @@ impl Objects {
             .ok_or(FfiError::BadHandle { what: "cq" })
     }
 
+    /// The SRQ behind `srq`.
+    pub(crate) fn srq(&self, srq: *const ibv_srq) -> Result<&SrqEntry, FfiError> {
+        self.srqs
+            .get(&(srq as usize))
+            .ok_or(FfiError::BadHandle { what: "srq" })
+    }
+
     /// The QP behind `qp`.
     pub(crate) fn qp(&self, qp: *const ibv_qp) -> Result<&QpEntry, FfiError> {
         self.qps
@@ -154,6 +168,11 @@ impl Objects {
 /// A counted reference to the CQ behind `cq` (taken under the lock, used without it).
 pub(crate) fn cq_ref(cq: *const ibv_cq) -> Result<CqRef, FfiError> {
     objects().cq(cq).map(|e| CqRef::clone(&e.cq))
+}
+
+/// A counted reference to the SRQ behind `srq` (taken under the lock, used without it).
+pub(crate) fn srq_ref(srq: *const ibv_srq) -> Result<SrqRef, FfiError> {
+    objects().srq(srq).map(|e| SrqRef::clone(&e.srq))
 }
 
 /// A counted reference to the QP behind `qp`, and its `max_inline_data`.

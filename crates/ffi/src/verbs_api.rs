@@ -1,8 +1,8 @@
 //! The exported verbs object and data-path functions (second slice): protection domains,
-//! memory regions, completion channels and CQs (with events), RC QPs
-//! (create/modify/query/destroy), and the `ibv_context.ops` slots the header inlines call
-//! (`poll_cq`, `req_notify_cq`, `post_send`, `post_recv`; `post_srq_recv` reports
-//! `EOPNOTSUPP`). Enough for the unmodified `ibv_rc_pingpong`.
+//! memory regions, completion channels and CQs (with events), shared receive queues, RC QPs
+//! (create/modify/query/destroy, optionally attached to an SRQ), and the `ibv_context.ops`
+//! slots the header inlines call (`poll_cq`, `req_notify_cq`, `post_send`, `post_recv`,
+//! `post_srq_recv`). Enough for the unmodified `ibv_rc_pingpong` and `ibv_srq_pingpong`.
 //!
 //! Conventions as in [`crate::exports`]: internal `uroce_<name>` symbols renamed by
 //! `.symver`, panics caught (`EIO`), handles checked against the registry
@@ -16,7 +16,8 @@ use std::os::fd::AsRawFd as _;
 use std::sync::{Arc, LazyLock};
 
 use uroce_verbs::{
-    AccessFlags, CompChannel, CqRef, MemBlock, QpInitAttr, QpType, WcStatus, WorkCompletion,
+    AccessFlags, CompChannel, CqRef, MemBlock, QpInitAttr, QpType, SrqAttr, SrqAttrMask,
+    SrqInitAttr, WcStatus, WorkCompletion,
 };
 
 use crate::abi::*;
@@ -91,6 +92,10 @@ symver!("uroce_ibv_create_cq", "ibv_create_cq@@IBVERBS_1.1");
 symver!("uroce_ibv_destroy_cq", "ibv_destroy_cq@@IBVERBS_1.1");
 symver!("uroce_ibv_get_cq_event", "ibv_get_cq_event@@IBVERBS_1.1");
 symver!("uroce_ibv_ack_cq_events", "ibv_ack_cq_events@@IBVERBS_1.1");
+symver!("uroce_ibv_create_srq", "ibv_create_srq@@IBVERBS_1.1");
+symver!("uroce_ibv_modify_srq", "ibv_modify_srq@@IBVERBS_1.1");
+symver!("uroce_ibv_query_srq", "ibv_query_srq@@IBVERBS_1.1");
+symver!("uroce_ibv_destroy_srq", "ibv_destroy_srq@@IBVERBS_1.1");
 symver!("uroce_ibv_create_qp", "ibv_create_qp@@IBVERBS_1.1");
 symver!("uroce_ibv_modify_qp", "ibv_modify_qp@@IBVERBS_1.1");
 symver!("uroce_ibv_query_qp", "ibv_query_qp@@IBVERBS_1.1");
@@ -609,11 +614,164 @@ pub unsafe extern "C" fn ops_req_notify_cq(cq: *mut ibv_cq, solicited_only: c_in
 }
 
 // ---------------------------------------------------------------------------------------
+// Shared receive queues.
+// ---------------------------------------------------------------------------------------
+
+/// [`SrqAttr`] → `ibv_srq_attr`.
+fn srq_attr_to_c(a: &SrqAttr) -> ibv_srq_attr {
+    ibv_srq_attr {
+        max_wr: a.max_wr,
+        max_sge: a.max_sge,
+        srq_limit: a.srq_limit,
+    }
+}
+
+/// `ibv_create_srq(pd, srq_init_attr)`: a basic SRQ (`srq_init_attr->attr` is updated to
+/// the granted sizes); NULL + `errno` (`EINVAL`: unknown PD, sizes beyond the device's
+/// limits or a limit above `max_wr`; `ENOMEM`: too many SRQs).
+///
+/// # Safety
+/// `srq_init_attr` is NULL or points to a readable and writable `struct ibv_srq_init_attr`.
+#[no_mangle]
+pub unsafe extern "C" fn uroce_ibv_create_srq(
+    pd: *mut ibv_pd,
+    srq_init_attr: *mut ibv_srq_init_attr,
+) -> *mut ibv_srq {
+    guard(std::ptr::null_mut(), || {
+        ptr_or_null((|| {
+            if srq_init_attr.is_null() {
+                return Err(FfiError::Invalid("srq_init_attr is NULL"));
+            }
+            // SAFETY: caller guarantee: readable srq_init_attr (checked non-NULL).
+            let ia = unsafe { srq_init_attr.read() };
+            let mut objs = objects();
+            let pd_entry = objs.pd(pd)?;
+            let srq = pd_entry
+                .pd
+                .create_srq(&SrqInitAttr {
+                    max_wr: ia.attr.max_wr,
+                    max_sge: ia.attr.max_sge,
+                    srq_limit: ia.attr.srq_limit,
+                })
+                .map_err(|e| {
+                    let errno = match e {
+                        uroce_verbs::CreateSrqError::Limit { .. } => libc::ENOMEM,
+                        _ => libc::EINVAL,
+                    };
+                    refused("ibv_create_srq", errno, e)
+                })?;
+            let granted = srq.query();
+            // SAFETY: `pd` is a registered, live PD allocated by uroce (lock held).
+            let context = unsafe { (*pd).context };
+            // SAFETY: ibv_srq is pointers, integers and glibc pthread objects, all valid
+            // zeroed (the pthread ones are then their static initialisers).
+            let mut c: ibv_srq = unsafe { zeroed() };
+            c.context = context;
+            c.srq_context = ia.srq_context;
+            c.pd = pd;
+            c.handle = srq.srq_num();
+            let raw = CBox::new(c);
+            let p = raw.ptr();
+            objs.srqs.insert(p as usize, SrqEntry { raw, srq });
+            // SAFETY: caller guarantee: writable srq_init_attr (checked non-NULL).
+            unsafe { (*srq_init_attr).attr = srq_attr_to_c(&granted) };
+            Ok(p)
+        })())
+    })
+}
+
+/// `ibv_modify_srq(srq, srq_attr, srq_attr_mask)`: resizes (`IBV_SRQ_MAX_WR`) and/or arms
+/// the limit event (`IBV_SRQ_LIMIT`); 0 or the errno value (`EINVAL`).
+///
+/// # Safety
+/// `srq_attr` is NULL or points to a readable `struct ibv_srq_attr`.
+#[no_mangle]
+pub unsafe extern "C" fn uroce_ibv_modify_srq(
+    srq: *mut ibv_srq,
+    srq_attr: *mut ibv_srq_attr,
+    srq_attr_mask: c_int,
+) -> c_int {
+    guard(libc::EIO, || {
+        errno_value((|| {
+            if srq_attr.is_null() {
+                return Err(FfiError::Invalid("srq_attr is NULL"));
+            }
+            let mask = u32::try_from(srq_attr_mask)
+                .ok()
+                .and_then(SrqAttrMask::from_bits)
+                .ok_or(FfiError::Invalid("unknown srq_attr_mask bits"))?;
+            // SAFETY: caller guarantee: readable srq_attr (checked non-NULL).
+            let a = unsafe { srq_attr.read() };
+            srq_ref(srq)?
+                .modify(
+                    &SrqAttr {
+                        max_wr: a.max_wr,
+                        max_sge: a.max_sge,
+                        srq_limit: a.srq_limit,
+                    },
+                    mask,
+                )
+                .map_err(|e| refused("ibv_modify_srq", libc::EINVAL, e))
+        })())
+    })
+}
+
+/// `ibv_query_srq(srq, srq_attr)`: the current sizes and armed limit; 0 or the errno
+/// value (`EINVAL`).
+///
+/// # Safety
+/// `srq_attr` is NULL or points to a writable `struct ibv_srq_attr`.
+#[no_mangle]
+pub unsafe extern "C" fn uroce_ibv_query_srq(
+    srq: *mut ibv_srq,
+    srq_attr: *mut ibv_srq_attr,
+) -> c_int {
+    guard(libc::EIO, || {
+        errno_value((|| {
+            if srq_attr.is_null() {
+                return Err(FfiError::Invalid("srq_attr is NULL"));
+            }
+            let a = srq_ref(srq)?.query();
+            // SAFETY: caller guarantee: writable srq_attr (checked non-NULL).
+            unsafe { srq_attr.write(srq_attr_to_c(&a)) };
+            Ok(())
+        })())
+    })
+}
+
+/// `ibv_destroy_srq(srq)`: 0, or `EBUSY` while QPs are attached, `EINVAL` for an unknown
+/// SRQ. Receive WRs still queued are discarded without completions.
+///
+/// # Safety
+/// None beyond the C contract: unknown pointers are rejected, never dereferenced.
+#[no_mangle]
+pub unsafe extern "C" fn uroce_ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
+    guard(libc::EIO, || {
+        errno_value((|| {
+            let SrqEntry { raw, srq: s } = objects()
+                .srqs
+                .remove(&(srq as usize))
+                .ok_or(FfiError::BadHandle { what: "srq" })?;
+            match s.destroy() {
+                Ok(()) => Ok(()),
+                Err((s, e)) => {
+                    let key = raw.ptr() as usize;
+                    objects().srqs.insert(key, SrqEntry { raw, srq: s });
+                    Err(refused("ibv_destroy_srq", libc::EBUSY, e))
+                }
+            }
+        })())
+    })
+}
+
+// ---------------------------------------------------------------------------------------
 // Queue pairs.
 // ---------------------------------------------------------------------------------------
 
-/// `ibv_create_qp(pd, init_attr)`: an RC QP in RESET (`init_attr->cap` is updated to the
-/// granted sizes); NULL + `errno` (`EINVAL`; `EOPNOTSUPP` for other QP types or an SRQ).
+/// `ibv_create_qp(pd, init_attr)`: an RC QP in RESET, taking its receive WQEs from
+/// `init_attr->srq` when that is set (`init_attr->cap` is updated to the granted sizes:
+/// no receive queue of its own with an SRQ); NULL + `errno` (`EINVAL`; `EOPNOTSUPP` for
+/// other QP types).
 ///
 /// # Safety
 /// `init_attr` is NULL or points to a readable and writable `struct ibv_qp_init_attr`.
@@ -629,9 +787,6 @@ pub unsafe extern "C" fn uroce_ibv_create_qp(
             }
             // SAFETY: caller guarantee: readable init_attr (checked non-NULL).
             let ia = unsafe { init_attr.read() };
-            if !ia.srq.is_null() {
-                return Err(FfiError::Unsupported("QPs with an SRQ"));
-            }
             // Only RC QPs get a transport engine from the network device; a UC or UD QP
             // would accept posts and never send them, so they are refused.
             let qp_type = QpType::from_u32(ia.qp_type)
@@ -641,11 +796,16 @@ pub unsafe extern "C" fn uroce_ibv_create_qp(
             let pd_entry = objs.pd(pd)?;
             let send_cq = objs.cq(ia.send_cq)?;
             let recv_cq = objs.cq(ia.recv_cq)?;
+            let srq = if ia.srq.is_null() {
+                None
+            } else {
+                Some(&objs.srq(ia.srq)?.srq)
+            };
             let attr = QpInitAttr {
                 qp_type,
                 send_cq: Some(&send_cq.cq),
                 recv_cq: Some(&recv_cq.cq),
-                srq: None,
+                srq,
                 cap: cap_from_c(&ia.cap),
                 sq_sig_all: ia.sq_sig_all != 0,
             };
@@ -665,6 +825,7 @@ pub unsafe extern "C" fn uroce_ibv_create_qp(
             c.pd = pd;
             c.send_cq = ia.send_cq;
             c.recv_cq = ia.recv_cq;
+            c.srq = ia.srq;
             c.handle = qp.qp_num();
             c.qp_num = qp.qp_num();
             c.state = qp.state().as_u32();
@@ -920,23 +1081,55 @@ pub unsafe extern "C" fn ops_post_recv(
     })
 }
 
-/// `ibv_context.ops.post_srq_recv`: SRQs are not implemented; `EOPNOTSUPP` with
-/// `*bad_wr` = `wr`.
+/// `ibv_context.ops.post_srq_recv(srq, wr, bad_wr)`: posts the chain to the SRQ in order;
+/// 0, or the errno value with `*bad_wr` = the first WR not posted (`EINVAL` invalid WR or
+/// unknown SRQ, `ENOMEM` queue full).
 ///
 /// # Safety
+/// `wr` is NULL or a valid chain of `struct ibv_recv_wr` whose SGE lists are readable;
 /// `bad_wr` is NULL or writable.
 pub unsafe extern "C" fn ops_post_srq_recv(
     srq: *mut ibv_srq,
     wr: *mut ibv_recv_wr,
     bad_wr: *mut *mut ibv_recv_wr,
 ) -> c_int {
-    let _ = srq;
-    if !bad_wr.is_null() {
-        // SAFETY: caller guarantee: writable bad_wr (checked non-NULL).
-        unsafe { bad_wr.write(wr) };
-    }
-    set_errno(libc::EOPNOTSUPP);
-    libc::EOPNOTSUPP
+    guard(libc::EIO, || {
+        let fail = |at: *mut ibv_recv_wr, e: FfiError| {
+            if !bad_wr.is_null() {
+                // SAFETY: caller guarantee: writable bad_wr (checked non-NULL).
+                unsafe { bad_wr.write(at) };
+            }
+            set_errno(e.errno());
+            e.errno()
+        };
+        let r = match srq_ref(srq) {
+            Ok(x) => x,
+            Err(e) => return fail(wr, e),
+        };
+        let mut cur = wr;
+        for _ in 0..MAX_CHAIN {
+            if cur.is_null() {
+                return 0;
+            }
+            // SAFETY: caller guarantee: every WR of the chain is readable.
+            let w = unsafe { cur.read() };
+            // SAFETY: caller guarantee: its SGE list is readable.
+            let res = unsafe { recv_wr_from_c(&w) }.and_then(|rw| {
+                r.post_recv(rw).map_err(|e| {
+                    let errno = match e {
+                        uroce_verbs::PostError::QueueFull { .. } => libc::ENOMEM,
+                        _ => libc::EINVAL,
+                    };
+                    refused("ibv_post_srq_recv", errno, e)
+                })
+            });
+            if let Err(e) = res {
+                return fail(cur, e);
+            }
+            cur = w.next;
+        }
+        fail(cur, FfiError::Invalid("work request list too long"))
+    })
 }
 
 // ---------------------------------------------------------------------------------------

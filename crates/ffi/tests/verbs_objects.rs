@@ -1,9 +1,10 @@
 //! The object and data-path entry points called directly, the way C callers do: PD, MR,
-//! completion channel, CQ and RC QP life cycles (fields of the C structures, destroy order
-//! refusals with `EBUSY`, stale and foreign handles with `EINVAL`), two RC QPs of one
+//! completion channel, CQ, SRQ and RC QP life cycles (fields of the C structures, destroy
+//! order refusals with `EBUSY`, stale and foreign handles with `EINVAL`), two RC QPs of one
 //! device connected to each other through the `ibv_context.ops` slots (SEND, INLINE
-//! SEND_WITH_IMM, a `bad_wr` chain), a completion event through the channel fd, and the
-//! unimplemented parts failing with `EOPNOTSUPP`.
+//! SEND_WITH_IMM, a `bad_wr` chain), a receive taken from an SRQ (`post_srq_recv`, the
+//! one-shot limit), a completion event through the channel fd, and the unimplemented parts
+//! failing with `EOPNOTSUPP`.
 //!
 //! Expectations come from the verbs ABI (verbs.h values and rules: IBV_WC_RECV = 128,
 //! immediate data in network order, REMOTE_WRITE needs LOCAL_WRITE, rdma-core's status
@@ -330,6 +331,119 @@ fn verbs_objects_and_data_path_behave_like_rdma_core() {
         assert_eq!(bad_wr, &mut second as *mut ibv_send_wr);
         assert_eq!(poll_one(ctx, cq_a).wr_id, 13);
         assert_eq!(poll_one(ctx, cq_b).wr_id, 9);
+
+        // --- SRQ: sizes, the limit, an RC QP fed by it, post_srq_recv chains.
+        let mut sia = ibv_srq_init_attr {
+            srq_context: token,
+            attr: ibv_srq_attr {
+                max_wr: 8,
+                max_sge: 1,
+                srq_limit: 0,
+            },
+        };
+        assert!(uroce_ibv_create_srq(null_mut(), &mut sia).is_null());
+        assert_eq!(errno(), libc::EINVAL);
+        let srq = uroce_ibv_create_srq(pd, &mut sia);
+        assert!(!srq.is_null(), "errno {}", errno());
+        assert_eq!(((*srq).context, (*srq).pd), (ctx, pd));
+        assert_eq!((*srq).srq_context, token);
+        assert!(sia.attr.max_wr >= 8 && sia.attr.max_sge >= 1);
+        let mut sa: ibv_srq_attr = zeroed();
+        assert_eq!(uroce_ibv_query_srq(srq, &mut sa), 0);
+        assert!(sa.max_wr >= 8);
+        assert_eq!(sa.srq_limit, 0);
+        sa.srq_limit = 2;
+        assert_eq!(uroce_ibv_modify_srq(srq, &mut sa, IBV_SRQ_LIMIT), 0);
+        sa.srq_limit = 1 << 30;
+        assert_eq!(
+            uroce_ibv_modify_srq(srq, &mut sa, IBV_SRQ_LIMIT),
+            libc::EINVAL,
+            "a limit above max_wr"
+        );
+        assert_eq!(uroce_ibv_query_srq(srq, &mut sa), 0);
+        assert_eq!(sa.srq_limit, 2);
+
+        ia.qp_type = IBV_QPT_RC;
+        ia.srq = srq;
+        ia.send_cq = cq_a;
+        ia.recv_cq = cq_b;
+        let qp_s = uroce_ibv_create_qp(pd, &mut ia);
+        assert!(!qp_s.is_null(), "errno {}", errno());
+        assert_eq!((*qp_s).srq, srq);
+        assert_eq!(ia.cap.max_recv_wr, 0, "no receive queue of its own");
+        assert_eq!(
+            uroce_ibv_query_qp(qp_s, &mut qa, IBV_QP_CAP as c_int, &mut qi),
+            0
+        );
+        assert_eq!(qi.srq, srq);
+        ia.srq = null_mut();
+        ia.recv_cq = cq_a;
+        let qp_t = uroce_ibv_create_qp(pd, &mut ia);
+        assert!(!qp_t.is_null(), "errno {}", errno());
+        connect(qp_s, (*qp_t).qp_num);
+        connect(qp_t, (*qp_s).qp_num);
+
+        // The QP's own receive queue does not exist.
+        let mut sge = ibv_sge {
+            addr: pb as u64,
+            length: LEN as u32,
+            lkey: (*mr_b).lkey,
+        };
+        let mut rwr = ibv_recv_wr {
+            wr_id: 20,
+            next: null_mut(),
+            sg_list: &mut sge,
+            num_sge: 1,
+        };
+        let mut bad_rwr: *mut ibv_recv_wr = null_mut();
+        let post_recv_slot = (*ctx).ops.post_recv.expect("post_recv slot");
+        assert_eq!(post_recv_slot(qp_s, &mut rwr, &mut bad_rwr), libc::EINVAL);
+        // A chain whose second WR is invalid: the first is posted, bad_wr = second.
+        let mut second = ibv_recv_wr {
+            wr_id: 22,
+            next: null_mut(),
+            sg_list: null_mut(),
+            num_sge: -1,
+        };
+        rwr.wr_id = 21;
+        rwr.next = &mut second;
+        let post_srq = (*ctx).ops.post_srq_recv.expect("post_srq_recv slot");
+        assert_eq!(post_srq(srq, &mut rwr, &mut bad_rwr), libc::EINVAL);
+        assert_eq!(bad_rwr, &mut second as *mut ibv_recv_wr);
+        assert_eq!(post_srq(null_mut(), &mut rwr, &mut bad_rwr), libc::EINVAL);
+        assert_eq!(bad_rwr, &mut rwr as *mut ibv_recv_wr);
+
+        buf_a[..5].copy_from_slice(b"srq!!");
+        let mut sge = ibv_sge {
+            addr: pa as u64,
+            length: 5,
+            lkey: (*mr_a).lkey,
+        };
+        let mut wr: ibv_send_wr = zeroed();
+        wr.wr_id = 23;
+        wr.sg_list = &mut sge;
+        wr.num_sge = 1;
+        wr.opcode = IBV_WR_SEND;
+        wr.send_flags = IBV_SEND_SIGNALED;
+        assert_eq!(post_send(qp_t, &mut wr, &mut bad_wr), 0);
+        let wc = poll_one(ctx, cq_b);
+        assert_eq!(
+            (wc.status, wc.opcode, wc.wr_id),
+            (IBV_WC_SUCCESS, IBV_WC_RECV, 21)
+        );
+        assert_eq!((wc.byte_len, wc.qp_num), (5, (*qp_s).qp_num));
+        assert_eq!(&buf_b[..5], b"srq!!");
+        assert_eq!(poll_one(ctx, cq_a).wr_id, 23);
+        // Taking the only WQE left fewer than the limit of 2: the limit fired and disarmed.
+        assert_eq!(uroce_ibv_query_srq(srq, &mut sa), 0);
+        assert_eq!(sa.srq_limit, 0);
+
+        assert_eq!(uroce_ibv_destroy_srq(srq), libc::EBUSY, "a QP is attached");
+        assert_eq!(uroce_ibv_destroy_qp(qp_s), 0);
+        assert_eq!(uroce_ibv_destroy_qp(qp_t), 0);
+        assert_eq!(uroce_ibv_destroy_srq(srq), 0);
+        assert_eq!(uroce_ibv_destroy_srq(srq), libc::EINVAL, "stale SRQ");
+        assert_eq!(uroce_ibv_query_srq(srq, &mut sa), libc::EINVAL, "stale SRQ");
 
         // --- Status strings (rdma-core's texts).
         let s = |v| CStr::from_ptr(uroce_ibv_wc_status_str(v)).to_str().unwrap();

@@ -1,0 +1,303 @@
+//! The unmodified Debian `ibv_srq_pingpong` (package ibverbs-utils) runs between two
+//! processes against uroce's cdylib presented as `libibverbs.so.1` through
+//! `LD_LIBRARY_PATH`: one uroce device on 127.0.8.x per process, several RC QPs per side
+//! (16 by default, 8 with `-q 8`) that all take their receive WQEs from one shared
+//! receive queue (`ibv_create_srq`, the `post_srq_recv` slot, `ibv_create_qp` with
+//! `init_attr.srq`, `ibv_destroy_srq`), in busy-polling and event mode, and with a small
+//! SRQ (`-r 16`: the queue may run dry, which the responder answers with RNR NAKs and
+//! the requester with retries).
+//!
+//! Expectations come from the program's documented behaviour, not from uroce: both exit
+//! 0; each prints one "local address" and one "remote address" line per QP, its own GID
+//! being `::ffff:<addr>` (RFC 4291 §2.5.5.2), and the peer's list of (QPN, PSN, GID) equals
+//! what the peer printed as its own, in order; each counts `2 * size * iters` bytes. The
+//! library must also define every `IBVERBS_*` symbol the binary imports, with that exact
+//! version (read from the binary with `readelf`). Without the tools the test is skipped,
+//! or fails under `UROCE_REQUIRE_TOOLS=1`.
+
+use std::net::{Ipv4Addr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use uroce_testkit::{run, skip};
+
+const PROGRAM: &str = "/usr/bin/ibv_srq_pingpong";
+/// Per-process limit (the runs take well under a second).
+const LIMIT: Duration = Duration::from_secs(60);
+/// Message size (the program's default, passed explicitly) and iterations.
+const SIZE: u64 = 4096;
+const ITERS: u64 = 500;
+/// The program's default number of QPs.
+const DEFAULT_QPS: usize = 16;
+
+/// The cdylib cargo built for this test run (`<target>/<profile>/deps/liburoce_ffi.so`,
+/// beside this executable).
+fn built_library() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    exe.parent()
+        .expect("test executable lives in <target>/<profile>/deps")
+        .join("liburoce_ffi.so")
+}
+
+/// A fresh directory holding the library as `libibverbs.so.1`, removed on drop.
+struct LibDir(PathBuf);
+
+impl LibDir {
+    fn new(tag: &str) -> LibDir {
+        let dir =
+            std::env::temp_dir().join(format!("uroce-srq-pingpong-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("create temp dir");
+        let lib = built_library();
+        assert!(lib.exists(), "cdylib not built at {}", lib.display());
+        std::fs::copy(&lib, dir.join("libibverbs.so.1")).expect("copy library");
+        LibDir(dir)
+    }
+}
+
+impl Drop for LibDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Whether the tools are there (else the test was reported as skipped).
+fn have_tools(test: &str) -> bool {
+    if !Path::new(PROGRAM).exists() {
+        skip(
+            test,
+            &format!("{PROGRAM} is missing (install the Debian package ibverbs-utils)"),
+        );
+        return false;
+    }
+    true
+}
+
+/// A TCP port that was free a moment ago.
+fn free_tcp_port() -> u16 {
+    let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind an ephemeral port");
+    l.local_addr().expect("local_addr").port()
+}
+
+/// Whether some socket listens on TCP `port` (any address, IPv4 or IPv6), read from
+/// `/proc/net/tcp{,6}` so that no probe connection disturbs the server.
+fn listening(port: u16) -> bool {
+    let want = format!(":{port:04X}");
+    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
+        std::fs::read_to_string(f).is_ok_and(|t| {
+            t.lines().skip(1).any(|l| {
+                let w: Vec<&str> = l.split_whitespace().collect();
+                // Columns: sl local_address rem_address st …; st 0A = LISTEN.
+                w.len() > 3 && w[1].ends_with(&want) && w[3] == "0A"
+            })
+        })
+    })
+}
+
+/// A pingpong command against the library for the device address `addr`.
+fn pingpong(dir: &LibDir, addr: Ipv4Addr, args: &[String]) -> Command {
+    let mut cmd = Command::new(PROGRAM);
+    cmd.args(args)
+        .env("LD_LIBRARY_PATH", &dir.0)
+        .env("UROCE_ADDR", addr.to_string())
+        .env_remove("UROCE_FAULTS");
+    cmd
+}
+
+/// `(QPN, PSN, GID)` of every line starting with `prefix` ("local address:" or "remote
+/// address:"), in output order.
+fn addresses(out: &str, prefix: &str) -> Vec<(String, String, String)> {
+    out.lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with(prefix))
+        .map(|line| {
+            let word_after = |key: &str| {
+                line.split_whitespace()
+                    .skip_while(|w| *w != key)
+                    .nth(1)
+                    .unwrap_or_else(|| panic!("no {key} in {line:?}"))
+                    .trim_end_matches(',')
+                    .to_owned()
+            };
+            (word_after("QPN"), word_after("PSN"), word_after("GID"))
+        })
+        .collect()
+}
+
+/// Runs server and client with `extra` options, expecting `qps` QPs per side; checks both
+/// outputs.
+fn run_pair(test: &str, server: Ipv4Addr, client: Ipv4Addr, qps: usize, extra: &[&str]) {
+    let dir = LibDir::new(test);
+    let port = free_tcp_port();
+    let mut args: Vec<String> = vec![
+        "-g".into(),
+        "0".into(),
+        "-p".into(),
+        port.to_string(),
+        "-s".into(),
+        SIZE.to_string(),
+        "-n".into(),
+        ITERS.to_string(),
+    ];
+    args.extend(extra.iter().map(|s| (*s).to_owned()));
+
+    let server_cmd = pingpong(&dir, server, &args);
+    let start = Instant::now();
+    let server_thread = std::thread::spawn(move || run(server_cmd, LIMIT));
+    let wait_until = Instant::now() + Duration::from_secs(20);
+    while !listening(port) {
+        assert!(
+            Instant::now() < wait_until && !server_thread.is_finished(),
+            "{test}: the server never listened on TCP port {port}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut client_args = args.clone();
+    client_args.push(server.to_string());
+    let client_out = run(pingpong(&dir, client, &client_args), LIMIT)
+        .unwrap_or_else(|e| panic!("{test} client: {e}"));
+    let server_out = server_thread
+        .join()
+        .expect("server thread")
+        .unwrap_or_else(|e| panic!("{test} server: {e}"));
+    eprintln!("{test}: both finished in {:?}", start.elapsed());
+    for (who, out) in [("server", &server_out), ("client", &client_out)] {
+        eprintln!("{test} {who} stdout:\n{}", out.stdout);
+        assert!(
+            out.status.success(),
+            "{test} {who} failed ({:?}):\nstdout:\n{}\nstderr:\n{}",
+            out.status,
+            out.stdout,
+            out.stderr
+        );
+    }
+
+    let (s_out, c_out) = (server_out.stdout, client_out.stdout);
+    let s_local = addresses(&s_out, "local address:");
+    let s_remote = addresses(&s_out, "remote address:");
+    let c_local = addresses(&c_out, "local address:");
+    let c_remote = addresses(&c_out, "remote address:");
+    for (who, list) in [
+        ("server local", &s_local),
+        ("server remote", &s_remote),
+        ("client local", &c_local),
+        ("client remote", &c_remote),
+    ] {
+        assert_eq!(list.len(), qps, "{test}: {who} address lines");
+    }
+    let s_gid = server.to_ipv6_mapped().to_string();
+    let c_gid = client.to_ipv6_mapped().to_string();
+    assert!(s_local.iter().all(|a| a.2 == s_gid), "{s_local:?}");
+    assert!(c_local.iter().all(|a| a.2 == c_gid), "{c_local:?}");
+    let mut qpns: Vec<&String> = s_local.iter().map(|a| &a.0).collect();
+    qpns.sort();
+    qpns.dedup();
+    assert_eq!(qpns.len(), qps, "the server's QPNs are distinct");
+    assert_eq!(s_remote, c_local, "server's view of the client");
+    assert_eq!(c_remote, s_local, "client's view of the server");
+
+    let bytes = format!("{} bytes in ", 2 * SIZE * ITERS);
+    let iters = format!("{ITERS} iters in ");
+    for (who, out) in [("server", &s_out), ("client", &c_out)] {
+        for want in [&bytes, &iters] {
+            assert!(
+                out.lines().any(|l| l.starts_with(want.as_str())),
+                "{test} {who}: no line starting with {want:?}:\n{out}"
+            );
+        }
+    }
+}
+
+#[test]
+fn library_defines_every_symbol_srq_pingpong_imports() {
+    const TEST: &str = "library_defines_every_symbol_srq_pingpong_imports";
+    if !have_tools(TEST) {
+        return;
+    }
+    let mut cmd = Command::new("readelf");
+    cmd.args(["--dyn-syms", "-W", PROGRAM]);
+    let imports = match run(cmd, LIMIT) {
+        Ok(o) if o.status.success() => o.stdout,
+        Ok(o) => panic!("readelf failed: {}", o.stderr),
+        Err(e) => {
+            skip(TEST, &format!("readelf (binutils) cannot run: {e}"));
+            return;
+        }
+    };
+    // Imported names look like `ibv_create_srq@IBVERBS_1.1 (2)`.
+    let wanted: Vec<String> = imports
+        .lines()
+        .filter(|l| l.contains(" UND "))
+        .filter_map(|l| l.split_whitespace().nth(7))
+        .filter(|n| n.contains("@IBVERBS_"))
+        .map(|n| n.replacen('@', "@@", 1))
+        .collect();
+    assert!(
+        wanted.len() >= 20 && wanted.iter().any(|w| w.starts_with("ibv_create_srq@@")),
+        "unexpected imports read from {PROGRAM}: {wanted:?}"
+    );
+    let mut cmd = Command::new("readelf");
+    cmd.args(["--dyn-syms", "-W"]).arg(built_library());
+    let ours = run(cmd, LIMIT).expect("readelf on the library").stdout;
+    let defined: Vec<&str> = ours
+        .lines()
+        .filter(|l| l.contains(" FUNC ") && !l.contains(" UND "))
+        .filter_map(|l| l.split_whitespace().nth(7))
+        .collect();
+    let missing: Vec<&String> = wanted
+        .iter()
+        .filter(|w| !defined.contains(&w.as_str()))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "not defined by the library: {missing:?}"
+    );
+}
+
+#[test]
+fn debian_srq_pingpong_default_qps() {
+    const TEST: &str = "debian_srq_pingpong_default_qps";
+    if !have_tools(TEST) {
+        return;
+    }
+    run_pair(
+        TEST,
+        Ipv4Addr::new(127, 0, 8, 2),
+        Ipv4Addr::new(127, 0, 8, 1),
+        DEFAULT_QPS,
+        &[],
+    );
+}
+
+#[test]
+fn debian_srq_pingpong_eight_qps_event_mode() {
+    const TEST: &str = "debian_srq_pingpong_eight_qps_event_mode";
+    if !have_tools(TEST) {
+        return;
+    }
+    run_pair(
+        TEST,
+        Ipv4Addr::new(127, 0, 8, 4),
+        Ipv4Addr::new(127, 0, 8, 3),
+        8,
+        &["-q", "8", "-e"],
+    );
+}
+
+#[test]
+fn debian_srq_pingpong_small_srq_runs_dry() {
+    const TEST: &str = "debian_srq_pingpong_small_srq_runs_dry";
+    if !have_tools(TEST) {
+        return;
+    }
+    // rx_depth = number of QPs: the program reposts only when fewer than that many WQEs
+    // remain, so the SRQ can be empty when a message arrives (RNR NAK, then a retry).
+    run_pair(
+        TEST,
+        Ipv4Addr::new(127, 0, 8, 6),
+        Ipv4Addr::new(127, 0, 8, 5),
+        DEFAULT_QPS,
+        &["-r", "16"],
+    );
+}
