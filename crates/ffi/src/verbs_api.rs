@@ -980,6 +980,76 @@ pub unsafe extern "C" fn uroce_ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut c_void {
 /// Most work requests one post call walks (bounds the walk of a corrupt, cyclic list).
 const MAX_CHAIN: usize = 1 << 20;
 
+/// A C work request that links to the next one (`ibv_send_wr`, `ibv_recv_wr`).
+trait ChainedWr {
+    /// The next WR of the chain (NULL at the end).
+    fn next_wr(&self) -> *mut Self;
+}
+
+impl ChainedWr for ibv_send_wr {
+    fn next_wr(&self) -> *mut Self {
+        self.next
+    }
+}
+
+impl ChainedWr for ibv_recv_wr {
+    fn next_wr(&self) -> *mut Self {
+        self.next
+    }
+}
+
+/// A post the verbs layer refused, as verbs reports it: `ENOMEM` for a full queue,
+/// `EINVAL` for anything else.
+fn post_refused(op: &'static str, e: uroce_verbs::PostError) -> FfiError {
+    let errno = match e {
+        uroce_verbs::PostError::QueueFull { .. } => libc::ENOMEM,
+        _ => libc::EINVAL,
+    };
+    refused(op, errno, e)
+}
+
+/// Reports a failed post: `*bad_wr` = `at` (if `bad_wr` is not NULL), errno set; returns
+/// the errno value.
+///
+/// # Safety
+/// `bad_wr` is NULL or writable.
+unsafe fn chain_failed<W>(bad_wr: *mut *mut W, at: *mut W, e: FfiError) -> c_int {
+    if !bad_wr.is_null() {
+        // SAFETY: caller guarantee: writable bad_wr (checked non-NULL).
+        unsafe { bad_wr.write(at) };
+    }
+    set_errno(e.errno());
+    e.errno()
+}
+
+/// Posts the chain starting at `first` in order through `post`; 0, or the errno value with
+/// `*bad_wr` = the first WR not posted. Walks at most [`MAX_CHAIN`] WRs.
+///
+/// # Safety
+/// `first` is NULL or a valid chain of readable WRs (with readable SGE lists and inline
+/// data, which `post` reads); `bad_wr` is NULL or writable.
+unsafe fn post_chain<W: ChainedWr>(
+    first: *mut W,
+    bad_wr: *mut *mut W,
+    mut post: impl FnMut(&W) -> Result<(), FfiError>,
+) -> c_int {
+    let mut cur = first;
+    for _ in 0..MAX_CHAIN {
+        if cur.is_null() {
+            return 0;
+        }
+        // SAFETY: caller guarantee: every WR of the chain is readable (checked non-NULL).
+        let w = unsafe { &*cur };
+        if let Err(e) = post(w) {
+            // SAFETY: caller guarantee on bad_wr.
+            return unsafe { chain_failed(bad_wr, cur, e) };
+        }
+        cur = w.next_wr();
+    }
+    // SAFETY: caller guarantee on bad_wr.
+    unsafe { chain_failed(bad_wr, cur, FfiError::Invalid("work request list too long")) }
+}
+
 /// `ibv_context.ops.post_send(qp, wr, bad_wr)`: posts the chain in order; 0, or the errno
 /// value with `*bad_wr` = the first WR not posted (`EINVAL` invalid WR/state, `ENOMEM`
 /// queue full).
@@ -993,41 +1063,18 @@ pub unsafe extern "C" fn ops_post_send(
     bad_wr: *mut *mut ibv_send_wr,
 ) -> c_int {
     guard(libc::EIO, || {
-        let fail = |at: *mut ibv_send_wr, e: FfiError| {
-            if !bad_wr.is_null() {
-                // SAFETY: caller guarantee: writable bad_wr (checked non-NULL).
-                unsafe { bad_wr.write(at) };
-            }
-            set_errno(e.errno());
-            e.errno()
-        };
         let (r, max_inline) = match qp_ref(qp) {
             Ok(x) => x,
-            Err(e) => return fail(wr, e),
+            // SAFETY: caller guarantee on bad_wr.
+            Err(e) => return unsafe { chain_failed(bad_wr, wr, e) },
         };
-        let mut cur = wr;
-        for _ in 0..MAX_CHAIN {
-            if cur.is_null() {
-                return 0;
-            }
-            // SAFETY: caller guarantee: every WR of the chain is readable.
-            let w = unsafe { cur.read() };
+        let post = |w: &ibv_send_wr| {
             // SAFETY: caller guarantee: its SGE list (and inline data) is readable.
-            let res = unsafe { send_wr_from_c(&w, max_inline) }.and_then(|s| {
-                r.post_send(s).map_err(|e| {
-                    let errno = match e {
-                        uroce_verbs::PostError::QueueFull { .. } => libc::ENOMEM,
-                        _ => libc::EINVAL,
-                    };
-                    refused("ibv_post_send", errno, e)
-                })
-            });
-            if let Err(e) = res {
-                return fail(cur, e);
-            }
-            cur = w.next;
-        }
-        fail(cur, FfiError::Invalid("work request list too long"))
+            let s = unsafe { send_wr_from_c(w, max_inline) }?;
+            r.post_send(s).map_err(|e| post_refused("ibv_post_send", e))
+        };
+        // SAFETY: caller guarantees on the chain and bad_wr.
+        unsafe { post_chain(wr, bad_wr, post) }
     })
 }
 
@@ -1043,41 +1090,19 @@ pub unsafe extern "C" fn ops_post_recv(
     bad_wr: *mut *mut ibv_recv_wr,
 ) -> c_int {
     guard(libc::EIO, || {
-        let fail = |at: *mut ibv_recv_wr, e: FfiError| {
-            if !bad_wr.is_null() {
-                // SAFETY: caller guarantee: writable bad_wr (checked non-NULL).
-                unsafe { bad_wr.write(at) };
-            }
-            set_errno(e.errno());
-            e.errno()
-        };
         let (r, _) = match qp_ref(qp) {
             Ok(x) => x,
-            Err(e) => return fail(wr, e),
+            // SAFETY: caller guarantee on bad_wr.
+            Err(e) => return unsafe { chain_failed(bad_wr, wr, e) },
         };
-        let mut cur = wr;
-        for _ in 0..MAX_CHAIN {
-            if cur.is_null() {
-                return 0;
-            }
-            // SAFETY: caller guarantee: every WR of the chain is readable.
-            let w = unsafe { cur.read() };
+        let post = |w: &ibv_recv_wr| {
             // SAFETY: caller guarantee: its SGE list is readable.
-            let res = unsafe { recv_wr_from_c(&w) }.and_then(|rw| {
-                r.post_recv(rw).map_err(|e| {
-                    let errno = match e {
-                        uroce_verbs::PostError::QueueFull { .. } => libc::ENOMEM,
-                        _ => libc::EINVAL,
-                    };
-                    refused("ibv_post_recv", errno, e)
-                })
-            });
-            if let Err(e) = res {
-                return fail(cur, e);
-            }
-            cur = w.next;
-        }
-        fail(cur, FfiError::Invalid("work request list too long"))
+            let rw = unsafe { recv_wr_from_c(w) }?;
+            r.post_recv(rw)
+                .map_err(|e| post_refused("ibv_post_recv", e))
+        };
+        // SAFETY: caller guarantees on the chain and bad_wr.
+        unsafe { post_chain(wr, bad_wr, post) }
     })
 }
 
@@ -1094,41 +1119,19 @@ pub unsafe extern "C" fn ops_post_srq_recv(
     bad_wr: *mut *mut ibv_recv_wr,
 ) -> c_int {
     guard(libc::EIO, || {
-        let fail = |at: *mut ibv_recv_wr, e: FfiError| {
-            if !bad_wr.is_null() {
-                // SAFETY: caller guarantee: writable bad_wr (checked non-NULL).
-                unsafe { bad_wr.write(at) };
-            }
-            set_errno(e.errno());
-            e.errno()
-        };
         let r = match srq_ref(srq) {
             Ok(x) => x,
-            Err(e) => return fail(wr, e),
+            // SAFETY: caller guarantee on bad_wr.
+            Err(e) => return unsafe { chain_failed(bad_wr, wr, e) },
         };
-        let mut cur = wr;
-        for _ in 0..MAX_CHAIN {
-            if cur.is_null() {
-                return 0;
-            }
-            // SAFETY: caller guarantee: every WR of the chain is readable.
-            let w = unsafe { cur.read() };
+        let post = |w: &ibv_recv_wr| {
             // SAFETY: caller guarantee: its SGE list is readable.
-            let res = unsafe { recv_wr_from_c(&w) }.and_then(|rw| {
-                r.post_recv(rw).map_err(|e| {
-                    let errno = match e {
-                        uroce_verbs::PostError::QueueFull { .. } => libc::ENOMEM,
-                        _ => libc::EINVAL,
-                    };
-                    refused("ibv_post_srq_recv", errno, e)
-                })
-            });
-            if let Err(e) = res {
-                return fail(cur, e);
-            }
-            cur = w.next;
-        }
-        fail(cur, FfiError::Invalid("work request list too long"))
+            let rw = unsafe { recv_wr_from_c(w) }?;
+            r.post_recv(rw)
+                .map_err(|e| post_refused("ibv_post_srq_recv", e))
+        };
+        // SAFETY: caller guarantees on the chain and bad_wr.
+        unsafe { post_chain(wr, bad_wr, post) }
     })
 }
 
