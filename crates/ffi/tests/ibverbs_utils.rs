@@ -10,47 +10,18 @@
 //! or fails under `UROCE_REQUIRE_TOOLS=1`.
 
 use std::net::Ipv4Addr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+mod support;
+
+use support::{built_library, LibDir};
 use uroce_testkit::{run, skip};
 
 /// A loopback address no other test uses, so that the device's UDP port is free.
 const ADDR: Ipv4Addr = Ipv4Addr::new(127, 0, 6, 1);
 const LIMIT: Duration = Duration::from_secs(30);
-
-/// The cdylib cargo built for this test run. `cargo test` (re)builds it as
-/// `<target>/<profile>/deps/liburoce_ffi.so`, beside this executable; only `cargo build`
-/// copies it up to `<target>/<profile>/`, where a stale one may lie.
-fn built_library() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    let deps = exe
-        .parent()
-        .expect("test executable lives in <target>/<profile>/deps");
-    deps.join("liburoce_ffi.so")
-}
-
-/// A fresh directory holding the library as `libibverbs.so.1`, removed on drop.
-struct LibDir(PathBuf);
-
-impl LibDir {
-    fn new() -> LibDir {
-        let dir = std::env::temp_dir().join(format!("uroce-ibverbs-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("create temp dir");
-        let lib = built_library();
-        assert!(lib.exists(), "cdylib not built at {}", lib.display());
-        std::fs::copy(&lib, dir.join("libibverbs.so.1")).expect("copy library");
-        LibDir(dir)
-    }
-}
-
-impl Drop for LibDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// Runs a Debian binary against the library; returns stdout, panicking on failure.
 fn run_tool(dir: &LibDir, program: &str, args: &[&str]) -> String {
@@ -117,7 +88,7 @@ fn debian_ibv_devices_and_devinfo_list_uroce0() {
             return;
         }
     }
-    let dir = LibDir::new();
+    let dir = LibDir::new("ibverbs");
     let (guid_grouped, guid_hex) = expected_guid(ADDR);
     let mapped = ADDR.to_ipv6_mapped().to_string();
     assert_eq!(

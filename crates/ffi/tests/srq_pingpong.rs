@@ -15,12 +15,16 @@
 //! version (read from the binary with `readelf`). Without the tools the test is skipped,
 //! or fails under `UROCE_REQUIRE_TOOLS=1`.
 
-use std::net::{Ipv4Addr, TcpListener};
-use std::path::{Path, PathBuf};
+use std::net::Ipv4Addr;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use uroce_testkit::{run, skip};
+mod support;
+
+use support::{
+    debian_command, free_tcp_port, have_program, imports_and_missing, listening, LibDir,
+};
+use uroce_testkit::run;
 
 const PROGRAM: &str = "/usr/bin/ibv_srq_pingpong";
 /// Per-process limit (the runs take well under a second).
@@ -31,78 +35,9 @@ const ITERS: u64 = 500;
 /// The program's default number of QPs.
 const DEFAULT_QPS: usize = 16;
 
-/// The cdylib cargo built for this test run (`<target>/<profile>/deps/liburoce_ffi.so`,
-/// beside this executable).
-fn built_library() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    exe.parent()
-        .expect("test executable lives in <target>/<profile>/deps")
-        .join("liburoce_ffi.so")
-}
-
-/// A fresh directory holding the library as `libibverbs.so.1`, removed on drop.
-struct LibDir(PathBuf);
-
-impl LibDir {
-    fn new(tag: &str) -> LibDir {
-        let dir =
-            std::env::temp_dir().join(format!("uroce-srq-pingpong-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("create temp dir");
-        let lib = built_library();
-        assert!(lib.exists(), "cdylib not built at {}", lib.display());
-        std::fs::copy(&lib, dir.join("libibverbs.so.1")).expect("copy library");
-        LibDir(dir)
-    }
-}
-
-impl Drop for LibDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// Whether the tools are there (else the test was reported as skipped).
-fn have_tools(test: &str) -> bool {
-    if !Path::new(PROGRAM).exists() {
-        skip(
-            test,
-            &format!("{PROGRAM} is missing (install the Debian package ibverbs-utils)"),
-        );
-        return false;
-    }
-    true
-}
-
-/// A TCP port that was free a moment ago.
-fn free_tcp_port() -> u16 {
-    let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind an ephemeral port");
-    l.local_addr().expect("local_addr").port()
-}
-
-/// Whether some socket listens on TCP `port` (any address, IPv4 or IPv6), read from
-/// `/proc/net/tcp{,6}` so that no probe connection disturbs the server.
-fn listening(port: u16) -> bool {
-    let want = format!(":{port:04X}");
-    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
-        std::fs::read_to_string(f).is_ok_and(|t| {
-            t.lines().skip(1).any(|l| {
-                let w: Vec<&str> = l.split_whitespace().collect();
-                // Columns: sl local_address rem_address st …; st 0A = LISTEN.
-                w.len() > 3 && w[1].ends_with(&want) && w[3] == "0A"
-            })
-        })
-    })
-}
-
 /// A pingpong command against the library for the device address `addr`.
 fn pingpong(dir: &LibDir, addr: Ipv4Addr, args: &[String]) -> Command {
-    let mut cmd = Command::new(PROGRAM);
-    cmd.args(args)
-        .env("LD_LIBRARY_PATH", &dir.0)
-        .env("UROCE_ADDR", addr.to_string())
-        .env_remove("UROCE_FAULTS");
-    cmd
+    debian_command(dir, PROGRAM, addr, args)
 }
 
 /// `(QPN, PSN, GID)` of every line starting with `prefix` ("local address:" or "remote
@@ -128,7 +63,7 @@ fn addresses(out: &str, prefix: &str) -> Vec<(String, String, String)> {
 /// Runs server and client with `extra` options, expecting `qps` QPs per side; checks both
 /// outputs.
 fn run_pair(test: &str, server: Ipv4Addr, client: Ipv4Addr, qps: usize, extra: &[&str]) {
-    let dir = LibDir::new(test);
+    let dir = LibDir::new(&format!("srq-pingpong-{test}"));
     let port = free_tcp_port();
     let mut args: Vec<String> = vec![
         "-g".into(),
@@ -212,43 +147,16 @@ fn run_pair(test: &str, server: Ipv4Addr, client: Ipv4Addr, qps: usize, extra: &
 #[test]
 fn library_defines_every_symbol_srq_pingpong_imports() {
     const TEST: &str = "library_defines_every_symbol_srq_pingpong_imports";
-    if !have_tools(TEST) {
+    if !have_program(TEST, PROGRAM) {
         return;
     }
-    let mut cmd = Command::new("readelf");
-    cmd.args(["--dyn-syms", "-W", PROGRAM]);
-    let imports = match run(cmd, LIMIT) {
-        Ok(o) if o.status.success() => o.stdout,
-        Ok(o) => panic!("readelf failed: {}", o.stderr),
-        Err(e) => {
-            skip(TEST, &format!("readelf (binutils) cannot run: {e}"));
-            return;
-        }
+    let Some((wanted, missing)) = imports_and_missing(TEST, PROGRAM) else {
+        return;
     };
-    // Imported names look like `ibv_create_srq@IBVERBS_1.1 (2)`.
-    let wanted: Vec<String> = imports
-        .lines()
-        .filter(|l| l.contains(" UND "))
-        .filter_map(|l| l.split_whitespace().nth(7))
-        .filter(|n| n.contains("@IBVERBS_"))
-        .map(|n| n.replacen('@', "@@", 1))
-        .collect();
     assert!(
         wanted.len() >= 20 && wanted.iter().any(|w| w.starts_with("ibv_create_srq@@")),
         "unexpected imports read from {PROGRAM}: {wanted:?}"
     );
-    let mut cmd = Command::new("readelf");
-    cmd.args(["--dyn-syms", "-W"]).arg(built_library());
-    let ours = run(cmd, LIMIT).expect("readelf on the library").stdout;
-    let defined: Vec<&str> = ours
-        .lines()
-        .filter(|l| l.contains(" FUNC ") && !l.contains(" UND "))
-        .filter_map(|l| l.split_whitespace().nth(7))
-        .collect();
-    let missing: Vec<&String> = wanted
-        .iter()
-        .filter(|w| !defined.contains(&w.as_str()))
-        .collect();
     assert!(
         missing.is_empty(),
         "not defined by the library: {missing:?}"
@@ -258,7 +166,7 @@ fn library_defines_every_symbol_srq_pingpong_imports() {
 #[test]
 fn debian_srq_pingpong_default_qps() {
     const TEST: &str = "debian_srq_pingpong_default_qps";
-    if !have_tools(TEST) {
+    if !have_program(TEST, PROGRAM) {
         return;
     }
     run_pair(
@@ -273,7 +181,7 @@ fn debian_srq_pingpong_default_qps() {
 #[test]
 fn debian_srq_pingpong_eight_qps_event_mode() {
     const TEST: &str = "debian_srq_pingpong_eight_qps_event_mode";
-    if !have_tools(TEST) {
+    if !have_program(TEST, PROGRAM) {
         return;
     }
     run_pair(
@@ -288,7 +196,7 @@ fn debian_srq_pingpong_eight_qps_event_mode() {
 #[test]
 fn debian_srq_pingpong_small_srq_runs_dry() {
     const TEST: &str = "debian_srq_pingpong_small_srq_runs_dry";
-    if !have_tools(TEST) {
+    if !have_program(TEST, PROGRAM) {
         return;
     }
     // rx_depth = number of QPs: the program reposts only when fewer than that many WQEs

@@ -1,0 +1,127 @@
+//! Helpers shared by the tests that run unmodified Debian binaries against the library.
+#![allow(dead_code)] // each test binary uses a different subset
+
+use std::net::{Ipv4Addr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use uroce_testkit::{run, skip};
+
+/// How long one `readelf` may take.
+const READELF_LIMIT: Duration = Duration::from_secs(30);
+
+/// The cdylib cargo built for this test run: `<target>/<profile>/deps/liburoce_ffi.so`,
+/// beside this executable (only `cargo build` copies it up to `<target>/<profile>/`, where
+/// a stale one may lie).
+pub fn built_library() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    exe.parent()
+        .expect("test executable lives in <target>/<profile>/deps")
+        .join("liburoce_ffi.so")
+}
+
+/// A fresh directory holding the library as `libibverbs.so.1`, removed on drop.
+pub struct LibDir(pub PathBuf);
+
+impl LibDir {
+    /// A directory named after `tag` and this process.
+    pub fn new(tag: &str) -> LibDir {
+        let dir = std::env::temp_dir().join(format!("uroce-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("create temp dir");
+        let lib = built_library();
+        assert!(lib.exists(), "cdylib not built at {}", lib.display());
+        std::fs::copy(&lib, dir.join("libibverbs.so.1")).expect("copy library");
+        LibDir(dir)
+    }
+}
+
+impl Drop for LibDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Whether `program` is installed (else the test is reported as skipped).
+pub fn have_program(test: &str, program: &str) -> bool {
+    if !Path::new(program).exists() {
+        skip(
+            test,
+            &format!("{program} is missing (install the Debian package ibverbs-utils)"),
+        );
+        return false;
+    }
+    true
+}
+
+/// A TCP port that was free a moment ago.
+pub fn free_tcp_port() -> u16 {
+    let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind an ephemeral port");
+    l.local_addr().expect("local_addr").port()
+}
+
+/// Whether some socket listens on TCP `port` (any address, IPv4 or IPv6), read from
+/// `/proc/net/tcp{,6}` so that no probe connection disturbs the server.
+pub fn listening(port: u16) -> bool {
+    let want = format!(":{port:04X}");
+    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
+        std::fs::read_to_string(f).is_ok_and(|t| {
+            t.lines().skip(1).any(|l| {
+                let w: Vec<&str> = l.split_whitespace().collect();
+                // Columns: sl local_address rem_address st …; st 0A = LISTEN.
+                w.len() > 3 && w[1].ends_with(&want) && w[3] == "0A"
+            })
+        })
+    })
+}
+
+/// `program` run against the library in `dir`, on a device with address `addr`.
+pub fn debian_command(dir: &LibDir, program: &str, addr: Ipv4Addr, args: &[String]) -> Command {
+    let mut cmd = Command::new(program);
+    cmd.args(args)
+        .env("LD_LIBRARY_PATH", &dir.0)
+        .env("UROCE_ADDR", addr.to_string())
+        .env_remove("UROCE_FAULTS");
+    cmd
+}
+
+/// The `IBVERBS_*` symbols `program` imports (as `name@@VERSION`, the form the library
+/// defines them in) and those of them the library does not define. `None` (reported as
+/// skipped) when `readelf` cannot run.
+pub fn imports_and_missing(test: &str, program: &str) -> Option<(Vec<String>, Vec<String>)> {
+    let mut cmd = Command::new("readelf");
+    cmd.args(["--dyn-syms", "-W", program]);
+    let imports = match run(cmd, READELF_LIMIT) {
+        Ok(o) if o.status.success() => o.stdout,
+        Ok(o) => panic!("readelf failed: {}", o.stderr),
+        Err(e) => {
+            skip(test, &format!("readelf (binutils) cannot run: {e}"));
+            return None;
+        }
+    };
+    // Imported names look like `ibv_alloc_pd@IBVERBS_1.1 (2)`.
+    let wanted: Vec<String> = imports
+        .lines()
+        .filter(|l| l.contains(" UND "))
+        .filter_map(|l| l.split_whitespace().nth(7))
+        .filter(|n| n.contains("@IBVERBS_"))
+        .map(|n| n.replacen('@', "@@", 1))
+        .collect();
+    let mut cmd = Command::new("readelf");
+    cmd.args(["--dyn-syms", "-W"]).arg(built_library());
+    let ours = run(cmd, READELF_LIMIT)
+        .expect("readelf on the library")
+        .stdout;
+    let defined: Vec<&str> = ours
+        .lines()
+        .filter(|l| l.contains(" FUNC ") && !l.contains(" UND "))
+        .filter_map(|l| l.split_whitespace().nth(7))
+        .collect();
+    let missing = wanted
+        .iter()
+        .filter(|w| !defined.contains(&w.as_str()))
+        .cloned()
+        .collect();
+    Some((wanted, missing))
+}
