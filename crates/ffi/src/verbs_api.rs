@@ -922,8 +922,8 @@ pub unsafe extern "C" fn uroce_ibv_query_qp(
     })
 }
 
-/// `ibv_destroy_qp(qp)`: sends what the QP still owes its peer (deferred ACKs), then
-/// destroys it; 0, or the errno value (`EINVAL` unknown QP, `EBUSY`).
+/// `ibv_destroy_qp(qp)`: destroys the QP (the verbs layer first sends what it still owes
+/// its peer, e.g. a deferred ACK); 0, or the errno value (`EINVAL` unknown QP, `EBUSY`).
 ///
 /// # Safety
 /// None beyond the C contract: unknown pointers are rejected, never dereferenced.
@@ -940,11 +940,9 @@ pub unsafe extern "C" fn uroce_ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
                 .qps
                 .remove(&(qp as usize))
                 .ok_or(FfiError::BadHandle { what: "qp" })?;
-            // Send what the QP owes its peer now: the ACK of the last message received is
-            // held back briefly to leave with the application's next post, and a program
-            // that destroys the QP right after its last receive completion (as the
-            // pingpongs do) would otherwise leave the peer retrying into the void.
-            net.progress();
+            // `destroy` first sends what the QP still owes its peer (an ACK held back for
+            // a post that will not come: the pingpongs destroy right after their last
+            // completion); see `Transport::flush`.
             match q.destroy() {
                 Ok(()) => Ok(()),
                 Err((q, e)) => {
