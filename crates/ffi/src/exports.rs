@@ -18,55 +18,10 @@ use std::ffi::{c_char, c_int, c_uint, CStr};
 use std::io::Read as _;
 use std::mem::{offset_of, size_of};
 use std::os::unix::ffi::OsStringExt as _;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use crate::abi::*;
 use crate::device::{self, FfiError, Registry};
-
-/// Sets the calling thread's `errno`.
-fn set_errno(e: c_int) {
-    // SAFETY: `__errno_location` returns the address of the calling thread's errno, valid
-    // and writable for the thread's lifetime.
-    unsafe { *libc::__errno_location() = e };
-}
-
-/// Runs `f`, turning a panic into `on_panic` with `errno` = `EIO`.
-fn guard<R>(on_panic: R, f: impl FnOnce() -> R) -> R {
-    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| {
-        set_errno(libc::EIO);
-        on_panic
-    })
-}
-
-/// `Ok` → 0, `Err` → -1 with `errno` set.
-fn minus_one(r: Result<(), FfiError>) -> c_int {
-    match r {
-        Ok(()) => 0,
-        Err(e) => {
-            set_errno(e.errno());
-            -1
-        }
-    }
-}
-
-/// `Ok` → 0, `Err` → the errno value (also stored in `errno`).
-fn errno_value(r: Result<(), FfiError>) -> c_int {
-    match r {
-        Ok(()) => 0,
-        Err(e) => {
-            set_errno(e.errno());
-            e.errno()
-        }
-    }
-}
-
-/// Attaches the public versioned name to an internal symbol (not in unit-test builds).
-macro_rules! symver {
-    ($internal:literal, $public:literal) => {
-        #[cfg(not(test))]
-        std::arch::global_asm!(concat!(".symver ", $internal, ", ", $public));
-    };
-}
+use crate::entry::*;
 
 symver!(
     "uroce_ibv_get_device_list",

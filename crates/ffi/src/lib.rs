@@ -24,6 +24,9 @@
 
 pub mod abi;
 pub mod device;
+mod entry;
 pub mod exports;
 pub mod objects;
+pub mod unsupported;
+pub mod utility;
 pub mod verbs_api;

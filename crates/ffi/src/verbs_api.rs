@@ -22,41 +22,8 @@ use uroce_verbs::{
 
 use crate::abi::*;
 use crate::device::{FfiError, Registry};
+use crate::entry::*;
 use crate::objects::*;
-
-/// Sets the calling thread's `errno`.
-fn set_errno(e: c_int) {
-    // SAFETY: `__errno_location` returns the address of the calling thread's errno, valid
-    // and writable for the thread's lifetime.
-    unsafe { *libc::__errno_location() = e };
-}
-
-/// Runs `f`, turning a panic into `on_panic` with `errno` = `EIO`.
-fn guard<R>(on_panic: R, f: impl FnOnce() -> R) -> R {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|_| {
-        set_errno(libc::EIO);
-        on_panic
-    })
-}
-
-/// `Ok(p)` → `p`, `Err` → NULL with `errno` set.
-fn ptr_or_null<T>(r: Result<*mut T, FfiError>) -> *mut T {
-    r.unwrap_or_else(|e| {
-        set_errno(e.errno());
-        std::ptr::null_mut()
-    })
-}
-
-/// `Ok` → 0, `Err` → the errno value (also stored in `errno`).
-fn errno_value(r: Result<(), FfiError>) -> c_int {
-    match r {
-        Ok(()) => 0,
-        Err(e) => {
-            set_errno(e.errno());
-            e.errno()
-        }
-    }
-}
 
 /// A verbs-layer refusal with its errno.
 fn refused(op: &'static str, errno: c_int, e: impl std::fmt::Display) -> FfiError {
@@ -65,14 +32,6 @@ fn refused(op: &'static str, errno: c_int, e: impl std::fmt::Display) -> FfiErro
         errno,
         reason: e.to_string(),
     }
-}
-
-/// Attaches the public versioned name to an internal symbol (not in unit-test builds).
-macro_rules! symver {
-    ($internal:literal, $public:literal) => {
-        #[cfg(not(test))]
-        std::arch::global_asm!(concat!(".symver ", $internal, ", ", $public));
-    };
 }
 
 symver!("uroce_ibv_alloc_pd", "ibv_alloc_pd@@IBVERBS_1.1");
@@ -236,8 +195,23 @@ pub unsafe extern "C" fn uroce_ibv_reg_mr_iova2(
     iova: u64,
     access: c_uint,
 ) -> *mut ibv_mr {
+    // SAFETY: forwarded caller guarantee.
+    unsafe { reg_mr_iova(pd, addr, length, iova, access as c_int) }
+}
+
+/// `ibv_reg_mr_iova2` and `ibv_reg_mr_iova` (which differ in the type of `access`).
+///
+/// # Safety
+/// `[addr, addr + length)` stays allocated until the MR is deregistered.
+pub(crate) unsafe fn reg_mr_iova(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    iova: u64,
+    access: c_int,
+) -> *mut ibv_mr {
     guard(std::ptr::null_mut(), || {
-        ptr_or_null(mr_access(access as c_int).and_then(|a| {
+        ptr_or_null(mr_access(access).and_then(|a| {
             // SAFETY: forwarded caller guarantee on the range.
             unsafe { reg_mr(pd, addr, length, Some(iova), a) }
         }))
@@ -1140,9 +1114,14 @@ pub unsafe extern "C" fn ops_post_srq_recv(
 /// NUL-terminated descriptions of every completion status, indexed by ABI value.
 static WC_STATUS_STR: LazyLock<Vec<CString>> = LazyLock::new(|| {
     let max = WcStatus::ALL.iter().map(|s| s.as_u32()).max().unwrap_or(0);
-    (0..=max)
+    (0..=max.max(IBV_WC_TM_RNDV_INCOMPLETE))
         .map(|v| {
-            let text = WcStatus::from_u32(v).map_or("unknown", WcStatus::as_str);
+            // The tag-matching statuses have no uroce counterpart (no tag matching).
+            let text = match v {
+                IBV_WC_TM_ERR => "TM error",
+                IBV_WC_TM_RNDV_INCOMPLETE => "TM software rendezvous",
+                _ => WcStatus::from_u32(v).map_or("unknown", WcStatus::as_str),
+            };
             CString::new(text).unwrap_or_default()
         })
         .collect()
