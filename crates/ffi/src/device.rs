@@ -17,6 +17,7 @@
 
 use std::collections::HashMap;
 use std::ffi::c_char;
+use std::os::fd::AsRawFd as _;
 use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError, Weak};
 
@@ -236,7 +237,9 @@ impl Registry {
         vctx.sz = std::mem::size_of::<verbs_context>();
         vctx.context.device = dev;
         vctx.context.cmd_fd = -1;
-        vctx.context.async_fd = -1;
+        // The uroce context's event queue (see `async_events`); it lives as long as `net`,
+        // which this context keeps.
+        vctx.context.async_fd = net.context().async_fd().as_raw_fd();
         vctx.context.num_comp_vectors = 1;
         vctx.context.mutex = libc::PTHREAD_MUTEX_INITIALIZER;
         vctx.context.abi_compat = VERBS_ABI_IS_EXTENDED;

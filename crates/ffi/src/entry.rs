@@ -65,3 +65,63 @@ macro_rules! symver {
     };
 }
 pub(crate) use symver;
+
+extern "C-unwind" {
+    /// libc's `poll(2)`, declared as a call that may unwind: thread cancellation unwinds
+    /// out of it, and a call through the ordinary `extern "C"` declaration is assumed not
+    /// to unwind (the unwinder finds no landing entry for it and aborts the process).
+    #[link_name = "poll"]
+    fn cancellable_poll(fds: *mut libc::pollfd, nfds: libc::nfds_t, timeout: c_int) -> c_int;
+}
+
+/// One non-blocking try of a call that may block (see [`blocking_call`]).
+pub(crate) enum Attempt<R> {
+    /// The call is done: return this.
+    Done(R),
+    /// Nothing yet: wait until `fd` is readable, then try again. `keep` holds whatever
+    /// keeps `fd` open during the wait.
+    Wait {
+        fd: std::os::fd::RawFd,
+        keep: Box<dyn std::any::Any>,
+    },
+}
+
+/// How many wake-ups one blocking call tolerates (each one an item taken by another
+/// thread between the wake-up and the retry) before it gives up with `EAGAIN`.
+const MAX_WAKEUPS: u32 = 1_000_000;
+
+/// Runs a call that may block (`ibv_get_cq_event`, `ibv_get_async_event`): `attempt`, run
+/// under [`guard`], either finishes or names a descriptor to wait on. A descriptor with
+/// `O_NONBLOCK` makes the call fail with `EAGAIN` instead, as rdma-core's do; otherwise
+/// the thread waits in libc's `poll(2)` — a cancellation point, entered outside any
+/// `catch_unwind` frame, so that `pthread_cancel` (rping cancels its CQ thread blocked
+/// there) unwinds through the caller, which must be `extern "C-unwind"`. A signal ends the
+/// wait with `EINTR`.
+pub(crate) fn blocking_call<R: Copy>(on_error: R, mut attempt: impl FnMut() -> Attempt<R>) -> R {
+    for _ in 0..MAX_WAKEUPS {
+        let (fd, keep) = match guard(Attempt::Done(on_error), &mut attempt) {
+            Attempt::Done(r) => return r,
+            Attempt::Wait { fd, keep } => (fd, keep),
+        };
+        // SAFETY: F_GETFL reads the flags of a descriptor `keep` keeps open.
+        let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+        if flags >= 0 && flags & libc::O_NONBLOCK != 0 {
+            set_errno(libc::EAGAIN);
+            return on_error;
+        }
+        let mut pfd = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd on a descriptor `keep` keeps open.
+        let r = unsafe { cancellable_poll(&mut pfd, 1, -1) };
+        drop(keep);
+        if r < 0 {
+            // errno is poll's (EINTR, ENOMEM).
+            return on_error;
+        }
+    }
+    set_errno(libc::EAGAIN);
+    on_error
+}

@@ -23,6 +23,7 @@
 //! comment; the crates below it stay safe Rust.
 
 pub mod abi;
+pub mod async_events;
 pub mod device;
 mod entry;
 pub mod exports;

@@ -2,7 +2,7 @@
 //! exists so that programs and libraries bound to it load (every binary is linked with
 //! `BIND_NOW`; libmlx5 and libefa, which perftest links, bind the whole provider
 //! interface), and each fails cleanly when called: a NULL pointer or an error value, with
-//! `errno` set — `EOPNOTSUPP` for current functions uroce may implement later, `ENOSYS` for
+//! `errno` set: `EOPNOTSUPP` for current functions uroce may implement later, `ENOSYS` for
 //! the IBVERBS_1.0 compatibility versions whose pre-2006 structures uroce will not
 //! support. Functions that return nothing do nothing: the objects they would release can
 //! never have been created by uroce. With `UROCE_DEBUG` set, every call is reported on
@@ -71,8 +71,6 @@ unsupported! {
     int uroce_ibv_resolve_eth_l2_from_gid => "ibv_resolve_eth_l2_from_gid@@IBVERBS_1.1";
     neg uroce_ibv_rereg_mr => "ibv_rereg_mr@@IBVERBS_1.1";
     int uroce_ibv_resize_cq => "ibv_resize_cq@@IBVERBS_1.1";
-    neg uroce_ibv_get_async_event => "ibv_get_async_event@@IBVERBS_1.1";
-    void uroce_ibv_ack_async_event => "ibv_ack_async_event@@IBVERBS_1.1";
     ptr uroce_ibv_import_device => "ibv_import_device@@IBVERBS_1.10";
     ptr uroce_ibv_import_pd => "ibv_import_pd@@IBVERBS_1.10";
     ptr uroce_ibv_import_mr => "ibv_import_mr@@IBVERBS_1.10";

@@ -458,35 +458,33 @@ pub unsafe extern "C" fn uroce_ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
     })
 }
 
-/// `ibv_get_cq_event(channel, &cq, &cq_context)`: waits (in `poll(2)` on the channel's fd,
-/// a cancellation point) for the next CQ notification; 0, or -1 + `errno`.
-///
-/// uroce's channel fd is non-blocking by construction, so its `O_NONBLOCK` flag says
-/// nothing about the application's wish: this call always waits. Applications that must
-/// not block `poll(2)` the fd first (readable exactly while an event is pending), as
-/// generic event loops do.
+/// `ibv_get_cq_event(channel, &cq, &cq_context)`: the next CQ notification of `channel`,
+/// waiting for one (in `poll(2)` on the channel's fd, a cancellation point) unless the fd
+/// is non-blocking; 0, or -1 + `errno` (`EINVAL` for a bad handle or NULL output,
+/// `EAGAIN` when non-blocking and none is pending, `EINTR` when a signal ended the wait).
 ///
 /// # Safety
 /// `cq` and `cq_context` are NULL or writable pointers.
 #[no_mangle]
-pub unsafe extern "C" fn uroce_ibv_get_cq_event(
+pub unsafe extern "C-unwind" fn uroce_ibv_get_cq_event(
     channel: *mut ibv_comp_channel,
     cq: *mut *mut ibv_cq,
     cq_context: *mut *mut c_void,
 ) -> c_int {
-    guard(-1, || {
-        let r = (|| {
-            if cq.is_null() || cq_context.is_null() {
-                return Err(FfiError::Invalid("output pointer is NULL"));
-            }
+    if cq.is_null() || cq_context.is_null() {
+        set_errno(libc::EINVAL);
+        return -1;
+    }
+    blocking_call(-1, || {
+        let r: Result<Option<Arc<CompChannel>>, FfiError> = (|| {
             let ch: Arc<CompChannel> = objects()
                 .channels
                 .get(&(channel as usize))
                 .map(|e| Arc::clone(&e.ch))
                 .ok_or(FfiError::BadHandle { what: "channel" })?;
-            let ev = ch
-                .get_cq_event(None)
-                .map_err(|e| refused("ibv_get_cq_event", libc::EIO, e))?;
+            let Some(ev) = ch.try_get_cq_event() else {
+                return Ok(Some(ch));
+            };
             drop(ch);
             let mut objs = objects();
             let key = *objs
@@ -505,13 +503,17 @@ pub unsafe extern "C" fn uroce_ibv_get_cq_event(
                 cq.write(key as *mut ibv_cq);
                 cq_context.write(user);
             }
-            Ok(())
+            Ok(None)
         })();
         match r {
-            Ok(()) => 0,
+            Ok(None) => Attempt::Done(0),
+            Ok(Some(ch)) => Attempt::Wait {
+                fd: ch.fd().as_raw_fd(),
+                keep: Box::new(ch),
+            },
             Err(e) => {
                 set_errno(e.errno());
-                -1
+                Attempt::Done(-1)
             }
         }
     })

@@ -339,7 +339,11 @@ struct FdState<T> {
 
 impl<T> FdQueue<T> {
     pub(crate) fn new() -> Result<FdQueue<T>, rustix::io::Errno> {
-        let fd = rustix::event::eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)?;
+        // Blocking, as rdma-core's descriptors are by default, so that an application's
+        // `O_NONBLOCK` on it is an observable wish (the C library honours it). The queue's
+        // own reads and writes never block: the counter is only ever 0 or 1 and they
+        // happen only when it is 1 or 0 respectively.
+        let fd = rustix::event::eventfd(0, EventfdFlags::CLOEXEC)?;
         Ok(FdQueue {
             state: Mutex::new(FdState {
                 items: VecDeque::new(),
@@ -354,16 +358,24 @@ impl<T> FdQueue<T> {
     fn sync_signal(&self, st: &mut FdState<T>) {
         let want = !st.items.is_empty() || st.shutdown;
         if want && !st.signaled {
-            // A write of 1 cannot fail on a non-blocking eventfd whose counter is 0 (the
-            // counter is only ever 0 or 1 here); if it did, the fd just stays unreadable and
-            // blocked waiters fall back to their timeout.
+            // A write of 1 neither blocks nor fails on an eventfd whose counter is 0 (the
+            // counter is only ever 0 or 1 here); if it failed, the fd would just stay
+            // unreadable and blocked waiters fall back to their timeout.
             if rustix::io::write(&self.fd, &1u64.to_ne_bytes()).is_ok() {
                 st.signaled = true;
             }
         } else if !want && st.signaled {
-            // Reading resets the counter to 0 (EAGAIN if it already was 0).
-            let mut buf = [0u8; 8];
-            let _ = rustix::io::read(&self.fd, &mut buf);
+            // Reading resets the counter to 0. It is 1 unless somebody outside read the
+            // descriptor (a misuse); the zero-timeout poll keeps even that from blocking.
+            let mut fds = [PollFd::new(&self.fd, PollFlags::IN)];
+            let zero = Timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            if rustix::event::poll(&mut fds, Some(&zero)).is_ok_and(|n| n > 0) {
+                let mut buf = [0u8; 8];
+                let _ = rustix::io::read(&self.fd, &mut buf);
+            }
             st.signaled = false;
         }
     }

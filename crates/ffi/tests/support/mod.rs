@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use uroce_testkit::{run, skip};
+use uroce_testkit::{run, skip, TempFile};
 
 /// How long one `readelf` may take.
 const READELF_LIMIT: Duration = Duration::from_secs(30);
@@ -124,4 +124,36 @@ pub fn imports_and_missing(test: &str, program: &str) -> Option<(Vec<String>, Ve
         .cloned()
         .collect();
     Some((wanted, missing))
+}
+
+/// Compiles `tests/c/<name>` against the installed `<infiniband/verbs.h>`, linking
+/// rdma-core's library (the program runs against uroce's through `LD_LIBRARY_PATH`) and
+/// `libs`. `None` (reported as skipped) without the header or a C compiler.
+pub fn compile_c(test: &str, name: &str, libs: &[&str]) -> Option<TempFile> {
+    if !Path::new("/usr/include/infiniband/verbs.h").exists() {
+        skip(
+            test,
+            "<infiniband/verbs.h> is missing (install libibverbs-dev)",
+        );
+        return None;
+    }
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/c")
+        .join(name);
+    let exe = TempFile::new(name.trim_end_matches(".c"), "");
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_owned());
+    let mut cmd = Command::new(&cc);
+    cmd.args(["-std=gnu11", "-Wall", "-Werror", "-o"])
+        .arg(exe.path())
+        .arg(&src)
+        .arg("-libverbs")
+        .args(libs);
+    match run(cmd, Duration::from_secs(120)) {
+        Ok(o) if o.status.success() => Some(exe),
+        Ok(o) => panic!("compiling {} failed:\n{}", src.display(), o.stderr),
+        Err(e) => {
+            skip(test, &format!("no C compiler ({cc}): {e}"));
+            None
+        }
+    }
 }
