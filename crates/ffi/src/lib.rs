@@ -14,6 +14,9 @@
 //! * [`verbs_api`]: PDs, MRs, completion channels, CQs, RC QPs and the data-path slots of
 //!   `ibv_context.ops` — enough for `ibv_rc_pingpong`. Programs that import any other
 //!   verbs symbol do not load yet.
+//! * [`marshall`]: the kernel-ABI marshalling helpers (`ibv_copy_*_from_kern`,
+//!   `ibv_copy_path_rec_to_kern`) that librdmacm binds, with `#[repr(C)]` mirrors of the
+//!   kernel structs they convert (layouts checked by `tests/marshall.rs`).
 //! * [`device`]: the process-wide registry of the device and open contexts.
 //! * [`objects`]: the registry of the objects handed out, and the conversions between the
 //!   C work requests/completions/attributes and uroce-verbs' types.
@@ -27,6 +30,7 @@ pub mod async_events;
 pub mod device;
 mod entry;
 pub mod exports;
+pub mod marshall;
 pub mod objects;
 pub mod unsupported;
 pub mod utility;
