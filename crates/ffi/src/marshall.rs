@@ -32,16 +32,16 @@
 //! Every function is a no-op when either pointer is NULL and never lets a panic unwind
 //! into C. Like rdma-core's, they return nothing and do not touch `errno` on success.
 //!
-//! Public names (attached when the functions are exported; see `libibverbs.map`):
+//! Public names:
 //! `ibv_copy_qp_attr_from_kern@@IBVERBS_1.0`, `ibv_copy_ah_attr_from_kern@@IBVERBS_1.1`,
 //! `ibv_copy_path_rec_from_kern@@IBVERBS_1.0`, `ibv_copy_path_rec_to_kern@@IBVERBS_1.0`.
 
 #![allow(non_camel_case_types)] // C names, kept verbatim
 
 use core::ffi::c_int;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use crate::abi::{__be32, ibv_ah_attr, ibv_gid, ibv_qp_attr};
+use crate::entry::{guard, symver};
 
 /// A big-endian 16-bit value (`__be16`): stored in network byte order.
 pub type __be16 = u16;
@@ -247,15 +247,22 @@ pub struct ibv_sa_path_rec {
     pub preference: u8,
 }
 
-/// Runs `f`; a panic is swallowed (it must not unwind into C) and reported as `errno` =
-/// `EIO`, the crate's convention. The copies below cannot panic; this is a safety net.
-fn guard(f: impl FnOnce()) {
-    if catch_unwind(AssertUnwindSafe(f)).is_err() {
-        // SAFETY: `__errno_location` returns the address of the calling thread's errno,
-        // valid and writable for the thread's lifetime.
-        unsafe { *libc::__errno_location() = libc::EIO };
-    }
-}
+symver!(
+    "uroce_ibv_copy_qp_attr_from_kern",
+    "ibv_copy_qp_attr_from_kern@@IBVERBS_1.0"
+);
+symver!(
+    "uroce_ibv_copy_ah_attr_from_kern",
+    "ibv_copy_ah_attr_from_kern@@IBVERBS_1.1"
+);
+symver!(
+    "uroce_ibv_copy_path_rec_from_kern",
+    "ibv_copy_path_rec_from_kern@@IBVERBS_1.0"
+);
+symver!(
+    "uroce_ibv_copy_path_rec_to_kern",
+    "ibv_copy_path_rec_to_kern@@IBVERBS_1.0"
+);
 
 /// Writes the fields of `src` into the address vector at `dst`, field by field.
 ///
@@ -295,7 +302,7 @@ pub unsafe extern "C" fn uroce_ibv_copy_ah_attr_from_kern(
     dst: *mut ibv_ah_attr,
     src: *const ib_uverbs_ah_attr,
 ) {
-    guard(|| {
+    guard((), || {
         if dst.is_null() || src.is_null() {
             return;
         }
@@ -325,7 +332,7 @@ pub unsafe extern "C" fn uroce_ibv_copy_qp_attr_from_kern(
     dst: *mut ibv_qp_attr,
     src: *const ib_uverbs_qp_attr,
 ) {
-    guard(|| {
+    guard((), || {
         if dst.is_null() || src.is_null() {
             return;
         }
@@ -385,7 +392,7 @@ pub unsafe extern "C" fn uroce_ibv_copy_path_rec_from_kern(
     dst: *mut ibv_sa_path_rec,
     src: *const ib_user_path_rec,
 ) {
-    guard(|| {
+    guard((), || {
         if dst.is_null() || src.is_null() {
             return;
         }
@@ -434,7 +441,7 @@ pub unsafe extern "C" fn uroce_ibv_copy_path_rec_to_kern(
     dst: *mut ib_user_path_rec,
     src: *const ibv_sa_path_rec,
 ) {
-    guard(|| {
+    guard((), || {
         if dst.is_null() || src.is_null() {
             return;
         }
