@@ -1,17 +1,31 @@
 //! The unmodified Debian `ibv_rc_pingpong` (package ibverbs-utils) runs between two
 //! processes against uroce's cdylib presented as `libibverbs.so.1` through
 //! `LD_LIBRARY_PATH`: one uroce device on 127.0.7.x per process, the QP numbers, PSNs and
-//! GIDs exchanged by the program itself over TCP, 1000 round trips of 4096 bytes over RC,
-//! in busy-polling mode and in event mode (`-e`: completion channel, `ibv_req_notify_cq`,
-//! `ibv_get_cq_event`, `ibv_ack_cq_events`).
+//! GIDs exchanged by the program itself over TCP, then `iters` round trips of `size` bytes
+//! over RC:
+//! - the defaults (4096 bytes, 1000 iterations) in busy-polling mode and in event mode
+//!   (`-e`: completion channel, `ibv_req_notify_cq`, `ibv_get_cq_event`,
+//!   `ibv_ack_cq_events`);
+//! - with buffer validation (`-c`): 1 byte (one packet); 4097 bytes (four full
+//!   1024-byte MTU packets and a fifth of one byte, two pages); 1 MiB (1024 packets,
+//!   twice the requester's 512-PSN window, 256 pages), busy and in event mode, with few
+//!   iterations so that it stays fast; and 10000 iterations of the default size (the
+//!   500-deep receive queue is refilled 20 times, 40000 data packets each way).
+//!
+//! Independent pairs use distinct addresses and TCP ports, so the harness may run them in
+//! parallel.
 //!
 //! Expectations come from the program's documented behaviour, not from uroce: both exit
 //! 0; each prints its own and its peer's address (GID `::ffff:<addr>`, RFC 4291
 //! §2.5.5.2) and the peer's QPN/PSN equal what the peer printed as its own; each counts
-//! `2 * size * iters` bytes (it sends and receives `size` bytes per iteration). The
-//! library must also define every `IBVERBS_*` symbol the binary imports, with that exact
-//! version (read from the binary with `readelf`). Without the tools the test is skipped,
-//! or fails under `UROCE_REQUIRE_TOOLS=1`.
+//! `2 * size * iters` bytes (it sends and receives `size` bytes per iteration). With `-c`
+//! the client sets the first byte of every page of its buffer (otherwise filled with
+//! 0x7b) to 0 before its first send, and the server, once done, prints
+//! `invalid data in page N` for every page whose first byte is not 0; that line does not
+//! change its exit status, so the test looks for it. The library must also define every
+//! `IBVERBS_*` symbol the binary imports, with that exact version (read from the binary
+//! with `readelf`). Without the tools the test is skipped, or fails under
+//! `UROCE_REQUIRE_TOOLS=1`.
 
 use std::net::Ipv4Addr;
 use std::process::Command;
@@ -25,11 +39,14 @@ use support::{
 use uroce_testkit::run;
 
 const PROGRAM: &str = "/usr/bin/ibv_rc_pingpong";
-/// Per-process limit (the runs take well under a second).
+/// Per-process limit (each run takes well under a second alone, a few seconds on a
+/// loaded machine).
 const LIMIT: Duration = Duration::from_secs(60);
-/// Message size and iterations (rc_pingpong's defaults, passed explicitly).
+/// rc_pingpong's default message size and iterations (passed explicitly).
 const SIZE: u64 = 4096;
 const ITERS: u64 = 1000;
+/// What the server prints (on stdout) for each page that fails `-c` validation.
+const INVALID_PAGE: &str = "invalid data in page";
 
 /// A pingpong command against the library for the device address `addr`.
 fn pingpong(dir: &LibDir, addr: Ipv4Addr, args: &[String]) -> Command {
@@ -55,8 +72,9 @@ fn address(out: &str, prefix: &str) -> (String, String, String) {
     (word_after("QPN"), word_after("PSN"), word_after("GID"))
 }
 
-/// Runs server and client with `extra` options; checks both outputs; returns them.
-fn run_pair(test: &str, server: Ipv4Addr, client: Ipv4Addr, extra: &[&str]) -> (String, String) {
+/// Runs server and client exchanging `size` bytes `iters` times, with `extra` options;
+/// checks both outputs.
+fn run_pair(test: &str, server: Ipv4Addr, client: Ipv4Addr, size: u64, iters: u64, extra: &[&str]) {
     let dir = LibDir::new(&format!("rc-pingpong-{test}"));
     let port = free_tcp_port();
     let mut args: Vec<String> = vec![
@@ -65,9 +83,9 @@ fn run_pair(test: &str, server: Ipv4Addr, client: Ipv4Addr, extra: &[&str]) -> (
         "-p".into(),
         port.to_string(),
         "-s".into(),
-        SIZE.to_string(),
+        size.to_string(),
         "-n".into(),
-        ITERS.to_string(),
+        iters.to_string(),
     ];
     args.extend(extra.iter().map(|s| (*s).to_owned()));
 
@@ -112,17 +130,22 @@ fn run_pair(test: &str, server: Ipv4Addr, client: Ipv4Addr, extra: &[&str]) -> (
     assert_eq!(s_remote, c_local, "server's view of the client");
     assert_eq!(c_remote, s_local, "client's view of the server");
 
-    let bytes = format!("{} bytes in ", 2 * SIZE * ITERS);
-    let iters = format!("{ITERS} iters in ");
+    let bytes = format!("{} bytes in ", 2 * size * iters);
+    let iterations = format!("{iters} iters in ");
     for (who, out) in [("server", &s_out), ("client", &c_out)] {
-        for want in [&bytes, &iters] {
+        for want in [&bytes, &iterations] {
             assert!(
                 out.lines().any(|l| l.starts_with(want.as_str())),
                 "{test} {who}: no line starting with {want:?}:\n{out}"
             );
         }
+        // Only the server validates (`-c`), but a report on either side is a failure.
+        let invalid: Vec<&str> = out.lines().filter(|l| l.contains(INVALID_PAGE)).collect();
+        assert!(
+            invalid.is_empty(),
+            "{test} {who}: received data failed validation: {invalid:?}"
+        );
     }
-    (s_out, c_out)
 }
 
 #[test]
@@ -154,6 +177,8 @@ fn debian_rc_pingpong_busy_polling() {
         TEST,
         Ipv4Addr::new(127, 0, 7, 2),
         Ipv4Addr::new(127, 0, 7, 1),
+        SIZE,
+        ITERS,
         &[],
     );
 }
@@ -168,6 +193,88 @@ fn debian_rc_pingpong_event_mode() {
         TEST,
         Ipv4Addr::new(127, 0, 7, 4),
         Ipv4Addr::new(127, 0, 7, 3),
+        SIZE,
+        ITERS,
         &["-e"],
+    );
+}
+
+#[test]
+fn debian_rc_pingpong_one_byte_validated() {
+    const TEST: &str = "debian_rc_pingpong_one_byte_validated";
+    if !have_program(TEST, PROGRAM) {
+        return;
+    }
+    run_pair(
+        TEST,
+        Ipv4Addr::new(127, 0, 7, 6),
+        Ipv4Addr::new(127, 0, 7, 5),
+        1,
+        ITERS,
+        &["-c"],
+    );
+}
+
+#[test]
+fn debian_rc_pingpong_4097_bytes_validated() {
+    const TEST: &str = "debian_rc_pingpong_4097_bytes_validated";
+    if !have_program(TEST, PROGRAM) {
+        return;
+    }
+    run_pair(
+        TEST,
+        Ipv4Addr::new(127, 0, 7, 8),
+        Ipv4Addr::new(127, 0, 7, 7),
+        4097,
+        ITERS,
+        &["-c"],
+    );
+}
+
+#[test]
+fn debian_rc_pingpong_1_mib_validated() {
+    const TEST: &str = "debian_rc_pingpong_1_mib_validated";
+    if !have_program(TEST, PROGRAM) {
+        return;
+    }
+    run_pair(
+        TEST,
+        Ipv4Addr::new(127, 0, 7, 10),
+        Ipv4Addr::new(127, 0, 7, 9),
+        1 << 20,
+        100,
+        &["-c"],
+    );
+}
+
+#[test]
+fn debian_rc_pingpong_1_mib_event_mode_validated() {
+    const TEST: &str = "debian_rc_pingpong_1_mib_event_mode_validated";
+    if !have_program(TEST, PROGRAM) {
+        return;
+    }
+    run_pair(
+        TEST,
+        Ipv4Addr::new(127, 0, 7, 12),
+        Ipv4Addr::new(127, 0, 7, 11),
+        1 << 20,
+        20,
+        &["-e", "-c"],
+    );
+}
+
+#[test]
+fn debian_rc_pingpong_10000_iterations_validated() {
+    const TEST: &str = "debian_rc_pingpong_10000_iterations_validated";
+    if !have_program(TEST, PROGRAM) {
+        return;
+    }
+    run_pair(
+        TEST,
+        Ipv4Addr::new(127, 0, 7, 14),
+        Ipv4Addr::new(127, 0, 7, 13),
+        SIZE,
+        10_000,
+        &["-c"],
     );
 }
