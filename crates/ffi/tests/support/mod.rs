@@ -48,7 +48,7 @@ pub fn have_program(test: &str, program: &str) -> bool {
     if !Path::new(program).exists() {
         skip(
             test,
-            &format!("{program} is missing (install the Debian package ibverbs-utils)"),
+            &format!("{program} is missing (install the Debian package ibverbs-utils or perftest)"),
         );
         return false;
     }

@@ -1,0 +1,185 @@
+//! The unmodified Debian perftest binaries (package perftest 4.5) run over RC between two
+//! processes against uroce's library: `ib_send_lat`, `ib_send_bw`, `ib_write_lat`,
+//! `ib_write_bw`, `ib_read_lat`, `ib_read_bw`, `ib_atomic_lat`, `ib_atomic_bw` with a
+//! bounded `-n`, and `ib_write_bw -a` (every size from 2 bytes to 8 MiB).
+//!
+//! perftest links libmlx5, libefa and librdmacm, which bind rdma-core's provider interface
+//! and kernel-ABI helpers: the programs only load if the library exports those too. The
+//! device reports vendor 0xFFFFFF, so perftest takes its classic `ibv_post_send` path. The
+//! passive side of the WRITE/READ/ATOMIC tests never calls verbs during the test (it waits
+//! in a TCP read), so these runs also prove that the library's own thread serves the
+//! peer.
+//!
+//! Expectations come from perftest's documented output: both sides exit 0; the client
+//! prints the result table with one row per size, each row naming the size and the
+//! iteration count asked for, with positive figures; the bandwidth servers print the
+//! same table (with `-a`, the passive server prints the last size's row only). Without the programs the test is skipped, or fails under
+//! `UROCE_REQUIRE_TOOLS=1`.
+
+use std::net::Ipv4Addr;
+use std::time::{Duration, Instant};
+
+mod support;
+
+use support::{debian_command, free_tcp_port, have_program, listening, LibDir};
+use uroce_testkit::run;
+
+/// Per-process limit.
+const LIMIT: Duration = Duration::from_secs(120);
+
+/// The result rows of perftest's table: the lines after the `#bytes` header up to the
+/// closing dashes, split into words.
+fn rows(out: &str) -> Vec<Vec<String>> {
+    out.lines()
+        .skip_while(|l| !l.trim_start().starts_with("#bytes"))
+        .skip(1)
+        .take_while(|l| !l.trim_start().starts_with("---"))
+        .map(|l| l.split_whitespace().map(str::to_owned).collect())
+        .filter(|w: &Vec<String>| !w.is_empty())
+        .collect()
+}
+
+/// Runs `program` as server on `server` and client on `client` with `args`; checks both
+/// exits and the client's (and for bandwidth tests the server's) table: `sizes` rows of
+/// `iters` iterations. Returns the client's rows.
+fn run_pair(
+    program: &str,
+    server: Ipv4Addr,
+    client: Ipv4Addr,
+    args: &[&str],
+    iters: u64,
+    sizes: &[u64],
+) -> Vec<Vec<String>> {
+    let test = format!("perftest_{program}");
+    let path = format!("/usr/bin/{program}");
+    if !have_program(&test, &path) {
+        return Vec::new();
+    }
+    let dir = LibDir::new(&format!("perftest-{program}"));
+    let port = free_tcp_port();
+    let mut common: Vec<String> = ["-x", "0", "-F", "-n"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    common.push(iters.to_string());
+    common.push("-p".into());
+    common.push(port.to_string());
+    common.extend(args.iter().map(|s| s.to_string()));
+
+    let srv_cmd = debian_command(&dir, &path, server, &common);
+    let srv = std::thread::spawn(move || run(srv_cmd, LIMIT));
+    let start = Instant::now();
+    while !listening(port) {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "{program} server never listened on {port}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut cargs = common.clone();
+    cargs.push(server.to_string());
+    let cli = run(debian_command(&dir, &path, client, &cargs), LIMIT).expect("run client");
+    let srv = srv.join().expect("server thread").expect("run server");
+    for (side, o) in [("server", &srv), ("client", &cli)] {
+        assert!(
+            o.status.success(),
+            "{program} {side} failed ({:?}):\n{}\n{}",
+            o.status,
+            o.stdout,
+            o.stderr
+        );
+    }
+    let check = |side: &str, out: &str, sizes: &[u64]| -> Vec<Vec<String>> {
+        let rows = rows(out);
+        assert_eq!(
+            rows.len(),
+            sizes.len(),
+            "{program} {side}: expected {} result rows:\n{out}",
+            sizes.len()
+        );
+        for (row, size) in rows.iter().zip(sizes) {
+            assert!(row.len() >= 4, "{program} {side}: short row {row:?}");
+            assert_eq!(
+                row[0],
+                size.to_string(),
+                "{program} {side}: size in {row:?}"
+            );
+            assert_eq!(row[1], iters.to_string(), "{program} {side}: iterations");
+            // Latency rows: t_min, t_max, t_typical, …; bandwidth rows: BW peak, BW
+            // average, message rate. The figures after the iteration count are positive
+            // (the bandwidth server's peak column may read 0.00 for a receiver).
+            let figures: Vec<f64> = row[2..]
+                .iter()
+                .map(|w| w.parse().unwrap_or(f64::NAN))
+                .collect();
+            assert!(
+                figures.iter().all(|f| f.is_finite() && *f >= 0.0)
+                    && figures.iter().skip(1).any(|f| *f > 0.0),
+                "{program} {side}: figures in {row:?}"
+            );
+        }
+        rows
+    };
+    let client_rows = check("client", &cli.stdout, sizes);
+    if program.contains("_bw") {
+        // With -a the passive server reports once, for the last size.
+        let server_sizes = if args.contains(&"-a") {
+            &sizes[sizes.len() - 1..]
+        } else {
+            sizes
+        };
+        check("server", &srv.stdout, server_sizes);
+    }
+    client_rows
+}
+
+fn addr(n: u8) -> Ipv4Addr {
+    Ipv4Addr::new(127, 0, 15, n)
+}
+
+#[test]
+fn perftest_send_lat() {
+    run_pair("ib_send_lat", addr(1), addr(2), &[], 500, &[2]);
+}
+
+#[test]
+fn perftest_send_bw() {
+    run_pair("ib_send_bw", addr(3), addr(4), &[], 200, &[65536]);
+}
+
+#[test]
+fn perftest_write_lat() {
+    run_pair("ib_write_lat", addr(5), addr(6), &[], 500, &[2]);
+}
+
+#[test]
+fn perftest_write_bw() {
+    run_pair("ib_write_bw", addr(7), addr(8), &[], 200, &[65536]);
+}
+
+#[test]
+fn perftest_read_lat() {
+    run_pair("ib_read_lat", addr(9), addr(10), &[], 500, &[2]);
+}
+
+#[test]
+fn perftest_read_bw() {
+    run_pair("ib_read_bw", addr(11), addr(12), &[], 200, &[65536]);
+}
+
+#[test]
+fn perftest_atomic_lat() {
+    run_pair("ib_atomic_lat", addr(13), addr(14), &[], 500, &[8]);
+}
+
+#[test]
+fn perftest_atomic_bw() {
+    run_pair("ib_atomic_bw", addr(15), addr(16), &[], 500, &[8]);
+}
+
+#[test]
+fn perftest_write_bw_all_sizes() {
+    // -a: every power of two from 2 bytes to 8 MiB (2^1 … 2^23).
+    let sizes: Vec<u64> = (1..=23).map(|k| 1u64 << k).collect();
+    run_pair("ib_write_bw", addr(17), addr(18), &["-a"], 20, &sizes);
+}
