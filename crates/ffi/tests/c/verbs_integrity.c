@@ -419,6 +419,10 @@ static enum ibv_qp_state qp_state(struct ibv_qp *qp)
     int r = ibv_query_qp(qp, &a, IBV_QP_STATE, &ia);
     if (r)
         fail("ibv_query_qp: %s", strerror(r));
+    /* libibverbs refreshes qp->state from a query that asks for the state. */
+    if (qp->state != a.qp_state)
+        fail("ibv_query_qp(IBV_QP_STATE) returned state %d, qp->state is %d", a.qp_state,
+             qp->state);
     return a.qp_state;
 }
 
