@@ -858,7 +858,9 @@ pub unsafe extern "C" fn uroce_ibv_modify_qp(
 }
 
 /// `ibv_query_qp(qp, attr, attr_mask, init_attr)`: fills both structures completely
-/// (whatever the mask); 0 or the errno value (`EINVAL`).
+/// (whatever the mask); 0 or the errno value (`EINVAL`). With `IBV_QP_STATE` in the mask
+/// `qp->state` is refreshed from the result, as libibverbs does: the QP may have left the
+/// state of the last `ibv_modify_qp` on its own (to ERR, after a transport error).
 ///
 /// # Safety
 /// `attr` and `init_attr` are NULL or point to writable structures.
@@ -869,7 +871,6 @@ pub unsafe extern "C" fn uroce_ibv_query_qp(
     attr_mask: c_int,
     init_attr: *mut ibv_qp_init_attr,
 ) -> c_int {
-    let _ = attr_mask;
     guard(libc::EIO, || {
         errno_value((|| {
             if attr.is_null() || init_attr.is_null() {
@@ -892,6 +893,9 @@ pub unsafe extern "C" fn uroce_ibv_query_qp(
                     qp_type: info.qp_type.as_u32(),
                     sq_sig_all: c_int::from(info.sq_sig_all),
                 });
+                if attr_mask as u32 & IBV_QP_STATE != 0 {
+                    (*c).state = q.qp_state.as_u32();
+                }
             }
             Ok(())
         })())

@@ -3,8 +3,9 @@
 //! order refusals with `EBUSY`, stale and foreign handles with `EINVAL`), two RC QPs of one
 //! device connected to each other through the `ibv_context.ops` slots (SEND, INLINE
 //! SEND_WITH_IMM, a `bad_wr` chain), a receive taken from an SRQ (`post_srq_recv`, the
-//! one-shot limit), a completion event through the channel fd, and the unimplemented parts
-//! failing with `EOPNOTSUPP`.
+//! one-shot limit), a completion event through the channel fd, a QP that went to ERR on its
+//! own (`qp->state` refreshed by `ibv_query_qp`), and the unimplemented parts failing with
+//! `EOPNOTSUPP`.
 //!
 //! Expectations come from the verbs ABI (verbs.h values and rules: IBV_WC_RECV = 128,
 //! immediate data in network order, REMOTE_WRITE needs LOCAL_WRITE, rdma-core's status
@@ -437,6 +438,31 @@ fn verbs_objects_and_data_path_behave_like_rdma_core() {
         // Taking the only WQE left fewer than the limit of 2: the limit fired and disarmed.
         assert_eq!(uroce_ibv_query_srq(srq, &mut sa), 0);
         assert_eq!(sa.srq_limit, 0);
+
+        // --- A QP leaving RTS on its own: an RDMA WRITE to a QP without REMOTE_WRITE is
+        // NAKed Invalid Request, the requester's WR completes REM_INV_REQ_ERR and its QP goes
+        // to ERR. `qp->state` still says RTS (no ibv_modify_qp happened) until a query
+        // that asks for the state refreshes it, as libibverbs' ibv_query_qp does.
+        let mut wr: ibv_send_wr = zeroed();
+        wr.wr_id = 24;
+        wr.sg_list = &mut sge;
+        wr.num_sge = 1;
+        wr.opcode = IBV_WR_RDMA_WRITE;
+        wr.send_flags = IBV_SEND_SIGNALED;
+        wr.wr.rdma = ibv_send_wr_rdma {
+            remote_addr: pb as u64,
+            rkey: (*mr_b).rkey,
+        };
+        assert_eq!(post_send(qp_t, &mut wr, &mut bad_wr), 0);
+        let wc = poll_one(ctx, cq_a);
+        assert_eq!((wc.status, wc.wr_id), (IBV_WC_REM_INV_REQ_ERR, 24));
+        assert_eq!((*qp_t).state, IBV_QPS_RTS);
+        assert_eq!(
+            uroce_ibv_query_qp(qp_t, &mut qa, IBV_QP_STATE as c_int, &mut qi),
+            0
+        );
+        assert_eq!(qa.qp_state, IBV_QPS_ERR);
+        assert_eq!((*qp_t).state, IBV_QPS_ERR, "refreshed by the query");
 
         assert_eq!(uroce_ibv_destroy_srq(srq), libc::EBUSY, "a QP is attached");
         assert_eq!(uroce_ibv_destroy_qp(qp_s), 0);
