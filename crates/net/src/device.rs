@@ -24,7 +24,8 @@
 //!   (busy polling, the low-latency path). While an application busy polls (two polls less than
 //!   50 µs apart), the progress thread stops watching the socket (it would only compete
 //!   for the lock and the CPU) and keeps watching the doorbell and the timers; it watches
-//!   the socket again once the application has not busy polled for [`BUSY_POLL_GRACE`].
+//!   the socket again once the application has not busy polled for [`BUSY_POLL_GRACE`]
+//!   (it wakes at that moment: the application may have stopped polling to wait on memory).
 //!   Output that a polling thread's step caused (ACKs) is deferred to the ready list and
 //!   sent by the next step or with the application's next post;
 //! * **posting threads**: `post_send` rings the device; if the lock is free, the poster
@@ -63,12 +64,15 @@ pub const ADDR_ENV: &str = "UROCE_ADDR";
 pub const DEFAULT_ADDR: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 /// After an application's last CQ poll, the progress thread leaves the socket to the
 /// application for this long.
-pub const BUSY_POLL_GRACE: Duration = Duration::from_micros(500);
+pub const BUSY_POLL_GRACE: Duration = Duration::from_micros(150);
 /// How long a polling application's steps leave output deferred by an earlier step
 /// before sending it themselves (it usually leaves with the application's next post).
 const ACK_DEFER_NANOS: u64 = 20_000;
 /// A post less than this after the previous one is part of a burst (see `Hook::ring`).
 const BURST_GAP_NANOS: u64 = 5_000;
+/// How long after an application's busy polling expires the progress thread looks again
+/// (a margin against waking a little too early and sleeping another round).
+const BUSY_EXPIRY_SLACK: Duration = Duration::from_micros(20);
 /// How long the progress thread sleeps at most while an application busy polls.
 pub const BUSY_SLEEP: Duration = Duration::from_millis(5);
 /// Two CQ polls this close together mark the application as busy polling.
@@ -921,10 +925,17 @@ fn progress_thread(sh: &Shared) {
         let mut sleep = deadline.map_or(MAX_SLEEP, |d| d.saturating_duration_since(now));
         if app_busy {
             // Wake rarely: every wake-up steals a core from a spinning application on a
-            // small machine. The cost is that a program that stops busy polling (to block
-            // on a completion channel) waits up to this long for the thread to watch the
-            // socket again, once.
-            sleep = sleep.min(BUSY_SLEEP);
+            // small machine. But wake when the application's busy polling would expire
+            // (no poll for BUSY_POLL_GRACE), to watch the socket again at once: a program
+            // may stop polling its CQ to block on a channel or to spin on memory for its
+            // peer's next RDMA WRITE (ib_write_lat), and then only this thread serves it.
+            let last = sh.busy_since.load(Ordering::Relaxed);
+            let expiry = Instant::from_nanos(last)
+                .saturating_add(BUSY_POLL_GRACE)
+                .saturating_duration_since(now);
+            sleep = sleep
+                .min(BUSY_SLEEP)
+                .min(expiry.saturating_add(BUSY_EXPIRY_SLACK));
         }
         sleep = sleep.min(MAX_SLEEP);
         sh.sleeping.store(true, Ordering::SeqCst);
