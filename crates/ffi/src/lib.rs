@@ -6,14 +6,15 @@
 //!   use, with layouts proven identical to the installed header on x86_64 by
 //!   `tests/layout.rs` (which compiles a C program against `<infiniband/verbs.h>` and
 //!   compares every `sizeof`/`offsetof`).
-//! * [`exports`]: the exported functions. The cdylib (`liburoce_ffi.so`, SONAME
-//!   `libibverbs.so.1`, rdma-core 44's symbol versions) is loaded by unmodified programs
-//!   in place of the real library (`LD_LIBRARY_PATH`): the device list,
-//!   `ibv_open_device`/`ibv_close_device`, device/port/GID queries and
-//!   `ibv_read_sysfs_file` — enough for `ibv_devices` and `ibv_devinfo -v`.
-//! * [`verbs_api`]: PDs, MRs, completion channels, CQs, RC QPs and the data-path slots of
-//!   `ibv_context.ops` — enough for `ibv_rc_pingpong`. Programs that import any other
-//!   verbs symbol do not load yet.
+//! * [`exports`], [`verbs_api`], [`async_events`], [`utility`]: the exported functions
+//!   uroce implements. The cdylib (`liburoce_ffi.so`, SONAME `libibverbs.so.1`, rdma-core
+//!   44's symbol versions) is loaded by unmodified programs in place of the real library
+//!   (`LD_LIBRARY_PATH`): devices and queries; PDs, MRs, completion channels, CQs, SRQs, RC
+//!   QPs and the data-path slots of `ibv_context.ops`; asynchronous events; helpers that
+//!   need no object. Enough for ibverbs-utils' `ibv_devices`, `ibv_devinfo`,
+//!   `ibv_rc_pingpong`, `ibv_srq_pingpong` and perftest's RC tests.
+//! * [`unsupported`]: every other function rdma-core 44 exports, failing cleanly, so that
+//!   every program linked against rdma-core loads.
 //! * [`marshall`]: the kernel-ABI marshalling helpers (`ibv_copy_*_from_kern`,
 //!   `ibv_copy_path_rec_to_kern`) that librdmacm binds, with `#[repr(C)]` mirrors of the
 //!   kernel structs they convert (layouts checked by `tests/marshall.rs`).
