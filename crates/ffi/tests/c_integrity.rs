@@ -30,11 +30,11 @@
 use std::net::Ipv4Addr;
 use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 mod support;
 
-use support::{debian_command, free_tcp_port, listening, LibDir};
+use support::{debian_command, free_tcp_port, run_server_client, LibDir};
 use uroce_testkit::{run, skip, TempFile};
 
 /// The C program.
@@ -146,22 +146,7 @@ fn run_pair(
         client_cmd.env("UROCE_FAULTS", c);
     }
 
-    let start = Instant::now();
-    let server_thread = std::thread::spawn(move || run(server_cmd, LIMIT));
-    let wait_until = Instant::now() + Duration::from_secs(20);
-    while !listening(port) {
-        assert!(
-            Instant::now() < wait_until && !server_thread.is_finished(),
-            "{test}: the server never listened on TCP port {port}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let client_out = run(client_cmd, LIMIT).unwrap_or_else(|e| panic!("{test} client: {e}"));
-    let server_out = server_thread
-        .join()
-        .expect("server thread")
-        .unwrap_or_else(|e| panic!("{test} server: {e}"));
-    eprintln!("{test}: both finished in {:?}", start.elapsed());
+    let (server_out, client_out) = run_server_client(test, server_cmd, client_cmd, port, LIMIT);
     for (who, out) in [("server", &server_out), ("client", &client_out)] {
         assert!(
             out.status.success(),

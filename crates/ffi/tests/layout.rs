@@ -8,11 +8,12 @@
 //! test is skipped, or fails under `UROCE_REQUIRE_TOOLS=1`.
 
 use std::fmt::Write as _;
-use std::process::Command;
-use std::time::Duration;
 
+mod support;
+
+use support::{compile_source, run_numbered};
 use uroce_ffi::abi::*;
-use uroce_testkit::{run, skip, TempFile};
+use uroce_testkit::{skip, TempFile};
 
 /// What one table line checks; each yields one line of C output with two numbers.
 enum Check {
@@ -397,30 +398,14 @@ fn c_source(table: &[Check]) -> String {
     s
 }
 
-/// Compiles `source` with `$CC`/`cc` into `exe`; `Err` carries the compiler's output.
-fn compile(source: &str, exe: &TempFile) -> Result<(), String> {
-    let src = TempFile::new("ffi-layout", "c");
-    std::fs::write(src.path(), source).map_err(|e| format!("writing C source: {e}"))?;
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_string());
-    let mut cmd = Command::new(&cc);
-    cmd.args(["-std=gnu11", "-Wall", "-Werror", "-o"])
-        .arg(exe.path())
-        .arg(src.path());
-    let out = run(cmd, Duration::from_secs(120))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!("{cc} failed:\n{}{}", out.stdout, out.stderr))
-    }
-}
-
 #[test]
 fn abi_layout_matches_installed_verbs_h() {
     const TEST: &str = "abi_layout_matches_installed_verbs_h";
     let probe = TempFile::new("ffi-probe", "bin");
-    if let Err(e) = compile(
+    if let Err(e) = compile_source(
         "#include <infiniband/verbs.h>\nint main(void) { return 0; }\n",
         &probe,
+        &[],
     ) {
         skip(
             TEST,
@@ -434,28 +419,12 @@ fn abi_layout_matches_installed_verbs_h() {
 
     let table = table();
     let exe = TempFile::new("ffi-layout", "bin");
-    if let Err(e) = compile(&c_source(&table), &exe) {
+    if let Err(e) = compile_source(&c_source(&table), &exe, &[]) {
         panic!("the generated layout program does not compile (a C name is wrong?): {e}");
     }
-    let out = run(Command::new(exe.path()), Duration::from_secs(60))
-        .unwrap_or_else(|e| panic!("running the layout program: {e}"));
-    assert!(
-        out.status.success(),
-        "layout program failed: {}",
-        out.stderr
-    );
-
-    let lines: Vec<&str> = out.stdout.lines().collect();
-    assert_eq!(lines.len(), table.len(), "one output line per table line");
+    let rows = run_numbered(&exe, table.len());
     let mut errors = Vec::new();
-    for (i, (check, line)) in table.iter().zip(&lines).enumerate() {
-        let nums: Vec<i64> = line
-            .split_whitespace()
-            .map(|w| w.parse().unwrap_or_else(|e| panic!("line {line:?}: {e}")))
-            .collect();
-        assert_eq!(nums.len(), 3, "malformed line {line:?}");
-        assert_eq!(nums[0], i as i64, "line out of order: {line:?}");
-        let (a, b) = (nums[1], nums[2]);
+    for (check, &(a, b)) in table.iter().zip(&rows) {
         match check {
             Check::Type {
                 c_type,

@@ -24,6 +24,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
+use support::{compile_source, run_numbered};
 use uroce_ffi::abi::*;
 use uroce_ffi::marshall::*;
 use uroce_testkit::{run, skip, Rng, TempFile};
@@ -555,31 +556,12 @@ const C_HEADERS: &str = "#include <stdio.h>\n#include <stddef.h>\n#include <stdl
 #include <string.h>\n#include <infiniband/verbs.h>\n#include <infiniband/sa.h>\n\
 #include <rdma/ib_user_verbs.h>\n#include <rdma/ib_user_sa.h>\n";
 
-/// Compiles `source` with `$CC`/`cc` into `exe` with the extra `libs`; `Err` carries the
-/// compiler's output.
-fn compile(source: &str, exe: &TempFile, libs: &[&str]) -> Result<(), String> {
-    let src = TempFile::new("ffi-marshall", "c");
-    std::fs::write(src.path(), source).map_err(|e| format!("writing C source: {e}"))?;
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_string());
-    let mut cmd = Command::new(&cc);
-    cmd.args(["-std=gnu11", "-Wall", "-Werror", "-o"])
-        .arg(exe.path())
-        .arg(src.path())
-        .args(libs);
-    let out = run(cmd, Duration::from_secs(120))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!("{cc} failed:\n{}{}", out.stdout, out.stderr))
-    }
-}
-
 /// Whether a C program including [`C_HEADERS`] (and linked with `libs`) can be built;
 /// reports the skip when not.
 fn can_compile(test: &str, libs: &[&str]) -> bool {
     let probe = TempFile::new("ffi-marshall-probe", "bin");
     let src = format!("{C_HEADERS}int main(void) {{ return 0; }}\n");
-    match compile(&src, &probe, libs) {
+    match compile_source(&src, &probe, libs) {
         Ok(()) => true,
         Err(e) => {
             skip(
@@ -699,31 +681,17 @@ fn layout_matches_kernel_and_sa_headers() {
     }
     src.push_str("\treturn 0;\n}\n");
     let exe = TempFile::new("ffi-marshall-layout", "bin");
-    if let Err(e) = compile(&src, &exe, &[]) {
+    if let Err(e) = compile_source(&src, &exe, &[]) {
         panic!("the generated layout program does not compile (a C name is wrong?): {e}");
     }
-    let out = run(Command::new(exe.path()), Duration::from_secs(60))
-        .unwrap_or_else(|e| panic!("running the layout program: {e}"));
-    assert!(
-        out.status.success(),
-        "layout program failed: {}",
-        out.stderr
-    );
-
-    let lines: Vec<&str> = out.stdout.lines().collect();
-    assert_eq!(lines.len(), table.len(), "one output line per check");
+    let rows = run_numbered(&exe, table.len());
     let mut errors = Vec::new();
-    for (i, (check, line)) in table.iter().zip(&lines).enumerate() {
-        let nums: Vec<usize> = line
-            .split_whitespace()
-            .map(|w| w.parse().unwrap_or_else(|e| panic!("line {line:?}: {e}")))
-            .collect();
-        assert_eq!(nums.len(), 3, "malformed line {line:?}");
-        assert_eq!(nums[0], i, "line out of order: {line:?}");
-        if nums[1..] != check.rust {
+    for (check, &(a, b)) in table.iter().zip(&rows) {
+        let nums = [a as usize, b as usize];
+        if nums != check.rust {
             errors.push(format!(
                 "{}: C {}={} {}={}, Rust {:?}",
-                check.what, check.c[0], nums[1], check.c[1], nums[2], check.rust
+                check.what, check.c[0], nums[0], check.c[1], nums[1], check.rust
             ));
         }
     }
@@ -915,7 +883,7 @@ fn c_callers_see_what_rdma_core_44_gives() {
         return;
     }
     let exe = TempFile::new("ffi-marshall-caller", "bin");
-    if let Err(e) = compile(&format!("{C_HEADERS}{CALLER_C}"), &exe, &["-libverbs"]) {
+    if let Err(e) = compile_source(&format!("{C_HEADERS}{CALLER_C}"), &exe, &["-libverbs"]) {
         panic!("the caller program does not compile: {e}");
     }
     let cases = caller_cases();

@@ -17,12 +17,11 @@
 //! `UROCE_REQUIRE_TOOLS=1`.
 
 use std::net::Ipv4Addr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 mod support;
 
-use support::{debian_command, free_tcp_port, have_program, listening, LibDir};
-use uroce_testkit::run;
+use support::{debian_command, free_tcp_port, have_program, run_server_client, LibDir};
 
 /// Per-process limit.
 const LIMIT: Duration = Duration::from_secs(120);
@@ -67,19 +66,10 @@ fn run_pair(
     common.extend(args.iter().map(|s| s.to_string()));
 
     let srv_cmd = debian_command(&dir, &path, server, &common);
-    let srv = std::thread::spawn(move || run(srv_cmd, LIMIT));
-    let start = Instant::now();
-    while !listening(port) {
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "{program} server never listened on {port}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
     let mut cargs = common.clone();
     cargs.push(server.to_string());
-    let cli = run(debian_command(&dir, &path, client, &cargs), LIMIT).expect("run client");
-    let srv = srv.join().expect("server thread").expect("run server");
+    let cli_cmd = debian_command(&dir, &path, client, &cargs);
+    let (srv, cli) = run_server_client(&test, srv_cmd, cli_cmd, port, LIMIT);
     for (side, o) in [("server", &srv), ("client", &cli)] {
         assert!(
             o.status.success(),

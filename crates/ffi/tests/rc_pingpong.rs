@@ -29,14 +29,13 @@
 
 use std::net::Ipv4Addr;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 mod support;
 
 use support::{
-    debian_command, free_tcp_port, have_program, imports_and_missing, listening, LibDir,
+    debian_command, free_tcp_port, have_program, imports_and_missing, run_server_client, LibDir,
 };
-use uroce_testkit::run;
 
 const PROGRAM: &str = "/usr/bin/ibv_rc_pingpong";
 /// Per-process limit (each run takes well under a second alone, a few seconds on a
@@ -90,25 +89,10 @@ fn run_pair(test: &str, server: Ipv4Addr, client: Ipv4Addr, size: u64, iters: u6
     args.extend(extra.iter().map(|s| (*s).to_owned()));
 
     let server_cmd = pingpong(&dir, server, &args);
-    let start = Instant::now();
-    let server_thread = std::thread::spawn(move || run(server_cmd, LIMIT));
-    let wait_until = Instant::now() + Duration::from_secs(20);
-    while !listening(port) {
-        assert!(
-            Instant::now() < wait_until && !server_thread.is_finished(),
-            "{test}: the server never listened on TCP port {port}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
     let mut client_args = args.clone();
     client_args.push(server.to_string());
-    let client_out = run(pingpong(&dir, client, &client_args), LIMIT)
-        .unwrap_or_else(|e| panic!("{test} client: {e}"));
-    let server_out = server_thread
-        .join()
-        .expect("server thread")
-        .unwrap_or_else(|e| panic!("{test} server: {e}"));
-    eprintln!("{test}: both finished in {:?}", start.elapsed());
+    let client_cmd = pingpong(&dir, client, &client_args);
+    let (server_out, client_out) = run_server_client(test, server_cmd, client_cmd, port, LIMIT);
     for (who, out) in [("server", &server_out), ("client", &client_out)] {
         eprintln!("{test} {who} stdout:\n{}", out.stdout);
         assert!(

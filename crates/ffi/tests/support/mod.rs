@@ -4,9 +4,9 @@
 use std::net::{Ipv4Addr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use uroce_testkit::{run, skip, TempFile};
+use uroce_testkit::{run, skip, Output, TempFile};
 
 /// How long one `readelf` may take.
 const READELF_LIMIT: Duration = Duration::from_secs(30);
@@ -156,4 +156,80 @@ pub fn compile_c(test: &str, name: &str, libs: &[&str]) -> Option<TempFile> {
             None
         }
     }
+}
+
+/// Runs `server` (in a thread) until it listens on TCP `port`, then `client`, each
+/// bounded by `limit`; returns `(server, client)` outputs once both have ended. Panics
+/// (naming `test`) when the server never listens within 20 s or a program cannot run.
+pub fn run_server_client(
+    test: &str,
+    server: Command,
+    client: Command,
+    port: u16,
+    limit: Duration,
+) -> (Output, Output) {
+    let start = Instant::now();
+    let server_thread = std::thread::spawn(move || run(server, limit));
+    let wait_until = Instant::now() + Duration::from_secs(20);
+    while !listening(port) {
+        assert!(
+            Instant::now() < wait_until && !server_thread.is_finished(),
+            "{test}: the server never listened on TCP port {port}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let client_out = run(client, limit).unwrap_or_else(|e| panic!("{test} client: {e}"));
+    let server_out = server_thread
+        .join()
+        .expect("server thread")
+        .unwrap_or_else(|e| panic!("{test} server: {e}"));
+    eprintln!("{test}: both finished in {:?}", start.elapsed());
+    (server_out, client_out)
+}
+
+/// Compiles the C `source` (gnu11, `-Wall -Werror`, linked with `libs`) into `exe`.
+/// `Err` carries the compiler's complaint, or why it could not run.
+pub fn compile_source(source: &str, exe: &TempFile, libs: &[&str]) -> Result<(), String> {
+    let src = TempFile::new("ffi-c-source", "c");
+    std::fs::write(src.path(), source).map_err(|e| format!("writing C source: {e}"))?;
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_string());
+    let mut cmd = Command::new(&cc);
+    cmd.args(["-std=gnu11", "-Wall", "-Werror", "-o"])
+        .arg(exe.path())
+        .arg(src.path())
+        .args(libs);
+    let out = run(cmd, Duration::from_secs(120))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!("{cc} failed:\n{}{}", out.stdout, out.stderr))
+    }
+}
+
+/// Runs a generated checking program whose line `k` reads `k A B`, for `lines` lines;
+/// returns the `(A, B)` pairs in order (panics on a failed run or a malformed line).
+pub fn run_numbered(exe: &TempFile, lines: usize) -> Vec<(i64, i64)> {
+    let out = run(Command::new(exe.path()), Duration::from_secs(60))
+        .unwrap_or_else(|e| panic!("running the generated program: {e}"));
+    assert!(
+        out.status.success(),
+        "the generated program failed: {}",
+        out.stderr
+    );
+    let rows: Vec<(i64, i64)> = out
+        .stdout
+        .lines()
+        .enumerate()
+        .map(|(i, line)| {
+            let nums: Vec<i64> = line
+                .split_whitespace()
+                .map(|w| w.parse().unwrap_or_else(|e| panic!("line {line:?}: {e}")))
+                .collect();
+            assert_eq!(nums.len(), 3, "malformed line {line:?}");
+            assert_eq!(nums[0], i as i64, "line out of order: {line:?}");
+            (nums[1], nums[2])
+        })
+        .collect();
+    assert_eq!(rows.len(), lines, "one output line per check");
+    rows
 }
