@@ -34,7 +34,7 @@ use std::time::Duration;
 
 mod support;
 
-use support::{debian_command, free_tcp_port, run_server_client, LibDir};
+use support::{assert_both_succeeded, debian_command, free_tcp_port, run_server_client, LibDir};
 use uroce_testkit::{run, skip, TempFile};
 
 /// The C program.
@@ -147,15 +147,7 @@ fn run_pair(
     }
 
     let (server_out, client_out) = run_server_client(test, server_cmd, client_cmd, port, LIMIT);
-    for (who, out) in [("server", &server_out), ("client", &client_out)] {
-        assert!(
-            out.status.success(),
-            "{test} {who} failed ({:?}):\nstdout:\n{}\nstderr:\n{}",
-            out.status,
-            out.stdout,
-            out.stderr
-        );
-    }
+    assert_both_succeeded(test, &server_out, &client_out);
     (server_out.stdout, client_out.stdout)
 }
 

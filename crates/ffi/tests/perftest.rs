@@ -21,7 +21,9 @@ use std::time::Duration;
 
 mod support;
 
-use support::{debian_command, free_tcp_port, have_program, run_server_client, LibDir};
+use support::{
+    assert_both_succeeded, debian_command, free_tcp_port, have_program, run_server_client, LibDir,
+};
 
 /// Per-process limit.
 const LIMIT: Duration = Duration::from_secs(120);
@@ -70,15 +72,7 @@ fn run_pair(
     cargs.push(server.to_string());
     let cli_cmd = debian_command(&dir, &path, client, &cargs);
     let (srv, cli) = run_server_client(&test, srv_cmd, cli_cmd, port, LIMIT);
-    for (side, o) in [("server", &srv), ("client", &cli)] {
-        assert!(
-            o.status.success(),
-            "{program} {side} failed ({:?}):\n{}\n{}",
-            o.status,
-            o.stdout,
-            o.stderr
-        );
-    }
+    assert_both_succeeded(&test, &srv, &cli);
     let check = |side: &str, out: &str, sizes: &[u64]| -> Vec<Vec<String>> {
         let rows = rows(out);
         assert_eq!(

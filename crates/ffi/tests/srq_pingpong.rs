@@ -22,7 +22,8 @@ use std::time::Duration;
 mod support;
 
 use support::{
-    debian_command, free_tcp_port, have_program, imports_and_missing, run_server_client, LibDir,
+    assert_both_succeeded, debian_command, free_tcp_port, have_program, imports_and_missing,
+    run_server_client, LibDir,
 };
 
 const PROGRAM: &str = "/usr/bin/ibv_srq_pingpong";
@@ -83,14 +84,8 @@ fn run_pair(test: &str, server: Ipv4Addr, client: Ipv4Addr, qps: usize, extra: &
     let (server_out, client_out) = run_server_client(test, server_cmd, client_cmd, port, LIMIT);
     for (who, out) in [("server", &server_out), ("client", &client_out)] {
         eprintln!("{test} {who} stdout:\n{}", out.stdout);
-        assert!(
-            out.status.success(),
-            "{test} {who} failed ({:?}):\nstdout:\n{}\nstderr:\n{}",
-            out.status,
-            out.stdout,
-            out.stderr
-        );
     }
+    assert_both_succeeded(test, &server_out, &client_out);
 
     let (s_out, c_out) = (server_out.stdout, client_out.stdout);
     let s_local = addresses(&s_out, "local address:");

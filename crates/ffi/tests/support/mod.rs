@@ -233,3 +233,16 @@ pub fn run_numbered(exe: &TempFile, lines: usize) -> Vec<(i64, i64)> {
     assert_eq!(rows.len(), lines, "one output line per check");
     rows
 }
+
+/// Asserts that both sides of a run exited 0, showing their output otherwise.
+pub fn assert_both_succeeded(test: &str, server: &Output, client: &Output) {
+    for (who, out) in [("server", server), ("client", client)] {
+        assert!(
+            out.status.success(),
+            "{test} {who} failed ({:?}):\nstdout:\n{}\nstderr:\n{}",
+            out.status,
+            out.stdout,
+            out.stderr
+        );
+    }
+}
