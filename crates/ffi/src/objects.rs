@@ -14,8 +14,8 @@ use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError};
 
 use uroce_net::NetDevice;
 use uroce_verbs::{
-    AccessFlags, AhAttr, AtomicInfo, CompChannel, Cq, CqEvent, CqRef, Gid, Mr, PathMigState, Pd,
-    Qp, QpAttr, QpCap, QpRef, QpState, RdmaInfo, RecvWr, SendFlags, SendWr, Sge, Srq, SrqRef,
+    AccessFlags, Ah, AhAttr, AtomicInfo, CompChannel, Cq, CqEvent, CqRef, Gid, Mr, PathMigState,
+    Pd, Qp, QpAttr, QpCap, QpRef, QpState, RdmaInfo, RecvWr, SendFlags, SendWr, Sge, Srq, SrqRef,
     WorkCompletion, WrOpcode,
 };
 use uroce_verbs::{AttrMask, WcFlags};
@@ -104,6 +104,12 @@ pub(crate) struct SrqEntry {
     pub(crate) srq: Srq,
 }
 
+/// An address handle.
+pub(crate) struct AhEntry {
+    pub(crate) raw: CBox<ibv_ah>,
+    pub(crate) ah: Ah,
+}
+
 /// A queue pair.
 pub(crate) struct QpEntry {
     pub(crate) raw: CBox<ibv_qp>,
@@ -125,6 +131,7 @@ pub(crate) struct Objects {
     pub(crate) cq_by_id: HashMap<u32, usize>,
     pub(crate) srqs: HashMap<usize, SrqEntry>,
     pub(crate) qps: HashMap<usize, QpEntry>,
+    pub(crate) ahs: HashMap<usize, AhEntry>,
 }
 
 static OBJECTS: LazyLock<Mutex<Objects>> = LazyLock::new(|| Mutex::new(Objects::default()));

@@ -311,18 +311,19 @@ pub unsafe extern "C" fn uroce_ibv_get_sysfs_path() -> *const c_char {
     c"/sys".as_ptr()
 }
 
-/// The only P_Key of a RoCE port: the default, full-membership key.
+/// The default, full-membership P_Key: entry 0 of the port's P_Key table, the only one
+/// set (the other entries of the `pkey_tbl_len` table read as 0, the invalid key).
 const DEFAULT_PKEY: u16 = 0xffff;
 
-/// Checks a context handle and a port number (uroce devices have port 1 only).
-fn check_port(context: *mut ibv_context, port_num: u8) -> Result<(), device::FfiError> {
+/// The port's P_Key table length, after checking the context and port (port 1 only).
+fn pkey_table_len(context: *mut ibv_context, port_num: u8) -> Result<u16, device::FfiError> {
     let net = Registry::net(context)?;
-    device::port_attr(&net, port_num).map(|_| ())
+    device::port_attr(&net, port_num).map(|p| p.pkey_tbl_len)
 }
 
-/// `ibv_query_pkey(context, port, index, pkey)`: index 0 holds the default P_Key 0xffff
-/// (in network byte order, as `__be16`); 0, or -1 + `errno` `EINVAL` for a bad context,
-/// port, index or NULL output.
+/// `ibv_query_pkey(context, port, index, pkey)`: entry `index` of the port's P_Key table
+/// in network byte order (`__be16`): 0xffff at index 0, 0 (the invalid key) elsewhere; 0,
+/// or -1 + `errno` `EINVAL` for a bad context, port, index or NULL output.
 ///
 /// # Safety
 /// `pkey` is NULL or points to a writable `__be16`.
@@ -334,12 +335,13 @@ pub unsafe extern "C" fn uroce_ibv_query_pkey(
     pkey: *mut u16,
 ) -> c_int {
     guard(-1, || {
-        minus_one(check_port(context, port_num).and_then(|()| {
-            if index != 0 || pkey.is_null() {
+        minus_one(pkey_table_len(context, port_num).and_then(|len| {
+            if pkey.is_null() || index < 0 || index >= c_int::from(len) {
                 return Err(device::FfiError::Invalid("P_Key index or output"));
             }
+            let key = if index == 0 { DEFAULT_PKEY } else { 0 };
             // SAFETY: `pkey` is non-NULL and writable (caller guarantee).
-            unsafe { pkey.write(DEFAULT_PKEY.to_be()) };
+            unsafe { pkey.write(key.to_be()) };
             Ok(())
         }))
     })
@@ -357,13 +359,13 @@ pub unsafe extern "C" fn uroce_ibv_get_pkey_index(
     port_num: u8,
     pkey: u16,
 ) -> c_int {
-    guard(-libc::EIO, || match check_port(context, port_num) {
+    guard(-libc::EIO, || match pkey_table_len(context, port_num) {
         Err(e) => {
             set_errno(e.errno());
             -e.errno()
         }
-        Ok(()) if u16::from_be(pkey) == DEFAULT_PKEY => 0,
-        Ok(()) => {
+        Ok(_) if u16::from_be(pkey) == DEFAULT_PKEY => 0,
+        Ok(_) => {
             set_errno(libc::ENOENT);
             -libc::ENOENT
         }

@@ -35,6 +35,8 @@ fn refused(op: &'static str, errno: c_int, e: impl std::fmt::Display) -> FfiErro
 }
 
 symver!("uroce_ibv_alloc_pd", "ibv_alloc_pd@@IBVERBS_1.1");
+symver!("uroce_ibv_create_ah", "ibv_create_ah@@IBVERBS_1.1");
+symver!("uroce_ibv_destroy_ah", "ibv_destroy_ah@@IBVERBS_1.1");
 symver!("uroce_ibv_dealloc_pd", "ibv_dealloc_pd@@IBVERBS_1.1");
 symver!("uroce_ibv_reg_mr", "ibv_reg_mr@@IBVERBS_1.1");
 symver!("uroce_ibv_reg_mr_iova2", "ibv_reg_mr_iova2@@IBVERBS_1.8");
@@ -111,6 +113,68 @@ pub unsafe extern "C" fn uroce_ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
                     Err(refused("ibv_dealloc_pd", libc::EBUSY, e))
                 }
             }
+        })())
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+// Address handles.
+// ---------------------------------------------------------------------------------------
+
+/// `ibv_create_ah(pd, attr)`: an address handle for `attr` (port 1, a non-zero destination
+/// GID, a valid source GID index); NULL + `errno` (`EINVAL` for a bad handle or
+/// attribute). uroce has no UD QPs yet, so nothing sends with it, but it is a real object:
+/// the PD cannot be deallocated while it exists.
+///
+/// # Safety
+/// `attr` is NULL or points to a readable `struct ibv_ah_attr`.
+#[no_mangle]
+pub unsafe extern "C" fn uroce_ibv_create_ah(
+    pd: *mut ibv_pd,
+    attr: *mut ibv_ah_attr,
+) -> *mut ibv_ah {
+    guard(std::ptr::null_mut(), || {
+        ptr_or_null((|| {
+            if attr.is_null() {
+                return Err(FfiError::Invalid("attr is NULL"));
+            }
+            // SAFETY: non-NULL and readable (caller guarantee).
+            let a = ah_from_c(unsafe { &*attr });
+            let mut objs = objects();
+            let p = objs.pd(pd)?;
+            let ah =
+                p.pd.create_ah(&a)
+                    .map_err(|e| refused("ibv_create_ah", libc::EINVAL, e))?;
+            // SAFETY: `pd` is a registered, live PD allocated by uroce (lock held).
+            let context = unsafe { (*pd).context };
+            let raw = CBox::new(ibv_ah {
+                context,
+                pd,
+                handle: 0,
+            });
+            let ptr = raw.ptr();
+            objs.ahs.insert(ptr as usize, AhEntry { raw, ah });
+            Ok(ptr)
+        })())
+    })
+}
+
+/// `ibv_destroy_ah(ah)`: 0, or `EINVAL` for a handle that is not a live address handle.
+///
+/// # Safety
+/// None beyond the C contract: foreign pointers are rejected, never dereferenced.
+#[no_mangle]
+pub unsafe extern "C" fn uroce_ibv_destroy_ah(ah: *mut ibv_ah) -> c_int {
+    guard(libc::EIO, || {
+        errno_value((|| {
+            let entry = objects()
+                .ahs
+                .remove(&(ah as usize))
+                .ok_or(FfiError::BadHandle { what: "ah" })?;
+            // Dropped outside the registry lock.
+            entry.ah.destroy();
+            drop(entry.raw);
+            Ok(())
         })())
     })
 }

@@ -12,6 +12,7 @@ use std::net::Ipv4Addr;
 
 use uroce_ffi::abi::*;
 use uroce_ffi::exports::*;
+use uroce_ffi::utility::{uroce_ibv_get_pkey_index, uroce_ibv_query_pkey};
 
 /// A loopback address no other test uses.
 const ADDR: Ipv4Addr = Ipv4Addr::new(127, 0, 6, 2);
@@ -134,6 +135,28 @@ fn entry_points_behave_like_rdma_core() {
         assert_eq!(errno(), libc::EINVAL);
         assert_eq!(uroce_ibv_query_gid(c1, 1, -1, &mut gid), -1);
         assert_eq!(uroce_ibv_query_gid(c1, 1, 0, std::ptr::null_mut()), -1);
+
+        // P_Keys: a table of pkey_tbl_len entries whose entry 0 is the default key 0xffff
+        // and the rest the invalid key 0 (IBA 10.9.1.1), all in network byte order.
+        let mut pa = MaybeUninit::<ibv_port_attr>::zeroed();
+        assert_eq!(uroce_ibv_query_port(c1, 1, pa.as_mut_ptr()), 0);
+        let pkeys = c_int::from(pa.assume_init().pkey_tbl_len);
+        assert!(pkeys >= 1);
+        let mut key = 0u16;
+        assert_eq!(uroce_ibv_query_pkey(c1, 1, 0, &mut key), 0);
+        assert_eq!(key.to_ne_bytes(), [0xff, 0xff]);
+        if pkeys > 1 {
+            assert_eq!(uroce_ibv_query_pkey(c1, 1, pkeys - 1, &mut key), 0);
+            assert_eq!(key, 0);
+        }
+        assert_eq!(uroce_ibv_query_pkey(c1, 1, pkeys, &mut key), -1);
+        assert_eq!(errno(), libc::EINVAL);
+        assert_eq!(uroce_ibv_query_pkey(c1, 2, 0, &mut key), -1);
+        assert_eq!(uroce_ibv_get_pkey_index(c1, 1, 0xffffu16.to_be()), 0);
+        assert_eq!(
+            uroce_ibv_get_pkey_index(c1, 1, 0x8001u16.to_be()),
+            -libc::ENOENT
+        );
     }
     let mut ty: ibv_gid_type_sysfs = 99;
     // SAFETY: `ty` is writable.

@@ -144,7 +144,7 @@ fn unsupported_functions_fail_cleanly() {
     let text = |s: &str| s.split(" (os error").next().unwrap_or(s).to_owned();
     let (eopnotsupp, enosys) = (text(&eopnotsupp), text(&enosys));
     for want in [
-        format!("create_ah NULL {eopnotsupp}"),
+        format!("create_ah_from_wc NULL {eopnotsupp}"),
         format!("resize_cq {} {eopnotsupp}", libc::EOPNOTSUPP),
         format!("query_ece {} {eopnotsupp}", libc::EOPNOTSUPP),
         // IBV_FORK_UNNEEDED: uroce needs no fork protection.

@@ -149,6 +149,39 @@ fn verbs_objects_and_data_path_behave_like_rdma_core() {
         assert!(!pd.is_null(), "errno {}", errno());
         assert_eq!((*pd).context, ctx);
 
+        // --- Address handles: real objects under the PD (IBA 11.2.2), validated.
+        let mut ah_attr: ibv_ah_attr = std::mem::zeroed();
+        ah_attr.is_global = 1;
+        ah_attr.port_num = 1;
+        ah_attr.grh.hop_limit = 64;
+        ah_attr.grh.dgid.raw = Ipv4Addr::new(127, 0, 9, 9).to_ipv6_mapped().octets();
+        let ah = uroce_ibv_create_ah(pd, &mut ah_attr);
+        assert!(!ah.is_null(), "errno {}", errno());
+        assert_eq!(((*ah).context, (*ah).pd), (ctx, pd));
+        assert_eq!(
+            uroce_ibv_dealloc_pd(pd),
+            libc::EBUSY,
+            "a PD with an AH is busy"
+        );
+        let mut bad = ah_attr;
+        bad.port_num = 2;
+        assert!(
+            uroce_ibv_create_ah(pd, &mut bad).is_null(),
+            "port 2 does not exist"
+        );
+        assert_eq!(errno(), libc::EINVAL);
+        let mut bad = ah_attr;
+        bad.grh.dgid.raw = [0; 16];
+        assert!(
+            uroce_ibv_create_ah(pd, &mut bad).is_null(),
+            "zero destination GID"
+        );
+        assert_eq!(errno(), libc::EINVAL);
+        assert!(uroce_ibv_create_ah(pd, null_mut()).is_null());
+        assert_eq!(errno(), libc::EINVAL);
+        assert_eq!(uroce_ibv_destroy_ah(ah), 0);
+        assert_eq!(uroce_ibv_destroy_ah(ah), libc::EINVAL, "stale AH");
+
         let mut buf_a = vec![0u8; LEN];
         let mut buf_b = vec![0u8; LEN];
         let (pa, pb) = (buf_a.as_mut_ptr(), buf_b.as_mut_ptr());
