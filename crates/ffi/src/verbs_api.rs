@@ -16,8 +16,8 @@ use std::os::fd::AsRawFd as _;
 use std::sync::{Arc, LazyLock};
 
 use uroce_verbs::{
-    AccessFlags, CompChannel, CqRef, MemBlock, QpInitAttr, QpType, SrqAttr, SrqAttrMask,
-    SrqInitAttr, WcStatus, WorkCompletion,
+    AccessFlags, Children, CompChannel, CqRef, DestroyError, MemBlock, ObjectKind, QpInitAttr,
+    QpType, SrqAttr, SrqAttrMask, SrqInitAttr, WcStatus, WorkCompletion,
 };
 
 use crate::abi::*;
@@ -32,6 +32,25 @@ fn refused(op: &'static str, errno: c_int, e: impl std::fmt::Display) -> FfiErro
         errno,
         reason: e.to_string(),
     }
+}
+
+/// `EBUSY` for `op` while `object` has live `children`. Checked under the registry lock
+/// before the object is unpublished, so that a refused destroy leaves it registered
+/// throughout: threads using it meanwhile (polling a CQ, posting to an SRQ, registering
+/// memory in a PD) never find it missing. The verbs layer checks again when it destroys.
+fn refuse_if_busy(
+    op: &'static str,
+    object: ObjectKind,
+    children: Children,
+) -> Result<(), FfiError> {
+    if children.is_empty() {
+        return Ok(());
+    }
+    Err(refused(
+        op,
+        libc::EBUSY,
+        DestroyError::Busy { object, children },
+    ))
 }
 
 symver!("uroce_ibv_alloc_pd", "ibv_alloc_pd@@IBVERBS_1.1");
@@ -100,10 +119,14 @@ pub unsafe extern "C" fn uroce_ibv_alloc_pd(context: *mut ibv_context) -> *mut i
 pub unsafe extern "C" fn uroce_ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
     guard(libc::EIO, || {
         errno_value((|| {
-            let entry = objects()
-                .pds
-                .remove(&(pd as usize))
-                .ok_or(FfiError::BadHandle { what: "pd" })?;
+            let entry = {
+                let mut objs = objects();
+                let children = objs.pd(pd)?.pd.children();
+                refuse_if_busy("ibv_dealloc_pd", ObjectKind::Pd, children)?;
+                objs.pds
+                    .remove(&(pd as usize))
+                    .ok_or(FfiError::BadHandle { what: "pd" })?
+            };
             let PdEntry { raw, pd: p, net } = entry;
             match p.destroy() {
                 Ok(()) => Ok(()),
@@ -477,6 +500,8 @@ pub unsafe extern "C" fn uroce_ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
         errno_value((|| {
             let entry = {
                 let mut objs = objects();
+                let children = objs.cq(cq)?.cq.children();
+                refuse_if_busy("ibv_destroy_cq", ObjectKind::Cq, children)?;
                 let e = objs
                     .cqs
                     .remove(&(cq as usize))
@@ -788,10 +813,14 @@ pub unsafe extern "C" fn uroce_ibv_query_srq(
 pub unsafe extern "C" fn uroce_ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
     guard(libc::EIO, || {
         errno_value((|| {
-            let SrqEntry { raw, srq: s } = objects()
-                .srqs
-                .remove(&(srq as usize))
-                .ok_or(FfiError::BadHandle { what: "srq" })?;
+            let SrqEntry { raw, srq: s } = {
+                let mut objs = objects();
+                let children = objs.srq(srq)?.srq.children();
+                refuse_if_busy("ibv_destroy_srq", ObjectKind::Srq, children)?;
+                objs.srqs
+                    .remove(&(srq as usize))
+                    .ok_or(FfiError::BadHandle { what: "srq" })?
+            };
             match s.destroy() {
                 Ok(()) => Ok(()),
                 Err((s, e)) => {
