@@ -10,7 +10,8 @@
 //! - destroy under load: an rping-style event thread is cancelled while traffic flows
 //!   (`cancel_under_load`); a pair moved to ERR under its posters has every posted WR
 //!   completed once, as success or `IBV_WC_WR_FLUSH_ERR`, and is destroyed while the others
-//!   carry on and a thread polls the shared CQs (`destroy_qp_under_load`,
+//!   carry on and a thread polls the shared CQs; a receiver destroyed while its sender
+//!   still sends to it fails exactly one send, the rest flushed (`destroy_qp_under_load`,
 //!   `flush_under_load`); `ibv_destroy_cq` gives `EBUSY` while QPs use the CQ
 //!   (`destroy_cq_busy`) and 0 once they are gone (`destroy_after_load`);
 //! - `refused_destroy`: a refused `ibv_destroy_cq` / `ibv_destroy_srq` / `ibv_dealloc_pd`

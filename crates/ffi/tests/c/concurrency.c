@@ -16,9 +16,10 @@
       ibv_get_cq_event, ibv_ack_cq_events, re-arm, drain).
    2. busy_poll: 4 pairs, 5 posters (two on pair 0), CQ thread busy-polling.
    3. destroy under load: posters post without end, one thread polls the CQs, another runs
-      an rping-style event loop and is cancelled (pthread_cancel) while traffic flows; pair 0
-      is moved to ERR while its poster still posts, flushed and destroyed while the others
-      carry on; ibv_destroy_cq gives EBUSY while QPs still use the CQs (and the poller is
+      an rping-style event loop and is cancelled (pthread_cancel) while traffic flows; pair
+      0's receiver is moved to ERR and destroyed while its sender still sends to it (the
+      sender's WR in progress then fails once retries are exhausted and the rest are
+      flushed), then the sender is destroyed while the other pairs carry on; ibv_destroy_cq gives EBUSY while QPs still use the CQs (and the poller is
       not disturbed); then the other pairs go to ERR under their posters. Every WR posted
       completes exactly once (IBV_WC_SUCCESS or IBV_WC_WR_FLUSH_ERR), the remaining
       receives are flushed, and once the QPs are gone the CQs and the channel are destroyed.
@@ -102,6 +103,8 @@ static int scq_tag, rcq_tag; /* cq_context of scq / rcq */
 
 struct pair {
 	struct ibv_qp *qa, *qb;      /* qa sends to qb */
+	uint32_t qa_num, qb_num;     /* their numbers (checked after the QPs are gone) */
+	atomic_int err_ok;           /* a send may complete in error (its peer is gone) */
 	pthread_mutex_t lock;        /* held while reposting a receive on qb */
 	int alive;                   /* receives may be reposted (under lock) */
 	unsigned next_slot;          /* CQ thread: receive slot expected next */
@@ -114,7 +117,7 @@ struct stream {
 	long count;                  /* messages to send; < 0: until stopped */
 	atomic_int stop;             /* posters stop at the next message */
 	atomic_int err_ok;           /* a refused post ends the poster instead of failing */
-	atomic_long posted, done_ok, done_flush;
+	atomic_long posted, done_ok, done_flush, done_err;
 	long next_rx;                /* CQ thread: seq expected next at the receiver */
 	atomic_long rx_ok;
 	int post_errno;              /* the errno of the refused post, if any */
@@ -253,6 +256,9 @@ static void setup(int with_channel, int nstreams, long count)
 			FAIL("ibv_create_qp: %s", strerror(errno));
 		connect_qp(pp->qa, pp->qb->qp_num);
 		connect_qp(pp->qb, pp->qa->qp_num);
+		pp->qa_num = pp->qa->qp_num;
+		pp->qb_num = pp->qb->qp_num;
+		atomic_store(&pp->err_ok, 0);
 		pthread_mutex_init(&pp->lock, NULL);
 		pp->alive = 1;
 		pp->next_slot = 0;
@@ -309,9 +315,9 @@ static void send_completion(const struct ibv_wc *wc)
 	if (s < 0 || s >= nstream)
 		FAIL("send CQ: wr_id %#llx names no stream", (unsigned long long)wc->wr_id);
 	struct stream *st = &streams[s];
-	if (wc->qp_num != pairs[st->pair].qa->qp_num)
+	if (wc->qp_num != pairs[st->pair].qa_num)
 		FAIL("send CQ: stream %d completion names QP %u, not %u", s, wc->qp_num,
-		     pairs[st->pair].qa->qp_num);
+		     pairs[st->pair].qa_num);
 	long done = atomic_load(&st->done_ok) + atomic_load(&st->done_flush);
 	if (seq != done)
 		FAIL("send CQ: stream %d completed seq %ld, expected %ld (lost, duplicated or "
@@ -323,6 +329,11 @@ static void send_completion(const struct ibv_wc *wc)
 			FAIL("send CQ: opcode %d, not IBV_WC_SEND", wc->opcode);
 		atomic_fetch_add(&st->done_ok, 1);
 	} else if (wc->status == IBV_WC_WR_FLUSH_ERR && atomic_load(&flush_ok)) {
+		atomic_fetch_add(&st->done_flush, 1);
+	} else if (atomic_load(&pairs[st->pair].err_ok)) {
+		/* The peer is gone: the WR in progress fails (retries exhausted), the QP goes
+		   to ERR and the rest are flushed. Counted with the flushed ones. */
+		atomic_fetch_add(&st->done_err, 1);
 		atomic_fetch_add(&st->done_flush, 1);
 	} else {
 		FAIL("send CQ: stream %d seq %ld status %s", s, seq, ibv_wc_status_str(wc->status));
@@ -362,9 +373,9 @@ static void recv_completion(const struct ibv_wc *wc)
 	if (p >= NPAIR || slot >= RQ)
 		FAIL("recv CQ: bad wr_id %#llx", (unsigned long long)wc->wr_id);
 	struct pair *pp = &pairs[p];
-	if (wc->qp_num != pp->qb->qp_num)
+	if (wc->qp_num != pp->qb_num)
 		FAIL("recv CQ: pair %d completion names QP %u, not %u", p, wc->qp_num,
-		     pp->qb->qp_num);
+		     pp->qb_num);
 	if (slot != pp->next_slot)
 		FAIL("recv CQ: pair %d completed slot %u, expected %u (receive queue order)", p,
 		     slot, pp->next_slot);
@@ -577,21 +588,21 @@ static void traffic(const char *name, int event_mode, int nstreams, long count)
 	fflush(stdout);
 }
 
-/* Waits until every WR posted on pair p (by its streams, and its receives) completed. */
-static void wait_accounted(int p)
+/* Waits until every receive posted on pair p (sends too, with `sends`) has completed. */
+static void wait_accounted(int p, int sends)
 {
 	double deadline = now() + 5;
 	for (;;) {
 		int open = 0;
+		long rx = 0;
 		for (int s = 0; s < nstream; s++) {
 			struct stream *st = &streams[s];
-			if (st->pair == p && st->done_ok + st->done_flush != st->posted)
+			if (st->pair != p)
+				continue;
+			if (sends && st->done_ok + st->done_flush != st->posted)
 				open = 1;
+			rx += st->rx_ok;
 		}
-		long rx = 0;
-		for (int s = 0; s < nstream; s++)
-			if (streams[s].pair == p)
-				rx += streams[s].rx_ok;
 		if (rx + pairs[p].rx_flush != pairs[p].rx_posted)
 			open = 1;
 		if (!open)
@@ -602,6 +613,10 @@ static void wait_accounted(int p)
 			     (long)pairs[p].rx_flush);
 		sleep_ms(1);
 	}
+	if (pairs[p].rx_flush == 0)
+		FAIL("pair %d: no posted receive was flushed by the move to ERR", p);
+	if (!sends)
+		return;
 	/* Every message whose send succeeded was received; nothing received was not sent. */
 	for (int s = 0; s < nstream; s++) {
 		struct stream *st = &streams[s];
@@ -611,21 +626,20 @@ static void wait_accounted(int p)
 			FAIL("stream %d: sent %ld (acked), received %ld, posted %ld", s,
 			     (long)st->done_ok, (long)st->rx_ok, (long)st->posted);
 	}
-	if (pairs[p].rx_flush == 0)
-		FAIL("pair %d: no posted receive was flushed by the move to ERR", p);
 }
 
-/* Stops reposting receives on pair p, then moves both its QPs to ERR while its posters run. */
+/* Moves both QPs of pair p to ERR while its posters run; receives reposted meanwhile (by
+   the poller) are flushed too. Then stops reposting. */
 static void kill_pair(int p)
 {
 	for (int s = 0; s < nstream; s++)
 		if (streams[s].pair == p)
 			atomic_store(&streams[s].err_ok, 1);
+	to_err(pairs[p].qa);
+	to_err(pairs[p].qb);
 	pthread_mutex_lock(&pairs[p].lock);
 	pairs[p].alive = 0;
 	pthread_mutex_unlock(&pairs[p].lock);
-	to_err(pairs[p].qa);
-	to_err(pairs[p].qb);
 }
 
 static void stop_posters_of(int p, pthread_t *post_t)
@@ -675,13 +689,37 @@ static void destroy_under_load(void)
 	printf("PASS cancel_under_load after %ld CQ events\n", (long)waiter_events);
 	fflush(stdout);
 
-	/* Pair 0 (two streams) goes to ERR under its posters, is flushed and destroyed while
-	   the other pairs carry on and the poller polls. */
-	kill_pair(0);
+	/* Pair 0 (two streams): its receiver goes to ERR and is destroyed while the sender
+	   still sends to it in RTS (packets for a QP being destroyed); the sender's WR in
+	   progress then fails (retries exhausted), the rest are flushed. The other pairs
+	   carry on and the poller polls. */
+	for (int s = 0; s < nstream; s++)
+		if (streams[s].pair == 0)
+			atomic_store(&streams[s].err_ok, 1);
+	atomic_store(&pairs[0].err_ok, 1);
+	to_err(pairs[0].qb);
+	pthread_mutex_lock(&pairs[0].lock);
+	pairs[0].alive = 0;
+	pthread_mutex_unlock(&pairs[0].lock);
+	wait_accounted(0, 0);
+	int r = ibv_destroy_qp(pairs[0].qb);
+	if (r)
+		FAIL("ibv_destroy_qp (pair 0 receiver, sender live): %s", strerror(r));
+	deadline = now() + 10;
+	while (streams[0].done_err + streams[MAXSTREAM - 1].done_err == 0) {
+		if (now() > deadline)
+			FAIL("pair 0: no send failed within 10 s of its receiver's destruction");
+		sleep_ms(1);
+	}
+	if (streams[0].done_err + streams[MAXSTREAM - 1].done_err != 1)
+		FAIL("pair 0: %ld sends failed, not one (the others are flushed)",
+		     (long)(streams[0].done_err + streams[MAXSTREAM - 1].done_err));
 	stop_posters_of(0, post_t);
-	wait_accounted(0);
+	wait_accounted(0, 1);
 	long flushed = pairs[0].rx_flush;
-	destroy_pair(0);
+	if ((r = ibv_destroy_qp(pairs[0].qa)))
+		FAIL("ibv_destroy_qp (pair 0 sender): %s", strerror(r));
+	pthread_mutex_destroy(&pairs[0].lock);
 	long before = streams[1].rx_ok;
 	deadline = now() + 5;
 	while (streams[1].rx_ok < before + 50) {
@@ -695,7 +733,7 @@ static void destroy_under_load(void)
 	fflush(stdout);
 
 	/* The CQs are still used: EBUSY, and the poller is not disturbed. */
-	int r = ibv_destroy_cq(scq);
+	r = ibv_destroy_cq(scq);
 	if (r != EBUSY)
 		FAIL("ibv_destroy_cq of a CQ QPs use returned %d (%s), not EBUSY", r, strerror(r));
 	r = ibv_destroy_cq(rcq);
@@ -721,7 +759,7 @@ static void destroy_under_load(void)
 	for (int p = 1; p < NPAIR; p++)
 		stop_posters_of(p, post_t);
 	for (int p = 1; p < NPAIR; p++)
-		wait_accounted(p);
+		wait_accounted(p, 1);
 	for (int s = 0; s < nstream; s++)
 		refused += streams[s].post_errno != 0;
 	long ok = 0, fl = 0, rxf = 0;
