@@ -246,3 +246,29 @@ pub fn assert_both_succeeded(test: &str, server: &Output, client: &Output) {
         );
     }
 }
+
+/// Asserts that the library defines every `IBVERBS_*` symbol `program` imports, with its
+/// version, after a sanity check of what was read: at least `min_imports` imports,
+/// including each `name@@VERSION` prefix in `must_import`. Returns without asserting
+/// (reported as skipped) when `readelf` cannot run.
+pub fn assert_library_defines_imports(
+    test: &str,
+    program: &str,
+    min_imports: usize,
+    must_import: &[&str],
+) {
+    let Some((wanted, missing)) = imports_and_missing(test, program) else {
+        return;
+    };
+    assert!(
+        wanted.len() >= min_imports
+            && must_import
+                .iter()
+                .all(|m| wanted.iter().any(|w| w.starts_with(m))),
+        "unexpected imports read from {program}: {wanted:?}"
+    );
+    assert!(
+        missing.is_empty(),
+        "{program}: not defined by the library: {missing:?}"
+    );
+}
