@@ -6,13 +6,12 @@
 //! `ibv_get_cq_event` end when cancelled with `pthread_cancel` (as rping's CQ thread is),
 //! rather than hanging or aborting the process.
 
-use std::process::Command;
+use std::net::Ipv4Addr;
 use std::time::Duration;
 
 mod support;
 
-use support::{compile_c, LibDir};
-use uroce_testkit::run;
+use support::{compile_c, run_c_program};
 
 #[test]
 fn async_events_and_cancellable_waits() {
@@ -20,18 +19,12 @@ fn async_events_and_cancellable_waits() {
     let Some(exe) = compile_c(test, "async_events.c", &["-lpthread"]) else {
         return;
     };
-    let dir = LibDir::new("async-events");
-    let mut cmd = Command::new(exe.path());
-    cmd.env("LD_LIBRARY_PATH", &dir.0)
-        .env("UROCE_ADDR", "127.0.9.5")
-        .env_remove("UROCE_FAULTS");
-    let out = run(cmd, Duration::from_secs(60)).expect("run the program");
-    assert!(
-        out.status.success(),
-        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
-        out.status,
-        out.stdout,
-        out.stderr
+    let out = run_c_program(
+        test,
+        &exe,
+        Ipv4Addr::new(127, 0, 9, 5),
+        &[],
+        Duration::from_secs(60),
     );
     for check in [
         "nonblocking_empty",

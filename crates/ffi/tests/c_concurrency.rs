@@ -17,13 +17,12 @@
 //! - `refused_destroy`: a refused `ibv_destroy_cq` / `ibv_destroy_srq` / `ibv_dealloc_pd`
 //!   (`EBUSY`) never makes the object vanish for a thread using it meanwhile.
 
-use std::process::Command;
-use std::time::{Duration, Instant};
+use std::net::Ipv4Addr;
+use std::time::Duration;
 
 mod support;
 
-use support::{compile_c, LibDir};
-use uroce_testkit::run;
+use support::{compile_c, run_c_program};
 
 /// Messages each poster thread sends in the two traffic phases.
 const MESSAGES: &str = "2000";
@@ -34,21 +33,12 @@ fn concurrent_posters_pollers_and_destroys() {
     let Some(exe) = compile_c(test, "concurrency.c", &["-lpthread"]) else {
         return;
     };
-    let dir = LibDir::new("concurrency");
-    let mut cmd = Command::new(exe.path());
-    cmd.arg(MESSAGES)
-        .env("LD_LIBRARY_PATH", &dir.0)
-        .env("UROCE_ADDR", "127.0.16.1")
-        .env_remove("UROCE_FAULTS");
-    let start = Instant::now();
-    let out = run(cmd, Duration::from_secs(120)).expect("run the program");
-    eprintln!("{test}: {:?}\n{}", start.elapsed(), out.stdout);
-    assert!(
-        out.status.success(),
-        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
-        out.status,
-        out.stdout,
-        out.stderr
+    let out = run_c_program(
+        test,
+        &exe,
+        Ipv4Addr::new(127, 0, 16, 1),
+        &[MESSAGES],
+        Duration::from_secs(120),
     );
     for check in [
         "event_mode",

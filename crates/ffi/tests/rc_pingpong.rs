@@ -28,15 +28,11 @@
 //! `UROCE_REQUIRE_TOOLS=1`.
 
 use std::net::Ipv4Addr;
-use std::process::Command;
 use std::time::Duration;
 
 mod support;
 
-use support::{
-    assert_both_succeeded, assert_library_defines_imports, debian_command, free_tcp_port,
-    have_program, run_server_client, LibDir,
-};
+use support::{assert_library_defines_imports, have_program, run_pingpong};
 
 const PROGRAM: &str = "/usr/bin/ibv_rc_pingpong";
 /// Per-process limit (each run takes well under a second alone, a few seconds on a
@@ -47,11 +43,6 @@ const SIZE: u64 = 4096;
 const ITERS: u64 = 1000;
 /// What the server prints (on stdout) for each page that fails `-c` validation.
 const INVALID_PAGE: &str = "invalid data in page";
-
-/// A pingpong command against the library for the device address `addr`.
-fn pingpong(dir: &LibDir, addr: Ipv4Addr, args: &[String]) -> Command {
-    debian_command(dir, PROGRAM, addr, args)
-}
 
 /// `(QPN, PSN, GID)` of the line starting with `prefix` ("local address:" or "remote
 /// address:").
@@ -75,31 +66,7 @@ fn address(out: &str, prefix: &str) -> (String, String, String) {
 /// Runs server and client exchanging `size` bytes `iters` times, with `extra` options;
 /// checks both outputs.
 fn run_pair(test: &str, server: Ipv4Addr, client: Ipv4Addr, size: u64, iters: u64, extra: &[&str]) {
-    let dir = LibDir::new(&format!("rc-pingpong-{test}"));
-    let port = free_tcp_port();
-    let mut args: Vec<String> = vec![
-        "-g".into(),
-        "0".into(),
-        "-p".into(),
-        port.to_string(),
-        "-s".into(),
-        size.to_string(),
-        "-n".into(),
-        iters.to_string(),
-    ];
-    args.extend(extra.iter().map(|s| (*s).to_owned()));
-
-    let server_cmd = pingpong(&dir, server, &args);
-    let mut client_args = args.clone();
-    client_args.push(server.to_string());
-    let client_cmd = pingpong(&dir, client, &client_args);
-    let (server_out, client_out) = run_server_client(test, server_cmd, client_cmd, port, LIMIT);
-    for (who, out) in [("server", &server_out), ("client", &client_out)] {
-        eprintln!("{test} {who} stdout:\n{}", out.stdout);
-    }
-    assert_both_succeeded(test, &server_out, &client_out);
-
-    let (s_out, c_out) = (server_out.stdout, client_out.stdout);
+    let (s_out, c_out) = run_pingpong(test, PROGRAM, (server, client), (size, iters), extra, LIMIT);
     let s_local = address(&s_out, "local address:");
     let s_remote = address(&s_out, "remote address:");
     let c_local = address(&c_out, "local address:");

@@ -272,3 +272,65 @@ pub fn assert_library_defines_imports(
         "{program}: not defined by the library: {missing:?}"
     );
 }
+
+/// Runs an ibverbs-utils pingpong `program` (`-g 0 -p <port> -s size -n iters extra…`)
+/// as server on `server` and client on `client`; asserts both exit 0 and returns their
+/// standard outputs `(server, client)` (also printed, for failure reports).
+pub fn run_pingpong(
+    test: &str,
+    program: &str,
+    (server, client): (Ipv4Addr, Ipv4Addr),
+    (size, iters): (u64, u64),
+    extra: &[&str],
+    limit: Duration,
+) -> (String, String) {
+    let dir = LibDir::new(test);
+    let port = free_tcp_port();
+    let mut args: Vec<String> = ["-g", "0", "-p"].iter().map(|s| s.to_string()).collect();
+    args.extend([
+        port.to_string(),
+        "-s".into(),
+        size.to_string(),
+        "-n".into(),
+        iters.to_string(),
+    ]);
+    args.extend(extra.iter().map(|s| (*s).to_owned()));
+    let server_cmd = debian_command(&dir, program, server, &args);
+    let mut client_args = args.clone();
+    client_args.push(server.to_string());
+    let client_cmd = debian_command(&dir, program, client, &client_args);
+    let (server_out, client_out) = run_server_client(test, server_cmd, client_cmd, port, limit);
+    for (who, out) in [("server", &server_out), ("client", &client_out)] {
+        eprintln!("{test} {who} stdout:\n{}", out.stdout);
+    }
+    assert_both_succeeded(test, &server_out, &client_out);
+    (server_out.stdout, client_out.stdout)
+}
+
+/// Runs a single-process C program (`exe args…`) against the library on device address
+/// `addr`; asserts it exits 0 and returns its output (stdout also printed).
+pub fn run_c_program(
+    test: &str,
+    exe: &TempFile,
+    addr: Ipv4Addr,
+    args: &[&str],
+    limit: Duration,
+) -> Output {
+    let dir = LibDir::new(test);
+    let mut cmd = Command::new(exe.path());
+    cmd.args(args)
+        .env("LD_LIBRARY_PATH", &dir.0)
+        .env("UROCE_ADDR", addr.to_string())
+        .env_remove("UROCE_FAULTS");
+    let start = Instant::now();
+    let out = run(cmd, limit).unwrap_or_else(|e| panic!("{test}: running the program: {e}"));
+    eprintln!("{test}: {:?}\n{}", start.elapsed(), out.stdout);
+    assert!(
+        out.status.success(),
+        "{test}: exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        out.stdout,
+        out.stderr
+    );
+    out
+}
