@@ -10,6 +10,7 @@
 //! QP as a sans-IO state machine). The CM state machine will live here too.
 #![forbid(unsafe_code)]
 
+pub mod engine;
 pub mod memory;
 pub mod qp_state;
 pub mod rc;

@@ -168,12 +168,14 @@ pub struct RcConfig {
     pub use_srq: bool,
     /// P_Key sent and matched (0xFFFF).
     pub pkey: u16,
+    /// The peer's IP address (from the address vector): where every packet goes.
+    pub peer: std::net::IpAddr,
 }
 
 impl RcConfig {
     /// Defaults: PMTU 1024, PSNs 0, timeout 14 (≈ 67 ms), retry_cnt 7, rnr_retry 7,
     /// min_rnr_timer 12 (0.64 ms), 16 READ/atomics each way, all remote access, selective
-    /// signalling, 1024 WRs per queue, no SRQ, P_Key 0xFFFF.
+    /// signalling, 1024 WRs per queue, no SRQ, P_Key 0xFFFF, peer 0.0.0.0.
     pub fn new(qpn: u32, dest_qpn: u32) -> RcConfig {
         RcConfig {
             qpn,
@@ -193,6 +195,7 @@ impl RcConfig {
             max_recv_wr: 1024,
             use_srq: false,
             pkey: 0xffff,
+            peer: std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
         }
     }
 }
@@ -784,4 +787,81 @@ fn validate_send(wr: &SendWr, cfg: &RcConfig) -> Result<u64, PostError> {
         return Err(PostError::InvalidWr("READ spans more than 2^22 PSNs"));
     }
     Ok(len)
+}
+
+impl crate::engine::Engine for RcQp {
+    fn qpn(&self) -> u32 {
+        self.cfg.qpn
+    }
+
+    fn qp_type(&self) -> crate::qp_state::QpType {
+        crate::qp_state::QpType::Rc
+    }
+
+    fn state(&self) -> QpState {
+        self.state
+    }
+
+    fn counters(&self) -> RcCounters {
+        self.counters.clone()
+    }
+
+    fn is_idle(&self) -> bool {
+        RcQp::is_idle(self)
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        RcQp::poll_timeout(self)
+    }
+
+    fn handle_packet(
+        &mut self,
+        now: Instant,
+        _from: &crate::engine::Arrival,
+        pkt: &PacketRepr<'_>,
+        env: &mut Env<'_>,
+    ) {
+        RcQp::handle_packet(self, now, pkt, env)
+    }
+
+    fn handle_timeout(&mut self, now: Instant, env: &mut Env<'_>) {
+        RcQp::handle_timeout(self, now, env)
+    }
+
+    fn post_send(&mut self, wr: SendWr) -> Result<(), PostError> {
+        RcQp::post_send(self, wr)
+    }
+
+    fn post_recv(&mut self, wr: RecvWr) -> Result<(), PostError> {
+        RcQp::post_recv(self, wr)
+    }
+
+    fn enter_rts(&mut self, rts: RtsAttrs) {
+        RcQp::enter_rts(self, rts)
+    }
+
+    fn set_state(&mut self, to: QpState) {
+        RcQp::set_state(self, to)
+    }
+
+    fn poll_transmit(
+        &mut self,
+        now: Instant,
+        env: &mut Env<'_>,
+        buf: &mut [u8],
+    ) -> Option<crate::engine::Transmit> {
+        let len = RcQp::poll_transmit(self, now, env, buf)?;
+        Some(crate::engine::Transmit {
+            len,
+            dst: self.cfg.peer,
+        })
+    }
+
+    fn poll_completion(&mut self) -> Option<(CqKind, WorkCompletion)> {
+        RcQp::poll_completion(self)
+    }
+
+    fn poll_event(&mut self) -> Option<QpEvent> {
+        RcQp::poll_event(self)
+    }
 }

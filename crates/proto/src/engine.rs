@@ -1,0 +1,133 @@
+//! The transport-engine interface: what every QP transport (RC, UC, UD and the GSI QP;
+//! XRC later) implements, and the only thing the layers above drive.
+//!
+//! The contract follows quinn-proto's sans-IO connection. An engine's methods come in four
+//! groups:
+//! * getters (`&self`): [`Engine::qpn`], [`Engine::qp_type`], [`Engine::state`],
+//!   [`Engine::counters`], [`Engine::is_idle`], [`Engine::poll_timeout`];
+//! * inputs: [`Engine::handle_packet`] (a parsed, ICRC-checked packet *with the address it
+//!   came from*: an [`Arrival`]) and [`Engine::handle_timeout`];
+//! * application commands: [`Engine::post_send`], [`Engine::post_recv`],
+//!   [`Engine::enter_rts`], [`Engine::set_state`];
+//! * outputs: [`Engine::poll_transmit`] (one packet, written into the caller's buffer,
+//!   *with the address it goes to*: a [`Transmit`]), [`Engine::poll_completion`],
+//!   [`Engine::poll_event`].
+//!
+//! After any input or command the caller drives the outputs: `poll_transmit` until it
+//! returns `None`, then `poll_completion` and `poll_event` until empty, then re-reads
+//! `poll_timeout`. `now` never goes backwards. Nothing here knows a socket, a thread or a
+//! clock; the caller passes the time in.
+//!
+//! Addresses are per packet, not per QP: a connected transport (RC, UC) sends everything to
+//! the peer of its address vector, a datagram transport (UD, GSI) sends each message to the
+//! address handle its work request names, and receives from anyone.
+
+use std::fmt;
+use std::net::IpAddr;
+
+use uroce_wire::PacketRepr;
+
+use crate::qp_state::{QpState, QpType};
+use crate::rc::{CqKind, Env, QpEvent, RtsAttrs};
+use crate::time::Instant;
+use crate::wr::{RecvWr, SendWr, WorkCompletion};
+
+pub use crate::rc::PostError;
+pub use crate::rc::RcCounters as EngineCounters;
+
+/// Where a received packet came from, as the I/O layer saw it: the IP addresses and the
+/// header fields a UDP socket reports. A datagram transport answers `src` and builds the
+/// 40-byte GRH area of a receive from these values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Arrival {
+    /// The sender's IP address (the IPv4 or IPv6 source address).
+    pub src: IpAddr,
+    /// The address it was sent to (our device's address).
+    pub dst: IpAddr,
+    /// IPv4 TOS / IPv6 traffic class, when the socket reports it (else 0).
+    pub traffic_class: u8,
+    /// IPv4 TTL / IPv6 hop limit, when the socket reports it (else 64, what Linux sends).
+    pub hop_limit: u8,
+    /// IPv6 flow label (20 bits; 0 for IPv4 or when unknown).
+    pub flow_label: u32,
+    /// IPv4 Identification, when known (the ICRC check may recover it; else 0).
+    pub ipv4_id: u16,
+}
+
+impl Arrival {
+    /// A packet from `src` to `dst` with the header values Linux sends by default
+    /// (traffic class 0, hop limit 64, flow label 0, Identification 0).
+    pub const fn new(src: IpAddr, dst: IpAddr) -> Arrival {
+        Arrival {
+            src,
+            dst,
+            traffic_class: 0,
+            hop_limit: 64,
+            flow_label: 0,
+            ipv4_id: 0,
+        }
+    }
+}
+
+/// One packet an engine wrote with [`Engine::poll_transmit`]: its length in the caller's
+/// buffer (BTH up to and including the 4 ICRC bytes, which are left zero for the I/O layer
+/// to seal) and where it goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Transmit {
+    /// Bytes written at the start of the buffer.
+    pub len: usize,
+    /// The destination IP address (UDP port 4791).
+    pub dst: IpAddr,
+}
+
+/// A QP transport as a sans-IO state machine. See the module doc for the calling
+/// contract. Implemented by [`crate::rc::RcQp`]; UC, UD (with the GSI QP) and XRC engines
+/// implement it too, and `verbs` / the network device drive nothing else.
+pub trait Engine: fmt::Debug + Send {
+    /// Our QP number (24 bits).
+    fn qpn(&self) -> u32;
+    /// The transport this engine implements.
+    fn qp_type(&self) -> QpType;
+    /// The engine's state (it moves to ERR on its own after fatal errors).
+    fn state(&self) -> QpState;
+    /// Statistics.
+    fn counters(&self) -> EngineCounters;
+    /// True when nothing is queued, in flight or waiting to be sent or acknowledged.
+    fn is_idle(&self) -> bool;
+    /// The earliest deadline at which [`Engine::handle_timeout`] must be called.
+    fn poll_timeout(&self) -> Option<Instant>;
+
+    /// A packet whose BTH DestQP is this QP, already ICRC-checked and parsed.
+    fn handle_packet(
+        &mut self,
+        now: Instant,
+        from: &Arrival,
+        pkt: &PacketRepr<'_>,
+        env: &mut Env<'_>,
+    );
+    /// Called when `now >= poll_timeout()`.
+    fn handle_timeout(&mut self, now: Instant, env: &mut Env<'_>);
+
+    /// Queues a send work request.
+    fn post_send(&mut self, wr: SendWr) -> Result<(), PostError>;
+    /// Queues a receive work request.
+    fn post_recv(&mut self, wr: RecvWr) -> Result<(), PostError>;
+    /// RTR→RTS (or SQD→RTS) with the requester attributes that transition sets. Datagram
+    /// and unreliable transports use `sq_psn` only.
+    fn enter_rts(&mut self, rts: RtsAttrs);
+    /// Application-driven state change (ERR flushes, RESET discards, SQD drains).
+    fn set_state(&mut self, to: QpState);
+
+    /// Writes the next packet into `buf` (at least 4096 + 64 bytes) and says where it
+    /// goes; `None` when nothing is ready.
+    fn poll_transmit(
+        &mut self,
+        now: Instant,
+        env: &mut Env<'_>,
+        buf: &mut [u8],
+    ) -> Option<Transmit>;
+    /// The next work completion and the CQ it belongs on.
+    fn poll_completion(&mut self) -> Option<(CqKind, WorkCompletion)>;
+    /// The next asynchronous event.
+    fn poll_event(&mut self) -> Option<QpEvent>;
+}
