@@ -33,6 +33,14 @@ pub enum SendOpcode {
     BindMw = 8,
     /// SEND with invalidate (the target invalidates `invalidate_rkey`).
     SendWithInv = 9,
+    /// TCP segmentation offload (raw packet QPs; not on RoCE).
+    Tso = 10,
+    /// Driver-specific operation.
+    Driver1 = 11,
+    /// FLUSH (IBA 1.5 persistence).
+    Flush = 14,
+    /// ATOMIC WRITE (IBA 1.5).
+    AtomicWrite = 15,
 }
 
 impl SendOpcode {
@@ -49,6 +57,10 @@ impl SendOpcode {
             7 => SendOpcode::LocalInv,
             8 => SendOpcode::BindMw,
             9 => SendOpcode::SendWithInv,
+            10 => SendOpcode::Tso,
+            11 => SendOpcode::Driver1,
+            14 => SendOpcode::Flush,
+            15 => SendOpcode::AtomicWrite,
             _ => return None,
         })
     }
@@ -80,7 +92,16 @@ impl SendOpcode {
             SendOpcode::AtomicFetchAndAdd => WcOpcode::FetchAdd,
             SendOpcode::LocalInv => WcOpcode::LocalInv,
             SendOpcode::BindMw => WcOpcode::BindMw,
+            SendOpcode::Tso => WcOpcode::Tso,
+            SendOpcode::Driver1 => WcOpcode::Send,
+            SendOpcode::Flush => WcOpcode::Flush,
+            SendOpcode::AtomicWrite => WcOpcode::AtomicWrite,
         }
+    }
+
+    /// The ABI value.
+    pub const fn as_u32(self) -> u32 {
+        self as u32
     }
 }
 
@@ -149,6 +170,109 @@ pub struct SendWr {
     pub compare_add: u64,
     /// Atomics: swap value (CMP_AND_SWP).
     pub swap: u64,
+    /// UD and GSI QPs: where the datagram goes (the address handle, remote QPN and
+    /// Q_Key of `wr.ud`); `None` on connected QPs.
+    pub ud: Option<UdDest>,
+    /// XRC_SEND QPs: the SRQ number at the target (`qp_type.xrc.remote_srqn`).
+    pub remote_srqn: u32,
+}
+
+/// The destination of a UD send: the resolved address handle plus `wr.ud`'s remote QPN
+/// and Q_Key (IBA 11.4.1.1, Post Send Request: "Address Vector, Destination QP, Q_Key").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct UdDest {
+    /// The IP address the address handle's GID resolves to.
+    pub ip: std::net::IpAddr,
+    /// The destination QP number (24 bits).
+    pub remote_qpn: u32,
+    /// The Q_Key of the WR. A value with the high-order bit set means "use the QP's own
+    /// Q_Key" (IBA 10.2.5, C10-15).
+    pub remote_qkey: u32,
+    /// GRH traffic class (IPv4 TOS / IPv6 traffic class).
+    pub traffic_class: u8,
+    /// GRH hop limit (IPv4 TTL / IPv6 hop limit).
+    pub hop_limit: u8,
+    /// GRH flow label (20 bits).
+    pub flow_label: u32,
+    /// Service level.
+    pub sl: u8,
+}
+
+impl UdDest {
+    /// A destination with the address-handle defaults (traffic class 0, hop limit 64,
+    /// flow label 0, SL 0).
+    pub const fn new(ip: std::net::IpAddr, remote_qpn: u32, remote_qkey: u32) -> UdDest {
+        UdDest {
+            ip,
+            remote_qpn,
+            remote_qkey,
+            traffic_class: 0,
+            hop_limit: 64,
+            flow_label: 0,
+            sl: 0,
+        }
+    }
+}
+
+/// Why an engine refused a work request (`PostError::InvalidWr`): each reason an engine
+/// or the verbs layer can give, so that callers and tests can tell them apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
+pub enum WrError {
+    /// The opcode is not executed by this QP type (e.g. READ on UC, WRITE on UD).
+    #[error("opcode {opcode:?} is not supported on a {qp_type:?} QP")]
+    OpcodeNotSupported {
+        /// The refused opcode.
+        opcode: SendOpcode,
+        /// The QP's transport.
+        qp_type: crate::qp_state::QpType,
+    },
+    /// LOCAL_INV / BIND_MW reached an engine (the verbs layer executes them).
+    #[error("{0:?} is a local operation, not a transport one")]
+    LocalOperation(SendOpcode),
+    /// Inline data with READ or an atomic.
+    #[error("inline payload for READ or atomic")]
+    InlineForReadOrAtomic,
+    /// READ or an atomic on a QP whose `max_rd_atomic` is 0.
+    #[error("READ/atomic on a QP with max_rd_atomic 0")]
+    NoReadAtomicBudget,
+    /// The message is longer than 2^31 bytes.
+    #[error("message of {len} bytes is longer than 2^31")]
+    MessageTooLong {
+        /// The message length.
+        len: u64,
+    },
+    /// A UD message larger than the path MTU (IBA 9.8.3.1: UD is single-packet).
+    #[error("UD message of {len} bytes exceeds the path MTU of {mtu} bytes")]
+    LargerThanMtu {
+        /// The message length.
+        len: u64,
+        /// The path MTU.
+        mtu: u32,
+    },
+    /// An atomic's local buffer is not 8 bytes.
+    #[error("atomic local buffer is {len} bytes, not 8")]
+    AtomicLength {
+        /// The local buffer length.
+        len: u64,
+    },
+    /// An atomic's remote address is not 8-byte aligned.
+    #[error("atomic remote address {addr:#x} is not 8-byte aligned")]
+    AtomicAlignment {
+        /// The remote address.
+        addr: u64,
+    },
+    /// A READ would span more than 2^22 PSNs.
+    #[error("READ spans more than 2^22 PSNs")]
+    ReadTooLong,
+    /// A datagram WR without a destination (`ud` is `None`) on a UD/GSI QP.
+    #[error("UD work request without an address handle")]
+    MissingDestination,
+    /// `post_recv` on a QP that takes its receive WQEs from an SRQ.
+    #[error("the QP takes its receive WQEs from an SRQ")]
+    UsesSrq,
+    /// The QP the request names does not exist (test harnesses).
+    #[error("no such QP")]
+    UnknownQp,
 }
 
 impl SendWr {
@@ -165,6 +289,8 @@ impl SendWr {
             rkey: 0,
             compare_add: 0,
             swap: 0,
+            ud: None,
+            remote_srqn: 0,
         }
     }
 }

@@ -205,7 +205,7 @@ impl Pair {
     pub fn post_send(&mut self, qp: QpId, wr: SendWr) -> Result<(), PostError> {
         match self.net.qp_mut(qp) {
             Ok(e) => e.post_send(wr),
-            Err(_) => Err(PostError::InvalidWr("no such QP in the pair")),
+            Err(_) => Err(PostError::InvalidWr(uroce_proto::wr::WrError::UnknownQp)),
         }
     }
 
@@ -216,7 +216,7 @@ impl Pair {
     pub fn post_recv(&mut self, qp: QpId, wr: RecvWr) -> Result<(), PostError> {
         match self.net.qp_mut(qp) {
             Ok(e) => e.post_recv(wr),
-            Err(_) => Err(PostError::InvalidWr("no such QP in the pair")),
+            Err(_) => Err(PostError::InvalidWr(uroce_proto::wr::WrError::UnknownQp)),
         }
     }
 

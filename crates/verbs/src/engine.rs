@@ -355,7 +355,9 @@ pub(crate) fn modify_engine(
     }
     match next {
         QpState::Rtr if cur == QpState::Init => {
-            let mut rc = RcQp::new_rtr(rc_config(core, inner));
+            let mut cfg = rc_config(core, inner);
+            cfg.peer = inner.attr.ah_attr.dest_ip();
+            let mut rc = RcQp::new_rtr(cfg);
             // Receives posted in INIT move into the engine, in order.
             for wr in inner.take_posted_recvs() {
                 // Cannot fail: the verbs queue held at most max_recv_wr of them.
@@ -422,9 +424,11 @@ fn to_engine_wr(wr: SendWr) -> Result<pwr::SendWr, PostError> {
         | WrOpcode::Driver1
         | WrOpcode::Flush
         | WrOpcode::AtomicWrite => {
-            return Err(PostError::Refused(
-                "opcode not implemented by the RC engine (local invalidate, memory windows, flush, atomic write)",
-            ))
+            return Err(PostError::Refused(pwr::WrError::OpcodeNotSupported {
+                opcode: pwr::SendOpcode::from_u32(wr.opcode.as_u32())
+                    .unwrap_or(pwr::SendOpcode::Driver1),
+                qp_type: QpType::Rc,
+            }))
         }
     };
     let inline = wr.flags.contains(SendFlags::INLINE);
@@ -448,6 +452,8 @@ fn to_engine_wr(wr: SendWr) -> Result<pwr::SendWr, PostError> {
         rkey,
         compare_add: wr.atomic.compare_add,
         swap: wr.atomic.swap,
+        ud: None,
+        remote_srqn: 0,
     })
 }
 

@@ -442,9 +442,9 @@ pub enum PostError {
         /// The limit.
         max: u64,
     },
-    /// The transport engine refused the WR (e.g. an opcode it does not implement).
+    /// The transport engine refused the WR, for the typed reason given.
     #[error("work request refused: {0}")]
-    Refused(&'static str),
+    Refused(uroce_proto::wr::WrError),
     /// The queue already holds `max_*_wr` outstanding WRs.
     #[error("the {queue} queue is full ({max} outstanding WRs)")]
     QueueFull {

@@ -99,7 +99,9 @@ use uroce_wire::{PacketRepr, Pmtu, Psn};
 use crate::memory::Memory;
 use crate::qp_state::QpState;
 use crate::time::Instant;
-use crate::wr::{RecvWr, SendOpcode, SendPayload, SendWr, WcOpcode, WcStatus, WorkCompletion};
+use crate::wr::{
+    RecvWr, SendOpcode, SendPayload, SendWr, WcOpcode, WcStatus, WorkCompletion, WrError,
+};
 
 use requester::Requester;
 use responder::Responder;
@@ -280,9 +282,9 @@ pub enum PostError {
     /// WRs cannot be posted in this QP state.
     #[error("cannot post in QP state {0:?}")]
     BadState(QpState),
-    /// The WR itself is invalid for an RC QP.
+    /// The WR itself is invalid for this QP.
     #[error("invalid work request: {0}")]
-    InvalidWr(&'static str),
+    InvalidWr(crate::wr::WrError),
 }
 
 /// Per-QP statistics. Every packet handed to [`RcQp::handle_packet`] counts in
@@ -449,9 +451,7 @@ impl RcQp {
     /// yet polled); `InvalidWr` on a QP that takes its receive WQEs from an SRQ.
     pub fn post_recv(&mut self, wr: RecvWr) -> Result<(), PostError> {
         if self.cfg.use_srq {
-            return Err(PostError::InvalidWr(
-                "the QP takes its receive WQEs from an SRQ",
-            ));
+            return Err(PostError::InvalidWr(WrError::UsesSrq));
         }
         if self.state == QpState::Reset {
             return Err(PostError::BadState(self.state));
@@ -752,39 +752,44 @@ impl RcQp {
 /// Checks a send WR for an RC QP; returns its message length.
 fn validate_send(wr: &SendWr, cfg: &RcConfig) -> Result<u64, PostError> {
     match wr.opcode {
-        SendOpcode::LocalInv | SendOpcode::BindMw => {
-            return Err(PostError::InvalidWr(
-                "LOCAL_INV and BIND_MW are local operations the verbs layer executes",
-            ))
+        op @ (SendOpcode::LocalInv | SendOpcode::BindMw) => {
+            return Err(PostError::InvalidWr(WrError::LocalOperation(op)))
+        }
+        op @ (SendOpcode::Tso
+        | SendOpcode::Driver1
+        | SendOpcode::Flush
+        | SendOpcode::AtomicWrite) => {
+            return Err(PostError::InvalidWr(WrError::OpcodeNotSupported {
+                opcode: op,
+                qp_type: crate::qp_state::QpType::Rc,
+            }))
         }
         op if op.is_read_or_atomic() => {
             if matches!(wr.payload, SendPayload::Inline(_)) {
-                return Err(PostError::InvalidWr("inline payload for READ or atomic"));
+                return Err(PostError::InvalidWr(WrError::InlineForReadOrAtomic));
             }
             if cfg.max_rd_atomic == 0 {
-                return Err(PostError::InvalidWr(
-                    "READ/atomic on a QP with max_rd_atomic 0",
-                ));
+                return Err(PostError::InvalidWr(WrError::NoReadAtomicBudget));
             }
         }
         _ => {}
     }
     let len = wr.payload.len();
     if len > MAX_MSG_LEN {
-        return Err(PostError::InvalidWr("message longer than 2^31 bytes"));
+        return Err(PostError::InvalidWr(WrError::MessageTooLong { len }));
     }
     if wr.opcode.is_atomic() {
         if len != 8 {
-            return Err(PostError::InvalidWr("atomic local buffer is not 8 bytes"));
+            return Err(PostError::InvalidWr(WrError::AtomicLength { len }));
         }
         if wr.remote_addr % 8 != 0 {
-            return Err(PostError::InvalidWr(
-                "atomic remote address not 8-byte aligned",
-            ));
+            return Err(PostError::InvalidWr(WrError::AtomicAlignment {
+                addr: wr.remote_addr,
+            }));
         }
     }
     if wr.opcode == SendOpcode::RdmaRead && cfg.pmtu.packets_for(len) > MAX_READ_PSNS {
-        return Err(PostError::InvalidWr("READ spans more than 2^22 PSNs"));
+        return Err(PostError::InvalidWr(WrError::ReadTooLong));
     }
     Ok(len)
 }
