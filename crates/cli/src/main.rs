@@ -1,8 +1,7 @@
 //! `uroce`: the command-line tool, the top layer of uroce.
 //!
 //! It sits above everything else (`wire` → `proto` → `verbs` → `net` → `ffi`/`cli`) and
-//! holds no protocol logic of its own. Until the stack moves data it offers two views of
-//! the wire layer:
+//! holds no protocol logic of its own. It offers two views of the wire layer:
 //!
 //! * `uroce packet [--out FILE.pcap] [--ipv6] [--pmtu N]` builds one sample RoCEv2 packet
 //!   per opcode of the opcode table (and a 5000-byte RC SEND segmented at the path MTU),

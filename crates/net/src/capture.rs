@@ -2,7 +2,7 @@
 //!
 //! A UDP socket never sees the IP and UDP headers of its datagrams, so [`Capture`]
 //! rebuilds them: the headers the kernel emits for a uroce socket (unconnected,
-//! `IP_PMTUDISC_DO`; roce-spec.md §2.3): IPv4 Identification 0, DF, TTL 64, TOS 0 and a
+//! `IP_PMTUDISC_DO`; docs/INTEROP-NOTES.md §1): IPv4 Identification 0, DF, TTL 64, TOS 0 and a
 //! correct header checksum, or IPv6 with traffic class 0, flow label 0, hop limit 64;
 //! the real addresses and ports; and a correct UDP checksum, as the kernel computes it.
 //! Each datagram is framed in Ethernet II with made-up locally administered MAC addresses

@@ -29,7 +29,7 @@
 //!   UDP headers the kernel emits.
 //! * [`counters`]: per-socket packet, byte, error and fault counters.
 //!
-//! ## The ICRC / IP-header contract (roce-spec.md §2.3)
+//! ## The ICRC / IP-header contract (docs/INTEROP-NOTES.md §1)
 //! The RoCEv2 ICRC covers most of the IP header, including the IPv4 Identification and
 //! flags, which a UDP socket does not control. For an **unconnected** socket with
 //! `IP_MTU_DISCOVER = IP_PMTUDISC_DO`, bound to a specific address and sending without IP

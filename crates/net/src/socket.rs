@@ -7,7 +7,7 @@
 //! for (the kernel caps them at `net.core.rmem_max` / `wmem_max`; [`RoceSocket::buffer_sizes`]
 //! says what it granted).
 //!
-//! # The ICRC contract (roce-spec.md §2.3)
+//! # The ICRC contract (IBA Vol 1 Annex A17; docs/INTEROP-NOTES.md §1)
 //! The ICRC covers the IPv4 Identification, flags and total length, the addresses and the
 //! UDP ports and length. A UDP socket does not choose these, the kernel does; for an
 //! unconnected socket with `IP_PMTUDISC_DO` Linux sends every IPv4 datagram with
@@ -303,8 +303,8 @@ fn check_pair(local: SocketAddr, dst: SocketAddr) -> Result<(), NetError> {
 
 /// Seals the ICRC of `roce` (BTH..pad followed by 4 ICRC bytes, whose value is ignored)
 /// for the datagram a uroce socket bound to `local` sends to `dst`: IPv4 with
-/// Identification 0 and DF, or IPv6, with the real addresses and ports (roce-spec.md
-/// §2.3). Returns the ICRC.
+/// Identification 0 and DF, or IPv6, with the real addresses and ports (docs/INTEROP-NOTES.md
+/// §1). Returns the ICRC.
 ///
 /// # Errors
 /// [`NetError::UnusableAddress`] for an unspecified or IPv4-mapped address,

@@ -2,7 +2,7 @@
 //! loopback interface while a uroce socket sends a packet of every RC opcode (over IPv4,
 //! 127.0.0.1 → 127.0.0.2:4791, and IPv6, ::1 → ::1:4791), then, for every captured
 //! packet:
-//! * the IPv4 header the kernel emitted has Identification 0 and DF (roce-spec.md §2.3),
+//! * the IPv4 header the kernel emitted has Identification 0 and DF (docs/INTEROP-NOTES.md §1),
 //!   and every field the ICRC covers equals the header uroce reconstructs;
 //! * tshark decodes it with nothing malformed and no warning, a good IPv4 header
 //!   checksum, and the header fields uroce emitted;
@@ -67,7 +67,7 @@ fn pair(rx_addr: IpAddr, tx_addr: IpAddr, tag: &str) -> Result<Pair, String> {
     Ok(p)
 }
 
-/// The IP header with the fields the ICRC masks set to all-ones (roce-spec.md §2.1).
+/// The IP header with the fields the ICRC masks set to all-ones (IBA Vol 1 Annex A17).
 fn covered(ip_header: &[u8]) -> Vec<u8> {
     let mut h = ip_header.to_vec();
     if h.len() == 20 {

@@ -54,7 +54,7 @@ const ATOMIC: usize = 128 * 1024;
 const RESULT: usize = 128 * 1024 + 64;
 const MR_LEN: usize = 256 * 1024;
 
-/// RC opcodes (roce-spec.md §1 opcode table): SEND_FIRST .. FETCH_ADD, with the names of
+/// RC opcodes (IBA Vol 1 §9.2, BTH OpCode field): SEND_FIRST .. FETCH_ADD, with the names of
 /// the IBA specification.
 const RC_OPCODES: [(u8, &str); 21] = [
     (0x00, "SEND_FIRST"),
@@ -267,8 +267,8 @@ fn read_capture(file: &std::path::Path) -> Vec<Vec<u8>> {
         .collect()
 }
 
-/// The IPv4 header with the fields the ICRC masks (TOS, TTL, checksum; roce-spec.md
-/// §2.1) set to all-ones.
+/// The IPv4 header with the fields the ICRC masks (TOS, TTL, checksum; IBA Vol 1
+/// Annex A17) set to all-ones.
 fn covered(ip_header: &[u8]) -> Vec<u8> {
     let mut h = ip_header.to_vec();
     for i in [1, 8, 10, 11] {

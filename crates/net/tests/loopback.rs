@@ -89,7 +89,7 @@ fn out(to: SocketAddr, pkts: &[Vec<u8>]) -> Vec<OutPacket<'_>> {
 }
 
 /// The IPv4 + UDP header Linux emits for a uroce socket, written byte by byte from
-/// roce-spec.md §2.3 (ID 0, DF, TTL 64, protocol 17); the IPv4 and UDP checksums are left
+/// docs/INTEROP-NOTES.md §1 (ID 0, DF, TTL 64, protocol 17); the IPv4 and UDP checksums are left
 /// 0 because the ICRC masks them.
 fn hand_ipv4_headers(src: SocketAddr, dst: SocketAddr, roce_len: usize) -> ([u8; 20], [u8; 8]) {
     let (IpAddr::V4(s), IpAddr::V4(d)) = (src.ip(), dst.ip()) else {
@@ -238,7 +238,7 @@ fn ipv4_batches_arrive_parse_and_verify() {
     assert_eq!(ca.bad_icrc, 0);
 }
 
-/// The two ICRC test vectors of roce-spec.md §2.2. The IPv4 one was computed for exactly
+/// The two ICRC test vectors of docs/INTEROP-NOTES.md §3. The IPv4 one was computed for exactly
 /// the uroce convention (ID 0, DF); the IPv6 one has a non-zero traffic class and flow
 /// label, which the ICRC masks, so the reconstruction (which writes zeros) verifies too.
 #[test]

@@ -1,6 +1,6 @@
 //! The IBTA queue-pair state machine for `modify_qp`, as declarative data.
 //!
-//! Reference: roce-spec §4 (the kernel's `ib_modify_qp_is_ok` table) and §3.5/§3.8 for what
+//! Reference: IBA Vol 1 §11.2.5 as Linux checks it (docs/INTEROP-NOTES.md §6), §10.3 for what
 //! each state allows.
 //!
 //! # Data model
@@ -10,10 +10,10 @@
 //! * [`AttrMask`] is the `ibv_qp_attr_mask` bit set. [`AttrMask::attr_name`] names one bit in
 //!   the `IBV_QP_PATH_MTU` style, [`AttrMask::single_bits`] walks a mask lowest bit first.
 //! * [`MODIFY_TABLE`] is the state table itself: one [`TransitionRule`] per
-//!   (transition, QP-type group), in the order of the §4 table, holding the attributes that
+//!   (transition, QP-type group), in the order of the state table, holding the attributes that
 //!   are *required* and those that are *optional* for that transition. Rows that the spec
 //!   writes as "INIT/RTR/RTS/SQD/SQE/ERR → ERR" are expanded to one row per source state.
-//! * **Validity is per transition, not per type** (§4 algorithm step 2: "the (cur,next)
+//! * **Validity is per transition, not per type** (INTEROP-NOTES §6 step 2: "the (cur,next)
 //!   entry must be valid"). A QP type that a valid transition's rows do not name gets empty
 //!   required/optional sets: the transition is allowed with nothing but `IBV_QP_STATE` (for
 //!   example RAW_PACKET INIT→RTR). The table spells these out as rows with
@@ -22,13 +22,13 @@
 //! * A transition with no rows is invalid for every type: RESET→RTR, INIT→RTS, RTR→RTR,
 //!   RESET→ERR (current mainline has no such entry), anything →SQE, and so on.
 //!
-//! [`check_modify`] applies the §4 algorithm to one `modify_qp` call: (1) `CUR_STATE` is only
+//! [`check_modify`] checks one `modify_qp` call (INTEROP-NOTES §6): (1) `CUR_STATE` is only
 //! accepted while the QP is RTR, RTS, SQD or SQE (and must then name the actual state);
 //! (2) the (current, next) entry must exist; (3) every required bit must be present;
 //! (4) no bit outside required ∪ optional ∪ {`STATE`} may be present. When several bits are
 //! missing or foreign the lowest one is reported, so errors are deterministic.
 //!
-//! [`QpAttrLimits`] adds the value-range checks rxe makes on top of the table (§4 notes), and
+//! [`QpAttrLimits`] adds the value-range checks rxe makes on top of it (INTEROP-NOTES §6), and
 //! the [`QpState`] methods [`QpState::send_post`], [`QpState::recv_post`],
 //! [`QpState::responder_active`] and [`QpState::requester_active`] say what each state allows
 //! the verbs layer and the transport engines to do.
@@ -107,11 +107,11 @@ impl QpState {
 
     /// What happens to a send WR posted in this state; `None` = the post is rejected.
     ///
-    /// §4 notes (rxe post rules): "post_send requires state ≥ RTS (ERR accepted and flushed)".
+    /// INTEROP-NOTES §6 (rxe post rules): post_send requires RTS or later (ERR flushes).
     /// * RTS: [`PostOutcome::Process`].
     /// * SQD: [`PostOutcome::Defer`]: queued, but SQD starts no new WQE until the QP is
     ///   moved back to RTS.
-    /// * SQE, ERR: [`PostOutcome::Flush`]: completed with `WR_FLUSH_ERR` (§3.5 for ERR; SQE
+    /// * SQE, ERR: [`PostOutcome::Flush`]: completed with `WR_FLUSH_ERR` (IBA §10.3 for ERR; SQE
     ///   is numerically ≥ RTS and its send queue is in error, so it flushes too).
     /// * RESET, INIT, RTR: `None`.
     pub const fn send_post(self) -> Option<PostOutcome> {
@@ -125,7 +125,7 @@ impl QpState {
 
     /// What happens to a receive WR posted in this state; `None` = the post is rejected.
     ///
-    /// §4 notes: "post_recv requires ≥ INIT"; §3.5: WRs posted in ERR are flushed.
+    /// INTEROP-NOTES §6: post_recv requires ≥ INIT; IBA §10.3: WRs posted in ERR are flushed.
     /// * INIT, RTR, RTS, SQD, SQE: [`PostOutcome::Process`] (queued on the RQ and consumed by
     ///   incoming SENDs once the responder runs; SQE only affects the send queue).
     /// * ERR: [`PostOutcome::Flush`].
@@ -154,9 +154,9 @@ impl QpState {
 
     /// Whether the responder processes incoming *request* packets: RTR, RTS, SQD, SQE.
     ///
-    /// §3.8: "Request packets need responder state ≥ RTR"; §4 notes: "RTR enables the
-    /// responder". SQD and SQE only stop the send side. ERR passes the numeric "≥ RTR" test
-    /// of the receive path but its responder only flushes (§3.5), so it is not active here.
+    /// IBA §9.6: request packets need responder state ≥ RTR; INTEROP-NOTES §6: RTR enables the
+    /// responder. SQD and SQE only stop the send side. ERR passes the numeric "≥ RTR" test
+    /// of the receive path but its responder only flushes (IBA §10.3), so it is not active here.
     pub const fn responder_active(self) -> bool {
         matches!(
             self,
@@ -166,20 +166,20 @@ impl QpState {
 
     /// Whether the requester/completer run: RTS, and SQD while it drains.
     ///
-    /// §3.8: "response packets need requester state RTS/SQD"; §4 notes: "RTS enables the
-    /// requester; SQD starts draining and raises SQ_DRAINED when done". In SQD the requester
+    /// IBA §9.6: response packets need requester state RTS/SQD; INTEROP-NOTES §6: RTS enables
+    /// the requester; SQD starts draining and raises SQ_DRAINED when done. In SQD the requester
     /// still (re)transmits and completes WQEs already started but starts no new one; see
     /// [`QpState::starts_send_wqes`].
     pub const fn requester_active(self) -> bool {
         matches!(self, QpState::Rts | QpState::Sqd)
     }
 
-    /// Whether the requester may start a *new* send WQE: RTS only (SQD drains, §4 notes).
+    /// Whether the requester may start a *new* send WQE: RTS only (SQD drains, IBA §10.3).
     pub const fn starts_send_wqes(self) -> bool {
         matches!(self, QpState::Rts)
     }
 
-    /// Whether `IBV_QP_CUR_STATE` may be given while the QP is in this state (§4 algorithm
+    /// Whether `IBV_QP_CUR_STATE` may be given while the QP is in this state (INTEROP-NOTES §6
     /// step 1: RTR, RTS, SQD or SQE).
     pub const fn accepts_cur_state_attr(self) -> bool {
         matches!(
@@ -203,7 +203,7 @@ pub enum PostOutcome {
     Process,
     /// Queued, but not started until the QP returns to a processing state (SQD send queue).
     Defer,
-    /// Accepted and completed with `IBV_WC_WR_FLUSH_ERR` (§3.5).
+    /// Accepted and completed with `IBV_WC_WR_FLUSH_ERR` (IBA §10.3).
     Flush,
 }
 
@@ -211,7 +211,7 @@ pub enum PostOutcome {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[repr(u32)]
 pub enum QpType {
-    /// SMI (QP0; kernel `IB_QPT_SMI` = 0). Not used on RoCE (§3.8) but part of the table.
+    /// SMI (QP0; kernel `IB_QPT_SMI` = 0). Not used on RoCE (IBA Annex A17) but part of the table.
     Smi = 0,
     /// GSI (QP1; kernel `IB_QPT_GSI` = 1): CM and other MADs.
     Gsi = 1,
@@ -262,7 +262,7 @@ impl QpType {
         self as u32
     }
 
-    /// The name the §4 table uses ("RC", "XRC_INI", "RAW_PACKET", ...).
+    /// The name the state table uses ("RC", "XRC_INI", "RAW_PACKET", ...).
     pub const fn name(self) -> &'static str {
         match self {
             QpType::Smi => "SMI",
@@ -432,7 +432,7 @@ pub struct TransitionRule {
     pub required: AttrMask,
     /// Attributes that may be in the mask (besides `required` and `STATE`).
     pub optional: AttrMask,
-    /// `true` when the §4 table does not name these types for this (valid) transition: the
+    /// `true` when the state table does not name these types for this (valid) transition: the
     /// row exists because validity is per transition, and unnamed types have empty
     /// required/optional sets (see the module docs).
     pub implicit: bool,
@@ -450,7 +450,7 @@ impl TransitionRule {
     }
 }
 
-// Spec abbreviations (§4), used to keep the table below close to the spec's text.
+// Table abbreviations (INTEROP-NOTES §6), to keep the table below close to its text.
 const PKI: AttrMask = AttrMask::PKEY_INDEX;
 const ACC: AttrMask = AttrMask::ACCESS_FLAGS;
 const CUR: AttrMask = AttrMask::CUR_STATE;
@@ -472,7 +472,7 @@ const RETRY_CNT: AttrMask = AttrMask::RETRY_CNT;
 const RNR_RETRY: AttrMask = AttrMask::RNR_RETRY;
 const RATE_LIMIT: AttrMask = AttrMask::RATE_LIMIT;
 
-// QP-type groups as the §4 table writes them.
+// QP-type groups as the state table writes them.
 const ALL_TYPES: &[QpType] = &QpType::ALL;
 const UD: &[QpType] = &[QpType::Ud];
 const UC: &[QpType] = &[QpType::Uc];
@@ -513,7 +513,7 @@ macro_rules! rule {
     };
 }
 
-/// The modify-QP state table (roce-spec §4), one row per (transition, QP-type group), in the
+/// The modify-QP state table (INTEROP-NOTES §6), one row per (transition, QP-type group), in the
 /// spec's order. Rows marked `implicit` give the types a valid transition does not name their
 /// empty attribute sets; transitions with no row are invalid.
 pub static MODIFY_TABLE: &[TransitionRule] = &[
@@ -611,7 +611,7 @@ pub fn rule(qp_type: QpType, from: QpState, to: QpState) -> Option<&'static Tran
         .find(|r| r.from == from && r.to == to && r.applies_to(qp_type))
 }
 
-/// Whether the §4 table has an entry for `from` → `to` (for any QP type).
+/// Whether the state table has an entry for `from` → `to` (for any QP type).
 pub fn is_valid_transition(from: QpState, to: QpState) -> bool {
     MODIFY_TABLE.iter().any(|r| r.from == from && r.to == to)
 }
@@ -620,7 +620,7 @@ pub fn is_valid_transition(from: QpState, to: QpState) -> bool {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ModifyError {
-    /// The §4 table has no entry for this transition.
+    /// The state table has no entry for this transition.
     #[error("invalid QP state transition {from}→{to} for QP type {qp_type}")]
     InvalidTransition {
         /// The QP's type.
@@ -709,7 +709,7 @@ pub enum ModifyError {
     },
 }
 
-/// Validates a `modify_qp` call against the §4 state table.
+/// Validates a `modify_qp` call against the state table.
 ///
 /// * `current`: the QP's actual state.
 /// * `next`: the target state when `mask` has `STATE`; otherwise it must equal `current`
@@ -780,7 +780,7 @@ pub fn check_modify(
     Ok(())
 }
 
-/// rxe's extra rule (§4 notes): leaving SQD for anything but ERR is refused while the send
+/// rxe's extra rule (INTEROP-NOTES §6): leaving SQD for anything but ERR is refused while the send
 /// queue is still draining. `sq_draining` is the requester's drain status; attribute-only
 /// modifies (SQD→SQD) are not "leaving" and pass.
 pub fn check_sq_drain(
@@ -817,19 +817,19 @@ pub struct QpAttrValues {
     pub max_dest_rd_atomic: u32,
 }
 
-/// Value ranges for `modify_qp` attributes (§4 notes, §3.2, §7).
+/// Value ranges for `modify_qp` attributes (INTEROP-NOTES §6, §8; IBA §9.7).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QpAttrLimits {
-    /// Largest `timeout` / `alt_timeout` exponent (31: 5-bit field, §3.2, §4 notes).
+    /// Largest `timeout` / `alt_timeout` exponent (31: 5-bit field, IBA §9.7, INTEROP-NOTES §6).
     pub max_timeout: u8,
-    /// Largest `retry_cnt` (7: 3-bit field, §3.2).
+    /// Largest `retry_cnt` (7: 3-bit field, IBA §9.7).
     pub max_retry_cnt: u8,
-    /// Largest `rnr_retry` (7 = infinite, §3.2).
+    /// Largest `rnr_retry` (7 = infinite, IBA §9.7).
     pub max_rnr_retry: u8,
     /// Largest `min_rnr_timer` code (31: 5-bit timer code).
     pub max_min_rnr_timer: u8,
     /// Largest `max_rd_atomic` and `max_dest_rd_atomic` (128: rxe `max_qp_rd_atom` and
-    /// `max_qp_init_rd_atom`, §7, §4 notes).
+    /// `max_qp_init_rd_atom`, INTEROP-NOTES §6, §8).
     pub max_rd_atomic: u32,
     /// The port's active MTU as its enum value (1..=5); `path_mtu` must not exceed it.
     pub port_max_mtu: u32,

@@ -51,7 +51,7 @@ impl AddAssign<Duration> for Instant {
     }
 }
 
-/// The local ACK timeout of an RC QP: 4.096 µs × 2^`timeout` (roce-spec.md §3.2);
+/// The local ACK timeout of an RC QP: 4.096 µs × 2^`timeout` (IBA Vol 1 §9.7);
 /// `None` for `timeout == 0` (never time out). Values above 31 are treated as 31.
 pub fn local_ack_timeout(timeout: u8) -> Option<Duration> {
     if timeout == 0 {

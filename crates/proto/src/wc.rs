@@ -2,13 +2,13 @@
 //! these types; the transport engines produce them).
 //!
 //! The numeric values are the verbs ABI's: [`WcStatus`] is `enum ibv_wc_status`
-//! (roce-spec §5.1), [`WcOpcode`] is `enum ibv_wc_opcode` and [`WcFlags`] the `wc_flags`
-//! bits (§3.4).
+//! (`<infiniband/verbs.h>`), [`WcOpcode`] is `enum ibv_wc_opcode` and [`WcFlags`] the `wc_flags`
+//! bits.
 
 use std::fmt;
 
 bitflags::bitflags! {
-    /// Work-completion flags (`ibv_wc_flags`, §3.4).
+    /// Work-completion flags (`ibv_wc_flags`, `<infiniband/verbs.h>`).
     #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
     pub struct WcFlags: u32 {
         /// A GRH (for RoCE: the IP header, 40 bytes) precedes the payload (UD receives).
@@ -22,7 +22,7 @@ bitflags::bitflags! {
     }
 }
 
-/// Completion status (`enum ibv_wc_status`, roce-spec §5.1).
+/// Completion status (`enum ibv_wc_status`; IBA Vol 1 §11.6.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[repr(u32)]
 pub enum WcStatus {
@@ -150,7 +150,7 @@ impl fmt::Display for WcStatus {
     }
 }
 
-/// The operation a completion reports (`enum ibv_wc_opcode`, §3.4).
+/// The operation a completion reports (`enum ibv_wc_opcode`, `<infiniband/verbs.h>`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[repr(u32)]
 pub enum WcOpcode {
@@ -215,7 +215,7 @@ impl WcOpcode {
 /// One work completion (`struct ibv_wc`).
 ///
 /// For an error completion only `wr_id`, `status`, `qp_num` and `vendor_err` are meaningful
-/// (§5.1); uroce also fills `opcode` with the operation of the WR that failed.
+/// (IBA §11.6.2); uroce also fills `opcode` with the operation of the WR that failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct WorkCompletion {
     /// The application's identifier of the work request.

@@ -3,7 +3,7 @@
 //!
 //! These are the verbs-level values the engines consume and produce. Numeric values match
 //! `enum ibv_wr_opcode`, `enum ibv_wc_status`, `enum ibv_wc_opcode` and the flag bits of
-//! libibverbs (roce-spec.md §3.4, §5.1), so the C ABI can convert by value.
+//! libibverbs (`<infiniband/verbs.h>`), so the C ABI can convert by value.
 
 use crate::memory::Sge;
 pub use crate::wc::{WcFlags, WcOpcode, WcStatus, WorkCompletion};

@@ -1,6 +1,6 @@
 //! Pins the whole `MODIFY_TABLE` as a readable text table (one line per rule), so any change
 //! to the state-machine data shows up as a reviewable snapshot diff. The snapshot was reviewed
-//! line by line against roce-spec §4.
+//! line by line against IBA Vol 1 §11.2.5 and Linux's table (docs/INTEROP-NOTES.md §6).
 
 use std::fmt::Write as _;
 

@@ -1,11 +1,11 @@
 //! Exhaustive check of the modify-QP state machine against an independent transcription of
-//! roce-spec §4.
+//! the Linux modify-QP table (IBA Vol 1 §11.2.5; docs/INTEROP-NOTES.md §6).
 //!
-//! `SPEC_TABLE` below is the §4 text copied verbatim from the spec (header lines with the ABI
+//! `SPEC_TABLE` below is that table transcribed as text (header lines with the ABI
 //! values, the abbreviation list and the markdown table). It is parsed here, without looking
 //! at the crate's `MODIFY_TABLE`, into (from, to, type) → (required, optional); then every QP
 //! type × every (from, to) pair is driven through `check_modify` with masks derived from that
-//! parse and the §4 algorithm:
+//! parse and the check's algorithm (INTEROP-NOTES §6):
 //!
 //! (1) CUR_STATE only when the current state is RTR, RTS, SQD or SQE; (2) the (cur,next)
 //! entry must be valid — validity is per transition, a type the valid entry does not name has
@@ -18,7 +18,7 @@ use uroce_proto::qp_state::{
     check_modify, rule, AttrMask, ModifyError, QpState, QpType, MODIFY_TABLE,
 };
 
-/// roce-spec §4, verbatim.
+/// The Linux modify-QP table (docs/INTEROP-NOTES.md §6), transcribed.
 const SPEC_TABLE: &str = r#"
 States: RESET 0, INIT 1, RTR 2, RTS 3, SQD 4, SQE 5, ERR 6.
 Attribute-mask bits: STATE 1<<0, CUR_STATE 1<<1, EN_SQD_ASYNC_NOTIFY 1<<2, ACCESS_FLAGS 1<<3, PKEY_INDEX 1<<4, PORT 1<<5, QKEY 1<<6, AV 1<<7, PATH_MTU 1<<8, TIMEOUT 1<<9, RETRY_CNT 1<<10, RNR_RETRY 1<<11, RQ_PSN 1<<12, MAX_QP_RD_ATOMIC 1<<13, ALT_PATH 1<<14, MIN_RNR_TIMER 1<<15, SQ_PSN 1<<16, MAX_DEST_RD_ATOMIC 1<<17, PATH_MIG_STATE 1<<18, CAP 1<<19, DEST_QPN 1<<20, RATE_LIMIT 1<<25. (RC `verbs.h`; kernel `enum ib_qp_attr_mask` identical)
@@ -76,7 +76,7 @@ Abbreviations: PKI=PKEY_INDEX, ACC=ACCESS_FLAGS, CUR=CUR_STATE, MIG=PATH_MIG_STA
 | INIT/RTR/RTS/SQD/SQE/ERR → RESET | all | – | – |
 "#;
 
-/// States in which the spec allows CUR_STATE (§4 algorithm step 1).
+/// States in which the spec allows CUR_STATE (INTEROP-NOTES §6, step 1).
 const CUR_STATE_OK: [&str; 4] = ["RTR", "RTS", "SQD", "SQE"];
 
 /// The spec, parsed.

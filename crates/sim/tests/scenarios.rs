@@ -1,6 +1,6 @@
 //! Packet-level scenarios of the RC engine on the simulated network, with explicit time.
 //!
-//! Every expectation comes from roce-spec.md §3 (rxe / IBA transport rules), not from the
+//! Every expectation comes from IBA §9.7 and docs/INTEROP-NOTES.md §5, not from the
 //! engine: which packets go out (opcode, PSN, AETH), when (local ACK timeout
 //! 4.096 µs × 2^timeout, RNR timer table), what completes with which status, and what
 //! memory holds afterwards. Links have a one-way delay `D` so that round trips are visible.
@@ -151,7 +151,7 @@ fn finish_send(p: &mut Pair, s: &SendSetup) {
 
 /// A 3-packet SEND whose FIRST packet is lost: B sees MIDDLE with PSN > ePSN and sends
 /// one PSN-sequence-error NAK carrying ePSN (PA); LAST is dropped silently; A goes back
-/// to PA on the NAK and resends the whole message (§3.3, §3.4).
+/// to PA on the NAK and resends the whole message (IBA §9.7).
 #[test]
 fn lost_first_packet() {
     let mut p = pair();
@@ -187,7 +187,7 @@ fn lost_first_packet() {
 }
 
 /// MIDDLE lost: B NAKs with ePSN = PA + 1 when LAST arrives; A treats PA as acknowledged
-/// and resends only MIDDLE and LAST (go-back-N skips the acknowledged packet, §3.2).
+/// and resends only MIDDLE and LAST (go-back-N skips the acknowledged packet, IBA §9.7).
 #[test]
 fn lost_middle_packet() {
     let mut p = pair();
@@ -473,7 +473,7 @@ fn rnr_retry_exhaustion() {
         .unwrap();
     let wc = p.wait_completions(a, CqKind::Send, 2).unwrap();
     p.run_until_quiet().unwrap();
-    // Unsignalled, but errors are always reported (§3.4).
+    // Unsignalled, but errors are always reported (IBA §10.8).
     assert_eq!(
         wc.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
         [(1, WcStatus::RnrRetryExcErr), (2, WcStatus::WrFlushErr)]
@@ -700,7 +700,7 @@ fn atomic_without_region_permission_is_a_remote_access_error() {
     assert_eq!(p.mem(b).stats().atomics, 0);
 }
 
-/// The QP itself does not allow remote READ: NAK Invalid Request (§3.3 "Access").
+/// The QP itself does not allow remote READ: NAK Invalid Request (IBA §9.7).
 #[test]
 fn read_without_qp_permission_is_an_invalid_request() {
     let mut p = pair_with(|_, b| b.access = RemoteAccess::WRITE | RemoteAccess::ATOMIC);
@@ -776,7 +776,7 @@ fn read_wr(local: &RegionHandle, remote: &RegionHandle, len: u32) -> SendWr {
 /// A keeps FIRST; LAST arrives with PSN PA + 2 while PA + 1 is expected. Responses of one
 /// RC connection arrive in order, so the gap means loss: an implied NAK (IBA), and A
 /// re-issues a READ for the remaining 1976 bytes with PSN PA + 1 and VA advanced by one
-/// PMTU (§3.2) at once (rxe instead drops LAST and waits for the ACK timeout). B
+/// PMTU (IBA §9.7) at once (rxe instead drops LAST and waits for the ACK timeout). B
 /// replays from its responder resource.
 #[test]
 fn read_response_lost() {

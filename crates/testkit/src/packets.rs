@@ -64,7 +64,7 @@ pub struct Sample {
 
 /// Builds a packet of opcode `info` with random header values and a random payload of up
 /// to `max_payload` bytes (opcodes with a fixed payload get exactly that). FLUSH, which
-/// `PacketRepr` refuses, is laid out by hand: BTH, FETH, RETH (roce-spec.md §1.3, §1.5).
+/// `PacketRepr` refuses, is laid out by hand: BTH, FETH, RETH (IBA Vol 1 Release 1.5, §9.3).
 pub fn random_sample(rng: &mut Rng, info: &uroce_wire::OpcodeInfo, max_payload: usize) -> Sample {
     use uroce_wire::opcode::{HeaderSet, Operation};
     use uroce_wire::{aeth, atomic_ack_eth, atomic_eth, bth, deth, ieth, immdt, reth, xrceth};

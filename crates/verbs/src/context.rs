@@ -18,7 +18,7 @@ use crate::sync::{Arc, AtomicU64, AtomicUsize, Ordering};
 use crate::table::Table;
 use crate::xrcd::{Xrcd, XrcdCore};
 
-/// The first QPN the allocator hands out (0 = SMI and 1 = GSI are reserved, §7).
+/// The first QPN the allocator hands out (0 = SMI and 1 = GSI are reserved, INTEROP-NOTES §8).
 pub const FIRST_QPN: u32 = 16;
 /// The largest 24-bit QP / SRQ number.
 pub const MAX_QPN: u32 = 0x00ff_ffff;
@@ -267,7 +267,7 @@ impl Context {
 
     /// Network-facing lookup: the QP a packet for `qpn` goes to, as a counted reference.
     ///
-    /// `None` for QPN 0 (no SMI on RoCE, §3.8), unknown and destroyed QPs; every `None`
+    /// `None` for QPN 0 (no SMI on RoCE, IBA Annex A17), unknown and destroyed QPs; every `None`
     /// increments [`Counters::unknown_qpn_drops`]. The caller must not block while holding
     /// the reference (it delays destroys).
     pub fn qp_for_packet(&self, qpn: u32) -> Option<QpRef> {

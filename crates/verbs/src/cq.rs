@@ -3,8 +3,8 @@
 //! A CQ has a fixed capacity chosen at creation. Completions are pushed by the QPs attached
 //! to it (through the QP's methods) and polled by the application. When a completion finds
 //! the CQ full it is **not** stored: the CQ goes into error, `CQ_ERR` is raised once, and
-//! that push and every later one fail (the transport then moves the QP to ERR, roce-spec
-//! §5.2). Entries already queued can still be polled.
+//! that push and every later one fail (the transport then moves the QP to ERR,
+//! docs/INTEROP-NOTES.md §7). Entries already queued can still be polled.
 //!
 //! Notification is one-shot: [`CqRef::req_notify`] arms the CQ for the next completion, or
 //! for the next *solicited* completion (a receive whose packet had the SE bit, or any error

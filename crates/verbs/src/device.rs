@@ -4,7 +4,7 @@
 //! is derived from its [`DeviceConfig`]:
 //!
 //! * **GID table**: entry 0 is the RoCEv2 GID of the address — for IPv4 the IPv4-mapped
-//!   IPv6 address `::ffff:a.b.c.d` (roce-spec §1.1), for IPv6 the address itself. The table
+//!   IPv6 address `::ffff:a.b.c.d` (IBA Annex A17), for IPv6 the address itself. The table
 //!   has room for [`PortAttr::gid_tbl_len`] entries; only entry 0 is populated.
 //! * **Node GUID**: the modified EUI-64 of a locally administered pseudo-MAC built from the
 //!   address — the Linux software RoCE driver derives its GUID from the netdev's MAC the same
@@ -14,9 +14,9 @@
 //!   MAC `m0:m1:m2:m3:m4:m5` → GUID `(m0^2):m1:m2:ff:fe:m3:m4:m5`. For `10.0.0.1` that is
 //!   `0000:0aff:fe00:0001`. The system image GUID equals the node GUID.
 //! * **Port 1**: Ethernet link layer, state ACTIVE, max MTU 4096, active MTU = the largest
-//!   IB MTU that fits the link MTU minus 80 header bytes (roce-spec §1.6: 1500 → 1024,
+//!   IB MTU that fits the link MTU minus 80 header bytes (INTEROP-NOTES §4: 1500 → 1024,
 //!   9000 → 4096).
-//! * **Limits** ([`DeviceAttr`]): the Linux software RoCE driver's values (roce-spec §7)
+//! * **Limits** ([`DeviceAttr`]): the Linux software RoCE driver's values (INTEROP-NOTES §8)
 //!   where the spec lists one; the remaining ones are uroce's own and say so.
 //!
 //! The port can be taken down and up ([`Device::set_port_state`]); every open
@@ -33,7 +33,7 @@ use crate::error::DeviceError;
 use crate::event::{EventQueue, EventType};
 use crate::sync::{Arc, AtomicBool, Ordering};
 
-/// Bytes of headers rxe reserves below the link MTU when it picks the port MTU (§1.6).
+/// Bytes of headers rxe reserves below the link MTU when it picks the port MTU (INTEROP-NOTES §4).
 pub const ROCE_HEADER_RESERVE: u32 = 80;
 
 /// The only port number of a uroce device (IB ports count from 1).
@@ -136,7 +136,7 @@ impl DeviceConfig {
 pub enum AtomicCap {
     /// No atomics (`IBV_ATOMIC_NONE` = 0).
     None = 0,
-    /// Atomic within the HCA (`IBV_ATOMIC_HCA` = 1): what rxe reports (§7).
+    /// Atomic within the HCA (`IBV_ATOMIC_HCA` = 1): what rxe reports (INTEROP-NOTES §8).
     Hca = 1,
     /// Atomic with respect to all (`IBV_ATOMIC_GLOB` = 2).
     Glob = 2,
@@ -149,45 +149,45 @@ pub struct DeviceAttr {
     pub node_guid: u64,
     /// System image GUID (= node GUID).
     pub sys_image_guid: u64,
-    /// Largest message in bytes (§7: 0x800000).
+    /// Largest message in bytes (INTEROP-NOTES §8: 0x800000).
     pub max_msg_sz: u64,
-    /// Maximum number of QPs (§7: 0x10000).
+    /// Maximum number of QPs (INTEROP-NOTES §8: 0x10000).
     pub max_qp: u32,
-    /// Maximum work requests per send or receive queue (§7: 0x4000).
+    /// Maximum work requests per send or receive queue (INTEROP-NOTES §8: 0x4000).
     pub max_qp_wr: u32,
-    /// Maximum scatter/gather entries per WR (§7: 32).
+    /// Maximum scatter/gather entries per WR (INTEROP-NOTES §8: 32).
     pub max_sge: u32,
-    /// Maximum SGEs for RDMA READ (§7: 32).
+    /// Maximum SGEs for RDMA READ (INTEROP-NOTES §8: 32).
     pub max_sge_rd: u32,
-    /// Maximum inline data per send WR (§7: a device parameter; 400 as in older rxe).
+    /// Maximum inline data per send WR (INTEROP-NOTES §8: 400 as in older rxe).
     pub max_inline_data: u32,
-    /// Maximum number of CQs (§7: 16384).
+    /// Maximum number of CQs (INTEROP-NOTES §8: 16384).
     pub max_cq: u32,
-    /// Maximum entries per CQ (§7: max_log_cqe 15 → 2^15 − 1).
+    /// Maximum entries per CQ (INTEROP-NOTES §8: max_log_cqe 15 → 2^15 − 1).
     pub max_cqe: u32,
     /// Maximum number of memory regions (uroce: 2^20, the key index space of [`crate::mr`]).
     pub max_mr: u32,
     /// Maximum number of protection domains (uroce's own limit).
     pub max_pd: u32,
-    /// Maximum outstanding RDMA READ/atomic as responder (§7: 128).
+    /// Maximum outstanding RDMA READ/atomic as responder (INTEROP-NOTES §8: 128).
     pub max_qp_rd_atom: u32,
-    /// Maximum outstanding RDMA READ/atomic as initiator (§7: 128).
+    /// Maximum outstanding RDMA READ/atomic as initiator (INTEROP-NOTES §8: 128).
     pub max_qp_init_rd_atom: u32,
-    /// Maximum number of SRQs (§7: 960).
+    /// Maximum number of SRQs (INTEROP-NOTES §8: 960).
     pub max_srq: u32,
-    /// Maximum WRs per SRQ (§7: 0x4000).
+    /// Maximum WRs per SRQ (INTEROP-NOTES §8: 0x4000).
     pub max_srq_wr: u32,
-    /// Maximum SGEs per SRQ WR (§7: 27).
+    /// Maximum SGEs per SRQ WR (INTEROP-NOTES §8: 27).
     pub max_srq_sge: u32,
     /// Maximum number of address handles (uroce's own limit).
     pub max_ah: u32,
     /// Maximum number of XRC domains (uroce's own limit).
     pub max_xrcd: u32,
-    /// P_Key table length (§7: 64; only entry 0 = 0xffff is populated).
+    /// P_Key table length (INTEROP-NOTES §8: 64; only entry 0 = 0xffff is populated).
     pub max_pkeys: u16,
-    /// Local CA ACK delay (§7: 15).
+    /// Local CA ACK delay (INTEROP-NOTES §8: 15).
     pub local_ca_ack_delay: u8,
-    /// Atomic support (§7: HCA).
+    /// Atomic support (INTEROP-NOTES §8: HCA).
     pub atomic_cap: AtomicCap,
     /// Number of physical ports (1).
     pub phys_port_cnt: u8,
@@ -220,7 +220,7 @@ pub struct PortAttr {
     pub state: PortState,
     /// Largest MTU the port supports (4096).
     pub max_mtu: Pmtu,
-    /// The MTU derived from the link MTU (§1.6).
+    /// The MTU derived from the link MTU (INTEROP-NOTES §4).
     pub active_mtu: Pmtu,
     /// GID table length.
     pub gid_tbl_len: u32,
@@ -404,7 +404,7 @@ impl Device {
     }
 
     /// Sets the port state and raises `PORT_ACTIVE` (up) or `PORT_ERR` (down) on every open
-    /// context, if the state changed (roce-spec §5.2: rxe on netdev up/down).
+    /// context, if the state changed (docs/INTEROP-NOTES.md §7: rxe on netdev up/down).
     pub fn set_port_state(&self, up: bool) {
         let was = self.inner.port_up.swap(up, Ordering::AcqRel);
         if was != up {
@@ -467,7 +467,7 @@ impl fmt::Debug for Device {
     }
 }
 
-/// Length of the GID table (§7: 1024).
+/// Length of the GID table (INTEROP-NOTES §8: 1024).
 pub const GID_TABLE_LEN: u32 = 1024;
 
 /// The node GUID of a device bound to `addr` (see the module docs).

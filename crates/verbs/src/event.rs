@@ -1,6 +1,6 @@
 //! Asynchronous events and the pollable queues that deliver them.
 //!
-//! [`AsyncEvent`]s (roce-spec §5.2) are raised by the object layer (CQ overrun, SRQ limit,
+//! [`AsyncEvent`]s (IBA Vol 1 §11.6) are raised by the object layer (CQ overrun, SRQ limit,
 //! SQ drained, last WQE reached), by the transport engine (QP errors, communication
 //! established) and by the device (port up/down, fatal error). They are queued on the
 //! context's event queue, whose file descriptor ([`crate::Context::async_fd`]) is readable
@@ -30,7 +30,7 @@ use crate::qp::QpRef;
 use crate::srq::SrqRef;
 use crate::sync::{lock, AtomicBool, AtomicU64, Mutex, Ordering};
 
-/// Asynchronous event types (`enum ibv_event_type`, roce-spec §5.2).
+/// Asynchronous event types (`enum ibv_event_type` of `<infiniband/verbs.h>`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u32)]
 pub enum EventType {
@@ -584,7 +584,7 @@ mod tests {
 
     #[test]
     fn event_type_values_match_spec() {
-        // roce-spec §5.2 value column.
+        // `enum ibv_event_type` values of `<infiniband/verbs.h>`.
         for (v, t) in [
             (0, EventType::CqErr),
             (1, EventType::QpFatal),

@@ -111,7 +111,7 @@
 //! ## Deviations and choices
 //!
 //! * `SQ_DRAINED` is raised whether or not `en_sqd_async_notify` was set (the Linux software
-//!   driver does the same, roce-spec §5.2).
+//!   driver does the same, docs/INTEROP-NOTES.md §7).
 //! * `ALT_PATH` is refused: RoCE has no alternate paths.
 //! * [`CqRef::req_notify`] on a CQ without channel is an error rather than a silent no-op.
 //! * `IBV_SEND_INLINE` takes its payload from [`SendWr::inline_data`] (copied at post time),

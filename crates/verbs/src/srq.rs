@@ -5,7 +5,7 @@
 //! it too). The limit event is one-shot: [`SrqRef::modify`] with [`SrqAttrMask::LIMIT`] (or
 //! a non-zero `srq_limit` at creation) arms it, and the first time a WQE is taken and fewer
 //! than `srq_limit` WQEs remain, `SRQ_LIMIT_REACHED` is raised and the limit resets to 0
-//! (roce-spec §5.2).
+//! (docs/INTEROP-NOTES.md §7).
 
 use std::collections::VecDeque;
 use std::fmt;

@@ -1,4 +1,4 @@
-//! XRC domains: the scope of XRC SRQs and XRC_RECV (target) QPs (roce-spec §3.9).
+//! XRC domains: the scope of XRC SRQs and XRC_RECV (target) QPs (IBA Vol 1 Annex A14).
 //!
 //! An [`Xrcd`] counts its users — XRC SRQs and XRC_RECV QPs — and refuses an explicit
 //! destroy while any exists ([`DestroyError::Busy`]).

@@ -31,7 +31,7 @@ fn n_sends_and_recvs_flush_exactly_n_in_order() {
         let send_ids: Vec<u64> = (0..n).map(|i| 1000 + i).collect();
         let recv_ids: Vec<u64> = (0..n).map(|i| 5000 + 3 * i).collect();
         for (i, id) in send_ids.iter().enumerate() {
-            // Mix signaled and unsignaled: flush errors are reported for both (§5.1).
+            // Mix signaled and unsignaled: flush errors are reported for both (IBA §11.6.2).
             let mut wr = SendWr::send(*id, vec![]);
             if i % 3 == 0 {
                 wr.flags = SendFlags::empty();

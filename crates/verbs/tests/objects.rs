@@ -16,7 +16,7 @@ use uroce_wire::pmtu::Pmtu;
 fn device_values_derive_from_the_address() {
     let dev = device();
     assert_eq!(dev.name(), "uroce0");
-    // GID 0 is the IPv4-mapped address ::ffff:10.1.2.3 (roce-spec §1.1), built here with
+    // GID 0 is the IPv4-mapped address ::ffff:10.1.2.3 (IBA Vol 1 Annex A17), built here with
     // std's parser rather than the crate's helper.
     let mapped: Ipv6Addr = "::ffff:10.1.2.3".parse().expect("v6");
     assert_eq!(dev.gid(1, 0).expect("gid0"), Gid(mapped.octets()));
@@ -29,14 +29,14 @@ fn device_values_derive_from_the_address() {
         Gid::ZERO,
         "unused entries are zero"
     );
-    assert!(dev.gid(1, 1024).is_err(), "table has 1024 entries (§7)");
+    assert!(dev.gid(1, 1024).is_err(), "1024 entries (INTEROP-NOTES §8)");
     assert!(dev.gid(2, 0).is_err(), "only port 1");
     // GUID: EUI-64 of the pseudo-MAC 02:00:0a:01:02:03 with the U/L bit flipped back:
     // 00:00:0a:ff:fe:01:02:03.
     let expect_guid = u64::from_be_bytes([0x00, 0x00, 10, 0xff, 0xfe, 1, 2, 3]);
     assert_eq!(dev.node_guid(), expect_guid);
     assert_eq!(dev.attr().sys_image_guid, expect_guid);
-    // Limits from roce-spec §7.
+    // Limits from docs/INTEROP-NOTES.md §8.
     let a = dev.attr();
     assert_eq!(
         (
@@ -56,7 +56,7 @@ fn device_values_derive_from_the_address() {
     );
     assert_eq!(a.max_cqe, (1 << 15) - 1);
     assert_eq!(a.phys_port_cnt, 1);
-    // Port: Ethernet, ACTIVE, 1500 → 1024 (§1.6).
+    // Port: Ethernet, ACTIVE, 1500 → 1024 (INTEROP-NOTES §4).
     let p = dev.port_attr(1).expect("port");
     assert_eq!(p.state, PortState::Active);
     assert_eq!(p.link_layer, LinkLayer::Ethernet);
@@ -74,7 +74,7 @@ fn jumbo_mtu_and_ipv6_devices() {
     assert_eq!(
         dev.port_attr(1).expect("port").active_mtu,
         Pmtu::Mtu4096,
-        "9000 → 4096 (§1.6)"
+        "9000 → 4096 (INTEROP-NOTES §4)"
     );
     assert_eq!(
         dev.node_guid(),

@@ -39,7 +39,7 @@ fn rc_reset_to_rts_and_query_returns_what_was_set() {
     let f = fixture(QpType::Rc);
     let (attr, info) = f.qp.query();
     assert_eq!(attr.qp_state, QpState::Reset);
-    assert_eq!(attr.path_mtu, Pmtu::Mtu256, "new QPs start at 256 (§1.6)");
+    assert_eq!(attr.path_mtu, Pmtu::Mtu256, "new QPs start at 256 (rxe)");
     assert_eq!(info.cap, caps(8));
     assert_eq!(info.qp_type, QpType::Rc);
 
@@ -75,7 +75,7 @@ fn rc_reset_to_rts_and_query_returns_what_was_set() {
     // Values from earlier steps are kept.
     assert_eq!(q.dest_qp_num, 0x00ab_cdef);
 
-    // RTS→RTS with an optional attribute (MIN_RNR_TIMER is optional for RC, §4).
+    // RTS→RTS with an optional attribute (MIN_RNR_TIMER is optional for RC, INTEROP-NOTES §6).
     let a = QpAttr {
         min_rnr_timer: 3,
         qp_state: QpState::Rts,
@@ -172,7 +172,7 @@ fn rejected_modifies_leave_the_qp_unchanged() {
 fn ud_uses_its_own_table_rows() {
     let f = fixture(QpType::Ud);
     let (i, im) = init_attr();
-    // UD RESET→INIT requires QKEY and does not accept ACCESS_FLAGS (§4).
+    // UD RESET→INIT requires QKEY and does not accept ACCESS_FLAGS (INTEROP-NOTES §6).
     let err =
         f.qp.modify(&i, im)
             .expect_err("ACCESS_FLAGS not allowed for UD");

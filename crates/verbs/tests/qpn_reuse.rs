@@ -4,7 +4,7 @@ mod common;
 use common::*;
 use uroce_verbs::{Context, Cq, Pd, Qp, QpInitAttr, QpType};
 
-const FIRST_QPN: u32 = 16; // §7: QPN allocation starts at 16
+const FIRST_QPN: u32 = 16; // INTEROP-NOTES §8: QPN allocation starts at 16
 const LAST_QPN: u32 = 0x00ff_ffff;
 
 fn new_qp(pd: &Pd, cq: &Cq) -> Qp {

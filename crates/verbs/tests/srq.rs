@@ -101,7 +101,7 @@ fn srq_posting_and_modify_limits() {
             srq_limit: 0
         })
         .is_err(),
-        "max_srq_sge is 27 (§7)"
+        "max_srq_sge is 27 (INTEROP-NOTES §8)"
     );
     assert!(pd
         .create_srq(&SrqInitAttr {

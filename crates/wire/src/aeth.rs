@@ -1,5 +1,5 @@
 //! AETH: the 4-byte ACK Extended Transport Header of acknowledgements and RDMA READ
-//! responses (roce-spec.md §1.3, §1.4).
+//! responses (IBA Vol 1 §9.3.5).
 //!
 //! ```text
 //! byte  0     Syndrome: bit 7 reserved (0); bits 6:5 class; bits 4:0 value
@@ -185,7 +185,7 @@ impl fmt::Display for Syndrome {
     }
 }
 
-/// Credits granted by an ACK credit count code (IBA table, roce-spec.md §1.4):
+/// Credits granted by an ACK credit count code (IBA Vol 1 §9.3.5, §9.7):
 /// `Some(n)` for codes 0..=30, `None` for [`CREDIT_INVALID`] (no flow control) and for
 /// values wider than 5 bits.
 pub const fn credit_count(code: u8) -> Option<u32> {
@@ -201,8 +201,8 @@ pub const fn credit_count(code: u8) -> Option<u32> {
     }
 }
 
-/// The RNR NAK delay, in microseconds, of a 5-bit RNR timer code (IBA values, roce-spec.md
-/// §1.4: code 0 is the longest, 655.36 ms; code 25 is 61.44 ms). Only the low 5 bits of
+/// The RNR NAK delay, in microseconds, of a 5-bit RNR timer code (IBA Vol 1 §9.7:
+/// code 0 is the longest, 655.36 ms; code 25 is 61.44 ms). Only the low 5 bits of
 /// `code` are used.
 pub const fn rnr_timer_micros(code: u8) -> u64 {
     const MICROS: [u64; 32] = [

@@ -1,5 +1,5 @@
 //! AtomicAckETH: the 8-byte Atomic ACK Extended Transport Header of ATOMIC_ACKNOWLEDGE,
-//! carrying the remote value before the atomic operation (roce-spec.md §1.3).
+//! carrying the remote value before the atomic operation (IBA Vol 1 §9.3.6).
 //!
 //! ```text
 //! bytes 0-7   Original remote data (64)

@@ -1,5 +1,5 @@
 //! AtomicETH: the 28-byte Atomic Extended Transport Header of COMPARE_SWAP and
-//! FETCH_ADD requests (roce-spec.md §1.3). Packed, no padding.
+//! FETCH_ADD requests (IBA Vol 1 §9.3.4). Packed, no padding.
 //!
 //! ```text
 //! bytes 0-7    Virtual address (64)

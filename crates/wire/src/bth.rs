@@ -1,5 +1,5 @@
 //! BTH: the 12-byte Base Transport Header that starts every RoCEv2 packet
-//! (roce-spec.md §1.2).
+//! (IBA Vol 1 §9.2).
 //!
 //! ```text
 //! byte 0      OpCode (bits 7:5 transport, 4:0 operation)

@@ -1,4 +1,4 @@
-//! DETH: the 8-byte Datagram Extended Transport Header of UD packets (roce-spec.md §1.3).
+//! DETH: the 8-byte Datagram Extended Transport Header of UD packets (IBA Vol 1 §9.3.2).
 //!
 //! ```text
 //! bytes 0-3   Q_Key (32)

@@ -1,4 +1,4 @@
-//! The RoCEv2 invariant CRC (ICRC) that ends every packet (roce-spec.md §2).
+//! The RoCEv2 invariant CRC (ICRC) that ends every packet (IBA Vol 1 §7.8.1, Annex A17).
 //!
 //! The ICRC covers the IP header, the UDP header and the whole transport packet (BTH,
 //! extension headers, payload, pad), with the fields that routers may change replaced by

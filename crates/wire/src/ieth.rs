@@ -1,5 +1,5 @@
 //! IETH: the 4-byte Invalidate Extended Transport Header of the `SEND_*_WITH_INVALIDATE`
-//! opcodes, naming the R_Key the responder invalidates (roce-spec.md §1.3).
+//! opcodes, naming the R_Key the responder invalidates (IBA Vol 1 §9.3.8).
 //!
 //! ```text
 //! bytes 0-3   R_Key to invalidate (32)

@@ -1,4 +1,4 @@
-//! ImmDt: the 4 bytes of immediate data of the `*_WITH_IMM` opcodes (roce-spec.md §1.3).
+//! ImmDt: the 4 bytes of immediate data of the `*_WITH_IMM` opcodes (IBA Vol 1 §9.3.7).
 //!
 //! The value is opaque to the transport and copied verbatim; [`Repr::imm`] holds it read
 //! big-endian (network order), so `imm.to_be_bytes()` are the wire bytes.

@@ -1,4 +1,4 @@
-//! What a RoCEv2 packet travels in: Ethernet, IPv4 or IPv6, and UDP (roce-spec.md §1.1).
+//! What a RoCEv2 packet travels in: Ethernet, IPv4 or IPv6, and UDP (IBA Vol 1 Annex A17).
 //!
 //! Two directions:
 //! * **Building** ([`roce_headers`], [`build_datagram`]): the IP and UDP headers a sender's
@@ -10,7 +10,7 @@
 //! # Which IP header a sender gets
 //! The defaults ([`IpFields::LINUX_UDP_SOCKET`]) are what Linux emits for an
 //! **unconnected UDP socket with `IP_MTU_DISCOVER = IP_PMTUDISC_DO`** and no IP options
-//! (roce-spec.md §2.3, verified on a loopback capture): IPv4 Identification 0, DF set,
+//! (docs/INTEROP-NOTES.md §1, verified on a loopback capture): IPv4 Identification 0, DF set,
 //! TTL 64, TOS 0, a correct header checksum; IPv6 traffic class 0, flow label 0, hop
 //! limit 64. With any other socket setup the kernel picks a changing IPv4
 //! Identification, which the ICRC covers, so a userspace sender could not predict it.
@@ -114,7 +114,7 @@ impl fmt::Display for Endpoints {
 }
 
 /// The IP header fields that are not addresses or lengths. Only the IPv4 Identification
-/// and DF flag are covered by the ICRC; the others are masked (roce-spec.md §2.1).
+/// and DF flag are covered by the ICRC; the others are masked (IBA Vol 1 Annex A17).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct IpFields {
     /// IPv4 TTL / IPv6 hop limit.
@@ -131,7 +131,7 @@ pub struct IpFields {
 
 impl IpFields {
     /// What Linux emits for an unconnected UDP socket with `IP_PMTUDISC_DO`: ID 0, DF,
-    /// TTL / hop limit 64, TOS / traffic class 0, flow label 0 (roce-spec.md §2.3).
+    /// TTL / hop limit 64, TOS / traffic class 0, flow label 0 (docs/INTEROP-NOTES.md §1).
     pub const LINUX_UDP_SOCKET: IpFields = IpFields {
         hop_limit: 64,
         traffic_class: 0,

@@ -1,7 +1,7 @@
-//! MAD: the 24-byte common header of a management datagram (roce-spec.md §6.2).
+//! MAD: the 24-byte common header of a management datagram (IBA Vol 1 §13.4).
 //!
 //! On RoCEv2 a CM message is one 256-byte MAD carried as the payload of a UD SEND_ONLY to
-//! QP1 with Q_Key 0x80010000 (§6.1). This module covers the common header; the CM
+//! QP1 with Q_Key 0x80010000 (IBA ch. 13). This module covers the common header; the CM
 //! message layouts after it belong to the CM code.
 //!
 //! ```text
@@ -40,7 +40,7 @@ pub const GSI_QPN: u32 = 1;
 /// The well-known Q_Key of the GSI QP.
 pub const GSI_QKEY: u32 = 0x8001_0000;
 
-/// CM attribute IDs (roce-spec.md §6.2).
+/// CM attribute IDs (IBA Vol 1 ch. 12).
 pub mod cm_attr {
     /// ClassPortInfo.
     pub const CLASS_PORT_INFO: u16 = 0x0001;

@@ -1,5 +1,5 @@
 //! The BTH opcode table: which headers, payload and message position each opcode has
-//! (roce-spec.md §1.5).
+//! (IBA Vol 1 §9.2, OpCode field; Annex A14 for XRC).
 //!
 //! [`OPCODE_TABLE`] is plain data, one [`OpcodeInfo`] row per opcode; [`info`] looks an
 //! opcode up in O(1). Everything else (which headers a packet carries, whether it may
@@ -302,7 +302,7 @@ impl fmt::Display for OpcodeInfo {
     }
 }
 
-/// Named opcode values (IBTA names as in roce-spec.md §1.5, with the transport prefix).
+/// Named opcode values (IBTA names as in IBA Vol 1 §9.2, with the transport prefix).
 pub mod op {
     #![allow(missing_docs)] // the names are the documentation
     pub const RC_SEND_FIRST: u8 = 0x00;
@@ -524,7 +524,7 @@ const TABLE: [OpcodeInfo; 63] = [
     row(0xB7, "SEND_ONLY_WITH_INVALIDATE", Operation::Send, Only, u(X, IE), PAY, C | R),
 ];
 
-/// The opcode table: one row per opcode of roce-spec.md §1.5 (RC, UC, UD, XRC, plus
+/// The opcode table: one row per opcode of IBA Vol 1 §9.2 (RC, UC, UD, XRC, plus
 /// FLUSH, ATOMIC_WRITE and the RoCEv2 CNP), ordered by opcode value.
 pub static OPCODE_TABLE: &[OpcodeInfo] = &TABLE;
 

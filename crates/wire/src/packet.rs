@@ -1,6 +1,6 @@
 //! A whole RoCEv2 transport packet: BTH, the extension headers its opcode calls for,
-//! payload, pad and ICRC (the UDP payload of a RoCEv2 datagram; roce-spec.md §1.1, §1.5,
-//! §1.6), plus the message segmenter senders use to cut a message into packets.
+//! payload, pad and ICRC (the UDP payload of a RoCEv2 datagram; IBA Vol 1 ch. 9,
+//! Annex A17), plus the message segmenter senders use to cut a message into packets.
 //!
 //! [`PacketRepr::parse`] and [`PacketRepr::emit`] check the packet against the opcode
 //! table ([`crate::opcode`]); neither computes the ICRC, which covers the IP and UDP
@@ -379,7 +379,7 @@ impl<'a> PacketRepr<'a> {
     }
 
     /// Checks the payload length against the path MTU and the packet's position in its
-    /// message (roce-spec.md §1.6): FIRST and MIDDLE carry exactly `pmtu` bytes, LAST
+    /// message (IBA Vol 1 §9.6, §9.7): FIRST and MIDDLE carry exactly `pmtu` bytes, LAST
     /// 1..=`pmtu`, ONLY 0..=`pmtu`. Opcodes without payload always pass. For UD pass the
     /// port MTU.
     ///
@@ -477,7 +477,7 @@ impl fmt::Display for PacketRepr<'_> {
 }
 
 /// The ICRC as carried by `roce` (BTH … ICRC): its last 4 bytes read little-endian (the
-/// ICRC is sent least-significant byte first, roce-spec.md §2.1).
+/// ICRC is sent least-significant byte first, IBA Vol 1 §7.8.1).
 pub fn icrc_on_wire(roce: &[u8]) -> Result<u32, WireError> {
     let start = roce
         .len()
@@ -546,7 +546,7 @@ impl Iterator for Segments {
 
 impl FusedIterator for Segments {}
 
-/// Cuts a message of `len` bytes into packets for path MTU `pmtu` (roce-spec.md §1.6):
+/// Cuts a message of `len` bytes into packets for path MTU `pmtu` (IBA Vol 1 §9.7):
 /// `ceil(len / pmtu)` packets, at least one; FIRST and MIDDLE carry exactly `pmtu` bytes,
 /// LAST 1..=`pmtu`, ONLY 0..=`pmtu`. PadCnt follows from each packet's length
 /// ([`PacketRepr::emit`] sets it).

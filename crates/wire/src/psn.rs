@@ -2,7 +2,7 @@
 //!
 //! PSNs live in a 24-bit space and wrap. Ordering is defined only relative to a reference
 //! point: `a` is *after* `b` when `a - b` (mod 2^24) lies in the half space `1 ..= 2^23 - 1`
-//! ahead of `b` (roce-spec.md §3.1). There is deliberately no `PartialOrd`: every comparison
+//! ahead of `b` (IBA Vol 1 §9.7). There is deliberately no `PartialOrd`: every comparison
 //! names its direction with [`Psn::is_after`] / [`Psn::is_before`] or measures a signed
 //! [`Psn::diff`].
 

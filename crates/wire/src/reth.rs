@@ -1,5 +1,5 @@
 //! RETH: the 16-byte RDMA Extended Transport Header of RDMA WRITE (first/only), RDMA
-//! READ requests and ATOMIC WRITE (roce-spec.md §1.3).
+//! READ requests and ATOMIC WRITE (IBA Vol 1 §9.3.3).
 //!
 //! ```text
 //! bytes 0-7    Virtual address (64)

@@ -1,5 +1,5 @@
 //! XRCETH: the 4-byte XRC Extended Transport Header that names the XRC SRQ at the
-//! target; present on every XRC request, never on XRC responses (roce-spec.md §1.3, §1.5).
+//! target; present on every XRC request, never on XRC responses (IBA Vol 1 Annex A14).
 //!
 //! ```text
 //! byte  0     reserved

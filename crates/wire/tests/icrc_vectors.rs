@@ -1,4 +1,4 @@
-//! The ICRC test vectors of roce-spec.md §2.2, end to end through the public API: build
+//! The ICRC test vectors of docs/INTEROP-NOTES.md §3, end to end through the public API: build
 //! each packet from its description (PacketRepr + ip headers), seal it, and compare every
 //! byte of the IP datagram and the ICRC with the spec; then parse the spec bytes back.
 

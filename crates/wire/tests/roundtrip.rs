@@ -15,8 +15,8 @@ fn check_roundtrip(pkt: &OwnedPacket) -> Result<(), TestCaseError> {
     let repr = pkt.repr();
     let bytes = pkt.bytes();
 
-    // Layout, from the spec rather than from the crate: header sizes (§1.3), PadCnt
-    // (§1.6), BTH offsets (§1.2).
+    // Layout, from the spec rather than from the crate: header sizes (IBA §9.3), PadCnt
+    // (IBA §9.2), BTH offsets (IBA §9.2).
     let hdr = spec_header_len(pkt.info.headers);
     let len = pkt.payload.len();
     let pad = (4 - len % 4) % 4;
@@ -90,7 +90,7 @@ proptest! {
         check_roundtrip(&pkt)?;
     }
 
-    /// Segments tile the message, have the §1.6 sizes and positions, and each passes
+    /// Segments tile the message, have the IBA §9.7 sizes and positions, and each passes
     /// `check_pmtu` with the opcode `opcode_for` picks.
     #[test]
     fn segments_tile_the_message(len in prop_oneof![0u64..3000, 0u64..200_000], mtu_idx in 0usize..5) {

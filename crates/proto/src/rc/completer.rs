@@ -1,5 +1,5 @@
 //! The completer: ACKs, NAKs, READ responses and atomic ACKs in; work completions,
-//! retries and timer decisions out (roce-spec.md §3.2, §3.4).
+//! retries and timer decisions out (IBA Vol 1 §9.7).
 //!
 //! Rules, by packet:
 //! * Any response with PSN `p` in `[comp_psn, high_psn)` implicitly acknowledges the

@@ -1,6 +1,6 @@
 //! # The RC transport engine: one reliable-connected queue pair as a sans-IO state machine
 //!
-//! [`RcQp`] implements the IBA reliable-connected transport (roce-spec.md §1, §3) for one
+//! [`RcQp`] implements the IBA reliable-connected transport (IBA Vol 1 ch. 9, §9.7) for one
 //! QP. It owns no socket, clock or thread: the caller feeds it work requests
 //! ([`RcQp::post_send`], [`RcQp::post_recv`]), received packets ([`RcQp::handle_packet`],
 //! already parsed and ICRC-checked) and the time ([`RcQp::handle_timeout`]), and drains
@@ -23,7 +23,7 @@
 //!   into the WR's SGEs as they arrive; an ACK or response beyond an unanswered READ/atomic
 //!   is an implicit NAK. Loss recovery is go-back-N from the oldest unacknowledged PSN.
 //!   Work completions leave strictly in posting order.
-//! * **Responder** (`responder.rs`): the receive pipeline of roce-spec.md §3.3: PSN check
+//! * **Responder** (`responder.rs`): the receive pipeline of IBA Vol 1 §9.7: PSN check
 //!   (sequence-error NAK once per gap, duplicates re-acknowledged or answered from the
 //!   responder resources without re-execution), opcode sequence, access rights, receive WQE
 //!   (RNR NAK when none), length checks, R_Key checks through `Memory`, execution,
@@ -256,7 +256,7 @@ pub enum CqKind {
     Recv,
 }
 
-/// Asynchronous QP events (roce-spec.md §5.2).
+/// Asynchronous QP events (IBA Vol 1 §11.6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum QpEvent {
     /// The first request arrived while the QP was in RTR.
@@ -364,7 +364,7 @@ pub struct RcQp {
     comm_est_sent: bool,
 }
 
-/// Does a packet's P_Key match ours (roce-spec.md §1.2, rxe `pkey_match`)?
+/// Does a packet's P_Key match ours (IBA Vol 1 §9.6; docs/INTEROP-NOTES.md §5)?
 fn pkey_match(a: u16, b: u16) -> bool {
     let (la, lb) = (a & 0x7fff, b & 0x7fff);
     la == lb && la != 0 && (a | b) & 0x8000 != 0

@@ -276,7 +276,7 @@ impl RcQp {
                     opcode::opcode_for(Transport::Rc, operation, position, with_imm, with_inv)?;
                 bth.psn = first_psn.wrapping_add(k);
                 bth.ack_req = position.ends() || ack_every;
-                // SE only on the last packet of a SEND or a WRITE with immediate (§1.6).
+                // SE only on the last packet of a SEND or a WRITE with immediate (IBA §9.2).
                 let se_capable =
                     operation == Operation::Send || (operation == Operation::RdmaWrite && with_imm);
                 bth.solicited =

@@ -1,5 +1,5 @@
 //! The responder: the receive pipeline for request packets and the queue of what it
-//! answers (roce-spec.md §3.3).
+//! answers (IBA Vol 1 §9.7, responder side).
 //!
 //! Pipeline per request packet: PSN check → opcode sequence → access rights (QP flags,
 //! responder resources) → receive WQE (RNR NAK when none) → length checks → R_Key check
@@ -530,7 +530,7 @@ impl RcQp {
             self.resp.cur = None;
             self.resp.bump_msn();
             if let Some(wr) = taken {
-                // WRITE with immediate: byte_len is the RETH length (roce-spec.md §3.3).
+                // WRITE with immediate: byte_len is the RETH length (docs/INTEROP-NOTES.md §5).
                 let wc = self.recv_completion(wr.wr_id, WcOpcode::RecvRdmaWithImm, len, pkt);
                 self.push_completion(super::CqKind::Recv, wc);
             }

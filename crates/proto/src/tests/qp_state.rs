@@ -10,7 +10,7 @@ fn state_and_type_values_round_trip() {
             assert_eq!(t.as_u32(), v);
         }
     }
-    // ABI values from the spec's §4 header lines.
+    // ABI values from `<infiniband/verbs.h>` (`enum ibv_qp_state`).
     assert_eq!(QpState::from_u32(4), Some(QpState::Sqd));
     assert_eq!(QpState::from_u32(7), None);
     assert_eq!(QpType::from_u32(9), Some(QpType::XrcSend));
@@ -25,7 +25,7 @@ fn state_and_type_values_round_trip() {
 fn post_rules_follow_spec() {
     use PostOutcome::*;
     use QpState::*;
-    // §4 notes: post_send needs ≥ RTS, ERR flushed; SQD holds WQEs.
+    // INTEROP-NOTES §6: post_send needs ≥ RTS, ERR flushed; SQD holds WQEs.
     let send = [
         (Reset, None),
         (Init, None),
@@ -39,7 +39,7 @@ fn post_rules_follow_spec() {
         assert_eq!(s.send_post(), want, "{s}");
         assert_eq!(s.can_post_send(), want.is_some(), "{s}");
     }
-    // post_recv needs ≥ INIT; ERR flushed (§3.5).
+    // post_recv needs ≥ INIT; ERR flushed (IBA §10.3).
     let recv = [
         (Reset, None),
         (Init, Some(Process)),

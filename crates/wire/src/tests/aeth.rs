@@ -1,6 +1,6 @@
 use super::*;
 
-/// The AETH of the IPv6 test vector of roce-spec.md §2.2: ACK syndrome 0x1F, MSN 7.
+/// The AETH of the IPv6 test vector of docs/INTEROP-NOTES.md §3: ACK syndrome 0x1F, MSN 7.
 const SPEC_ACK: [u8; LEN] = [0x1f, 0x00, 0x00, 0x07];
 
 #[test]
@@ -65,7 +65,7 @@ fn parse_each_class_by_hand() {
 
 #[test]
 fn syndrome_bytes_for_every_value() {
-    // From the §1.4 table: 0x00-0x1F ACK, 0x20-0x3F RNR, 0x40-0x5F reserved,
+    // From the IBA §9.3.5 table: 0x00-0x1F ACK, 0x20-0x3F RNR, 0x40-0x5F reserved,
     // 0x60-0x7F NAK (0x60..0x64 named), bit 7 reserved.
     for b in 0u8..=0xff {
         let got = Syndrome::from_byte(b);
@@ -121,7 +121,7 @@ fn validate_rejects_lossy_syndromes_and_wide_msn() {
     );
 }
 
-/// Parses "a→b, c→d, …" (the notation of roce-spec.md §1.4).
+/// Parses "a→b, c→d, …" (the notation of the tables below).
 fn spec_pairs(text: &str) -> Vec<(u8, &str)> {
     text.split(", ")
         .map(|pair| {
@@ -140,7 +140,7 @@ fn ms_to_micros(ms: &str) -> u64 {
 
 #[test]
 fn credit_table_matches_spec_text() {
-    // Verbatim from roce-spec.md §1.4.
+    // Credit count encoding, IBA Vol 1 §9.7 (end-to-end flow control).
     let spec = "0→0, 1→1, 2→2, 3→3, 4→4, 5→6, 6→8, 7→12, 8→16, 9→24, 10→32, 11→48, \
                 12→64, 13→96, 14→128, 15→192, 16→256, 17→384, 18→512, 19→768, 20→1024, \
                 21→1536, 22→2048, 23→3072, 24→4096, 25→6144, 26→8192, 27→12288, \
@@ -161,7 +161,7 @@ fn credit_table_matches_spec_text() {
 
 #[test]
 fn rnr_table_matches_spec_text() {
-    // Verbatim from roce-spec.md §1.4 (milliseconds).
+    // RNR timer encoding, IBA Vol 1 §9.7 (milliseconds).
     let spec = "0→655.36, 1→0.01, 2→0.02, 3→0.03, 4→0.04, 5→0.06, 6→0.08, 7→0.12, \
                 8→0.16, 9→0.24, 10→0.32, 11→0.48, 12→0.64, 13→0.96, 14→1.28, 15→1.92, \
                 16→2.56, 17→3.84, 18→5.12, 19→7.68, 20→10.24, 21→15.36, 22→20.48, \

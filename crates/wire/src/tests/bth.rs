@@ -1,6 +1,6 @@
 use super::*;
 
-/// The BTH of the IPv4 test vector of roce-spec.md §2.2 (RC SEND_ONLY, PadCnt 3,
+/// The BTH of the IPv4 test vector of docs/INTEROP-NOTES.md §3 (RC SEND_ONLY, PadCnt 3,
 /// P_Key 0xFFFF, DestQP 0x11, AckReq, PSN 0x64), followed by "hello" and 3 pad bytes.
 const VECTOR: [u8; 20] = [
     0x04, 0x30, 0xff, 0xff, 0x00, 0x00, 0x00, 0x11, 0x80, 0x00, 0x00, 0x64, b'h', b'e', b'l', b'l',

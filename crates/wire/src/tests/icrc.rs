@@ -1,14 +1,14 @@
 use super::*;
 
-/// roce-spec.md §2.2, IPv4 RC SEND_ONLY "hello": the full IP datagram without the ICRC.
+/// docs/INTEROP-NOTES.md §3, IPv4 RC SEND_ONLY "hello": the full IP datagram without the ICRC.
 const V4_DATAGRAM: &str = "45000034000040004011b765c0a80101c0a80102c00112b7002000000430ffff\
                            000000118000006468656c6c6f000000";
-/// roce-spec.md §2.2: the ICRC bytes on the wire after [`V4_DATAGRAM`].
+/// docs/INTEROP-NOTES.md §3: the ICRC bytes on the wire after [`V4_DATAGRAM`].
 const V4_ICRC_WIRE: [u8; 4] = [0x4a, 0x73, 0xe3, 0xb9];
-/// roce-spec.md §2.2, IPv6 RC ACKNOWLEDGE: the full IP datagram without the ICRC.
+/// docs/INTEROP-NOTES.md §3, IPv6 RC ACKNOWLEDGE: the full IP datagram without the ICRC.
 const V6_DATAGRAM: &str = "61012345001c1140fe800000000000000000000000000001fe80000000000000\
                            0000000000000002c00112b7001c00001100ffff00000022000000101f000007";
-/// roce-spec.md §2.2: the ICRC bytes on the wire after [`V6_DATAGRAM`].
+/// docs/INTEROP-NOTES.md §3: the ICRC bytes on the wire after [`V6_DATAGRAM`].
 const V6_ICRC_WIRE: [u8; 4] = [0x0f, 0xc3, 0x6c, 0xd8];
 
 fn hex(s: &str) -> Vec<u8> {

@@ -10,7 +10,7 @@ fn v4_ep() -> Endpoints {
 
 #[test]
 fn ipv4_headers_match_the_spec_vector() {
-    // roce-spec.md §2.2: the IPv4 vector was captured with exactly the Linux
+    // docs/INTEROP-NOTES.md §3: the IPv4 vector was captured with exactly the Linux
     // unconnected-socket defaults, for a 24-byte UDP payload.
     let expected: [u8; 28] = [
         0x45, 0x00, 0x00, 0x34, 0x00, 0x00, 0x40, 0x00, 0x40, 0x11, 0xb7, 0x65, 0xc0, 0xa8, 0x01,
@@ -23,7 +23,7 @@ fn ipv4_headers_match_the_spec_vector() {
 
 #[test]
 fn ipv6_headers_match_the_spec_vector() {
-    // roce-spec.md §2.2 IPv6 vector: TC 0x10, flow label 0x12345, hop limit 64.
+    // docs/INTEROP-NOTES.md §3 IPv6 vector: TC 0x10, flow label 0x12345, hop limit 64.
     let expected: [u8; 48] = [
         0x61, 0x01, 0x23, 0x45, 0x00, 0x1c, 0x11, 0x40, 0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
         0, 0, 0, 1, 0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2, 0xc0, 0x01, 0x12, 0xb7,
@@ -89,7 +89,7 @@ fn build_parse_roundtrip_and_icrc() {
     let mut buf = [0u8; 128];
     let (len, crc) = build_datagram(&v4_ep(), &IpFields::default(), &roce, &mut buf).unwrap();
     assert_eq!(len, 52);
-    // roce-spec.md §2.2 IPv4 vector ICRC on the wire.
+    // docs/INTEROP-NOTES.md §3 IPv4 vector ICRC on the wire.
     assert_eq!(crc.to_le_bytes(), [0x4a, 0x73, 0xe3, 0xb9]);
     let d = Datagram::parse_ip(&buf[..len]).unwrap();
     assert_eq!(d.endpoints(), v4_ep());

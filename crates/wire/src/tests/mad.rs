@@ -1,6 +1,6 @@
 use super::*;
 
-/// A CM REQ header laid out by hand from the §6.2 table: BaseVersion 1, class 0x07,
+/// A CM REQ header laid out by hand from IBA §13.4 and ch. 12: BaseVersion 1, class 0x07,
 /// ClassVersion 2, Method Send (0x03), status 0, TID 0x0000_0001_0000_0abc,
 /// AttributeID 0x0010, reserved 0xffff (ignored), AttributeModifier 0.
 const CM_REQ: [u8; LEN] = [
@@ -84,7 +84,7 @@ fn validate_rejects_8_bit_method() {
 
 #[test]
 fn cm_attribute_ids_from_spec() {
-    // roce-spec.md §6.2: ClassPortInfo 0x0001, REQ 0x0010, MRA 0x0011, REJ 0x0012,
+    // IBA Vol 1 ch. 12, CM attribute IDs: ClassPortInfo 0x0001, REQ 0x0010, MRA 0x0011, REJ 0x0012,
     // REP 0x0013, RTU 0x0014, DREQ 0x0015, DREP 0x0016, SIDR_REQ 0x0017,
     // SIDR_REP 0x0018, LAP 0x0019, APR 0x001A.
     let spec = [

@@ -1,6 +1,6 @@
 use super::*;
 
-/// roce-spec.md §1.5, copied verbatim (an independent transcription: the test parses
+/// Opcodes of IBA Vol 1 §9.2, A14, Rel. 1.5 (an independent transcription: the test parses
 /// it instead of trusting the table above).
 const SPEC_TABLE: &str = r"
 | op (low 5 bits) | RC | UC | UD | XRC | headers after BTH | Pay | S/E/C/R |
@@ -121,7 +121,7 @@ fn spec_rows() -> Vec<Expected> {
             });
         }
     }
-    // §1.5 notes: the RoCEv2 CNP is opcode 0x81 with 16 reserved bytes.
+    // IBA Annex A17: the RoCEv2 CNP is opcode 0x81 with 16 reserved bytes.
     out.push(Expected {
         opcode: 0x81,
         name: "CNP".into(),
@@ -280,7 +280,7 @@ fn transport_prefixes() {
 
 #[test]
 fn header_lengths_from_spec_sizes() {
-    // Sizes from roce-spec.md §1.3: XRCETH 4, DETH 8, RETH 16, AtomicETH 28, AETH 4,
+    // Sizes from IBA Vol 1 §9.3, Annex A14: XRCETH 4, DETH 8, RETH 16, AtomicETH 28, AETH 4,
     // AtomicAckETH 8, ImmDt 4, IETH 4, FETH 4.
     let expect = [
         (op::RC_SEND_MIDDLE, 0),

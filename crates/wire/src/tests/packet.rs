@@ -10,7 +10,7 @@ fn hex(s: &str) -> Vec<u8> {
         .collect()
 }
 
-/// roce-spec.md §2.2, IPv4 vector: the UDP payload (IP datagram minus 20 + 8 bytes of
+/// docs/INTEROP-NOTES.md §3, IPv4 vector: the UDP payload (IP datagram minus 20 + 8 bytes of
 /// IPv4 and UDP header) followed by the ICRC.
 fn ipv4_vector() -> Vec<u8> {
     let datagram = hex(concat!(
@@ -21,7 +21,7 @@ fn ipv4_vector() -> Vec<u8> {
     datagram[28..].to_vec()
 }
 
-/// roce-spec.md §2.2, IPv6 vector: 40 + 8 bytes of IPv6 and UDP header stripped.
+/// docs/INTEROP-NOTES.md §3, IPv6 vector: 40 + 8 bytes of IPv6 and UDP header stripped.
 fn ipv6_vector() -> Vec<u8> {
     let datagram = hex(concat!(
         "61012345001c1140fe800000000000000000000000000001fe800000000000000000000000000002",
@@ -100,7 +100,7 @@ fn parse_ipv6_spec_vector() {
 
 #[test]
 fn parse_ud_gsi_send_by_hand() {
-    // UD SEND_ONLY to QP1, P_Key 0xFFFF, DETH Q_Key 0x80010000 SrcQP 1 (§6.1),
+    // UD SEND_ONLY to QP1, P_Key 0xFFFF, DETH Q_Key 0x80010000 SrcQP 1 (IBA ch. 13),
     // 4 payload bytes, ICRC bytes 11 22 33 44.
     let roce = hex("6400ffff00000001000000058001000000000001cafebabe11223344");
     let p = PacketRepr::parse(&roce).unwrap();

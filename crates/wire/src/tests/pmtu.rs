@@ -27,7 +27,7 @@ fn packet_counts() {
 
 #[test]
 fn link_mtu_to_path_mtu() {
-    // rxe: largest IB MTU <= netdev MTU - 80 (roce-spec.md §1.6).
+    // rxe: largest IB MTU <= netdev MTU - 80 (docs/INTEROP-NOTES.md §4).
     assert_eq!(Pmtu::largest_fitting(1500, 80), Some(Pmtu::Mtu1024));
     assert_eq!(Pmtu::largest_fitting(9000, 80), Some(Pmtu::Mtu4096));
     assert_eq!(Pmtu::largest_fitting(65536, 80), Some(Pmtu::Mtu4096));

@@ -173,7 +173,7 @@ pub fn arb_packet() -> impl Strategy<Value = OwnedPacket> {
     proptest::sample::select(rows).prop_flat_map(arb_packet_for)
 }
 
-/// Header lengths from roce-spec.md §1.2/§1.3, independent of the crate's constants.
+/// Header lengths from IBA Vol 1 §9.2/§9.3, independent of the crate's constants.
 pub fn spec_header_len(set: HeaderSet) -> usize {
     let sizes = [
         (HeaderSet::XRCETH, 4),

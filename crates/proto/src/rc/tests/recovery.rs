@@ -298,7 +298,7 @@ fn rnr_nak_then_success() {
     p.b.post_recv(recv(7, vec![sge(0x1000, 100, 2)])).unwrap();
     p.run();
     assert_eq!(p.mem_b.get(2, 0x1000, 100), data);
-    // min_rnr_timer 12 → 0.64 ms (roce-spec.md §1.4).
+    // min_rnr_timer 12 → 0.64 ms (IBA Vol 1 §9.7, RNR timer encoding).
     assert_eq!(
         p.now.saturating_duration_since(t0),
         Duration::from_micros(640)
