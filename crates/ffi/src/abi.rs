@@ -816,7 +816,7 @@ pub const IBV_GID_TYPE_ROCE_V2: ibv_gid_type = 2;
 
 /// `enum ibv_gid_type_sysfs` (what `ibv_query_gid_type` reports). It lives in rdma-core's
 /// private driver header, which Debian does not install, so the layout test cannot check
-/// it; values from ibverbs-abi.md §6.7.
+/// it; the values are those of rdma-core 44's `infiniband/driver.h`.
 pub type ibv_gid_type_sysfs = c_uint;
 /// InfiniBand or RoCE v1 GID (also reported for empty table entries).
 pub const IBV_GID_TYPE_SYSFS_IB_ROCE_V1: ibv_gid_type_sysfs = 0;

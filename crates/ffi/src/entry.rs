@@ -1,6 +1,7 @@
 //! What every exported function shares: `errno`, the panic guard, the return conventions
 //! of rdma-core 44, and the `.symver` directive that gives an internal `uroce_<name>` symbol
-//! its public versioned name (docs ibverbs-abi.md §3.2, "Recipe A").
+//! its public versioned name (with the version nodes of `libibverbs.map`; see
+//! docs/ARCHITECTURE.md, "ffi").
 
 use std::ffi::c_int;
 use std::panic::{catch_unwind, AssertUnwindSafe};

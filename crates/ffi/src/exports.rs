@@ -3,7 +3,7 @@
 //!
 //! Each function has an internal `#[no_mangle]` name `uroce_<public name>`; a `.symver`
 //! directive gives it its public versioned name (`ibv_get_device_list@@IBVERBS_1.1`, …),
-//! and `libibverbs.map` defines the version nodes (ibverbs-abi.md §3.2, Recipe A). The
+//! and `libibverbs.map` defines the version nodes (docs/ARCHITECTURE.md, "ffi"). The
 //! directives are left out of `cfg(test)` builds, which link into an executable without
 //! the version script.
 //!
