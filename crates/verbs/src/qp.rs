@@ -100,125 +100,42 @@ bitflags::bitflags! {
     }
 }
 
-/// Work-request opcodes (`enum ibv_wr_opcode`, ABI values).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-#[repr(u32)]
-pub enum WrOpcode {
-    /// 0: RDMA WRITE.
-    RdmaWrite = 0,
-    /// 1: RDMA WRITE with immediate (consumes a receive WQE at the target).
-    RdmaWriteWithImm = 1,
-    /// 2: SEND.
-    #[default]
-    Send = 2,
-    /// 3: SEND with immediate.
-    SendWithImm = 3,
-    /// 4: RDMA READ.
-    RdmaRead = 4,
-    /// 5: atomic compare-and-swap.
-    AtomicCmpAndSwp = 5,
-    /// 6: atomic fetch-and-add.
-    AtomicFetchAndAdd = 6,
-    /// 7: local invalidate.
-    LocalInv = 7,
-    /// 8: bind memory window (not implemented).
-    BindMw = 8,
-    /// 9: SEND with invalidate.
-    SendWithInv = 9,
-    /// 10: TCP segmentation offload (not implemented).
-    Tso = 10,
-    /// 11: driver-specific (not implemented).
-    Driver1 = 11,
-    /// 14: FLUSH (not implemented).
-    Flush = 14,
-    /// 15: ATOMIC WRITE (not implemented).
-    AtomicWrite = 15,
+/// Work-request opcodes (`enum ibv_wr_opcode`, ABI values): the protocol layer's one
+/// vocabulary.
+pub use uroce_proto::wr::SendOpcode;
+
+/// Whether the opcode carries local data that may be inlined.
+pub const fn opcode_may_inline(op: SendOpcode) -> bool {
+    matches!(
+        op,
+        SendOpcode::Send
+            | SendOpcode::SendWithImm
+            | SendOpcode::SendWithInv
+            | SendOpcode::RdmaWrite
+            | SendOpcode::RdmaWriteWithImm
+    )
 }
 
-impl WrOpcode {
-    /// The ABI value.
-    pub const fn as_u32(self) -> u32 {
-        self as u32
-    }
-
-    /// The opcode with ABI value `v`, or `None`.
-    pub const fn from_u32(v: u32) -> Option<WrOpcode> {
-        Some(match v {
-            0 => WrOpcode::RdmaWrite,
-            1 => WrOpcode::RdmaWriteWithImm,
-            2 => WrOpcode::Send,
-            3 => WrOpcode::SendWithImm,
-            4 => WrOpcode::RdmaRead,
-            5 => WrOpcode::AtomicCmpAndSwp,
-            6 => WrOpcode::AtomicFetchAndAdd,
-            7 => WrOpcode::LocalInv,
-            8 => WrOpcode::BindMw,
-            9 => WrOpcode::SendWithInv,
-            10 => WrOpcode::Tso,
-            11 => WrOpcode::Driver1,
-            14 => WrOpcode::Flush,
-            15 => WrOpcode::AtomicWrite,
-            _ => return None,
-        })
-    }
-
-    /// The completion opcode reported for this WR (`<infiniband/verbs.h>`).
-    pub const fn wc_opcode(self) -> WcOpcode {
-        match self {
-            WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm => WcOpcode::RdmaWrite,
-            WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv => WcOpcode::Send,
-            WrOpcode::RdmaRead => WcOpcode::RdmaRead,
-            WrOpcode::AtomicCmpAndSwp => WcOpcode::CompSwap,
-            WrOpcode::AtomicFetchAndAdd => WcOpcode::FetchAdd,
-            WrOpcode::LocalInv => WcOpcode::LocalInv,
-            WrOpcode::BindMw => WcOpcode::BindMw,
-            WrOpcode::Tso => WcOpcode::Tso,
-            WrOpcode::Driver1 => WcOpcode::Send,
-            WrOpcode::Flush => WcOpcode::Flush,
-            WrOpcode::AtomicWrite => WcOpcode::AtomicWrite,
-        }
-    }
-
-    /// Whether this is a compare-and-swap or fetch-and-add.
-    pub const fn is_atomic(self) -> bool {
-        matches!(
-            self,
-            WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd
-        )
-    }
-
-    /// Whether the opcode carries local data that may be inlined.
-    pub const fn may_inline(self) -> bool {
-        matches!(
-            self,
-            WrOpcode::Send
-                | WrOpcode::SendWithImm
-                | WrOpcode::SendWithInv
-                | WrOpcode::RdmaWrite
-                | WrOpcode::RdmaWriteWithImm
-        )
-    }
-
-    /// Whether the opcode is valid on a QP of type `qp_type` and implemented by uroce.
-    pub const fn valid_for(self, qp_type: QpType) -> bool {
-        use WrOpcode::*;
-        match qp_type {
-            QpType::Rc | QpType::XrcSend => matches!(
-                self,
-                RdmaWrite
-                    | RdmaWriteWithImm
-                    | Send
-                    | SendWithImm
-                    | RdmaRead
-                    | AtomicCmpAndSwp
-                    | AtomicFetchAndAdd
-                    | LocalInv
-                    | SendWithInv
-            ),
-            QpType::Uc => matches!(self, RdmaWrite | RdmaWriteWithImm | Send | SendWithImm),
-            QpType::Ud | QpType::Gsi => matches!(self, Send | SendWithImm),
-            QpType::Smi | QpType::RawPacket | QpType::XrcRecv => false,
-        }
+/// Whether the opcode is valid on a QP of type `qp_type` and implemented by uroce
+/// (IBA 10.7.3, Table "Work Request Operations by Service Type").
+pub const fn opcode_valid_for(op: SendOpcode, qp_type: QpType) -> bool {
+    use SendOpcode::*;
+    match qp_type {
+        QpType::Rc | QpType::XrcSend => matches!(
+            op,
+            RdmaWrite
+                | RdmaWriteWithImm
+                | Send
+                | SendWithImm
+                | RdmaRead
+                | AtomicCmpAndSwp
+                | AtomicFetchAndAdd
+                | LocalInv
+                | SendWithInv
+        ),
+        QpType::Uc => matches!(op, RdmaWrite | RdmaWriteWithImm | Send | SendWithImm),
+        QpType::Ud | QpType::Gsi => matches!(op, Send | SendWithImm),
+        QpType::Smi | QpType::RawPacket | QpType::XrcRecv => false,
     }
 }
 
@@ -259,12 +176,12 @@ pub struct UdDest {
 }
 
 /// A send work request (`struct ibv_send_wr`); unused fields stay at their defaults.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct SendWr {
     /// The application's identifier, returned in the completion.
     pub wr_id: u64,
     /// The operation.
-    pub opcode: WrOpcode,
+    pub opcode: SendOpcode,
     /// Flags.
     pub flags: SendFlags,
     /// Local buffers (ignored with [`SendFlags::INLINE`]).
@@ -285,12 +202,31 @@ pub struct SendWr {
     pub xrc_remote_srqn: u32,
 }
 
+impl Default for SendWr {
+    /// An unsignaled SEND with no data; every other field zero or empty.
+    fn default() -> SendWr {
+        SendWr {
+            wr_id: 0,
+            opcode: SendOpcode::Send,
+            flags: SendFlags::empty(),
+            sg_list: Vec::new(),
+            inline_data: Vec::new(),
+            imm_data: 0,
+            invalidate_rkey: 0,
+            rdma: RdmaInfo::default(),
+            atomic: AtomicInfo::default(),
+            ud: None,
+            xrc_remote_srqn: 0,
+        }
+    }
+}
+
 impl SendWr {
     /// A signaled SEND of `sg_list`.
     pub fn send(wr_id: u64, sg_list: Vec<Sge>) -> SendWr {
         SendWr {
             wr_id,
-            opcode: WrOpcode::Send,
+            opcode: SendOpcode::Send,
             flags: SendFlags::SIGNALED,
             sg_list,
             ..SendWr::default()
@@ -628,8 +564,9 @@ pub(crate) struct QpInner {
     rq: VecDeque<RecvWr>,
     /// Receive WQEs taken by the engine and not yet completed, oldest first.
     rq_taken: VecDeque<TakenRecv>,
-    /// The transport engine of an RC QP, from the INIT→RTR transition until RESET.
-    pub(crate) engine: Option<Box<crate::engine::Engine>>,
+    /// The transport engine, from the INIT→RTR transition until RESET (on a context with
+    /// a transport).
+    pub(crate) engine: Option<Box<dyn uroce_proto::engine::Engine>>,
     /// Completions the last engine call delivered to the CQs.
     pub(crate) delivered: usize,
 }
@@ -681,6 +618,7 @@ impl QpCore {
             QpType::XrcRecv => return Err(CreateQpError::NeedsXrcDomain(a.qp_type)),
             QpType::Rc | QpType::Uc | QpType::Ud | QpType::Gsi | QpType::XrcSend => {}
         }
+        crate::engine::refuse_without_engine(ctx, a.qp_type)?;
         let c = a.cap;
         for (cap, value, max) in [
             ("max_send_wr", c.max_send_wr, dev.max_qp_wr),
@@ -953,14 +891,14 @@ impl QpCore {
                 queue: "send",
             });
         }
-        if !wr.opcode.valid_for(qp_type) {
+        if !opcode_valid_for(wr.opcode, qp_type) {
             return Err(PostError::UnsupportedOpcode {
                 opcode: wr.opcode,
                 qp_type,
             });
         }
         if wr.flags.contains(SendFlags::INLINE) {
-            if !wr.opcode.may_inline() {
+            if !opcode_may_inline(wr.opcode) {
                 return Err(PostError::InlineNotAllowed(wr.opcode));
             }
             if wr.inline_data.len() > self.cap.max_inline_data as usize {
