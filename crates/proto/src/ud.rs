@@ -101,6 +101,9 @@ use crate::wr::{
     RecvWr, SendFlags, SendOpcode, SendWr, WcFlags, WcOpcode, WcStatus, WorkCompletion, WrError,
 };
 
+#[cfg(test)]
+mod tests;
+
 /// The well-known Q_Key of the GSI QP (QP1).
 pub const GSI_QKEY: u32 = 0x8001_0000;
 /// The GRH area at the start of every UD receive buffer.
@@ -601,7 +604,10 @@ impl Engine for UdQp {
                 self.next_psn = self.next_psn.wrapping_add(1);
                 self.counters.packets_sent += 1;
                 self.complete_send(&s, WcStatus::Success);
-                Some(Transmit { len: n, dst: dest.ip })
+                Some(Transmit {
+                    len: n,
+                    dst: dest.ip,
+                })
             }
             Err(BuildError::Buffer) => None,
             Err(BuildError::Fill(_)) => {

@@ -12,9 +12,9 @@ use std::collections::VecDeque;
 use uroce_wire::opcode::{self, Operation, Position, Transport};
 use uroce_wire::{atomic_eth, bth, ieth, immdt, reth, PacketRepr, Psn};
 
-use crate::build::{build, fill_payload, BuildError};
 use super::wqe::{SendWqe, WqeKind};
 use super::{RcConfig, RcQp, MAX_PKTS_PER_ACKREQ, MAX_READ_PSNS, MAX_UNACKED_PSNS};
+use crate::build::{build, fill_payload, BuildError};
 use crate::qp_state::QpState;
 use crate::time::{local_ack_timeout, Instant};
 use crate::wr::{SendFlags, SendOpcode, WcStatus};
