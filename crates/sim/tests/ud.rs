@@ -288,7 +288,7 @@ fn soak_under_loss_duplication_reordering_and_corruption() {
             jitter: Duration::from_micros(50),
         };
         for s in &senders {
-            net.set_link(s.node, rn, link.clone()).unwrap();
+            net.set_link(s.node, rn, link).unwrap();
         }
         const SLOT: usize = 1024 + GRH_LEN;
         let mut bufs = std::collections::HashMap::new();
