@@ -599,3 +599,21 @@ pub enum XrcError {
     #[error("the XRC domain owns no XRC_RECV QP {0:#x}")]
     NoSuchQp(u32),
 }
+
+/// Why [`crate::AhAttr::from_wc`] cannot answer a received datagram.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum AhFromWcError {
+    /// The completion has no GRH area (`WcFlags::GRH` is clear: not a UD/GSI receive).
+    #[error("the completion carries no GRH (not a datagram receive)")]
+    NoGrh,
+    /// The GRH area holds no RoCEv2 IPv4 or IPv6 header.
+    #[error(transparent)]
+    Grh(#[from] uroce_wire::grh_area::GrhAreaError),
+    /// The datagram went to a multicast address: there is no local GID to answer from.
+    #[error("the datagram went to multicast address {0}")]
+    Multicast(std::net::IpAddr),
+    /// The datagram's destination is not this device's GID.
+    #[error("the datagram's destination {0} is no GID of this device")]
+    NotLocal(std::net::IpAddr),
+}

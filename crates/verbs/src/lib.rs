@@ -156,7 +156,7 @@ pub mod wc;
 pub mod xrcd;
 
 pub use ah::{Ah, AhAttr, AhRef};
-pub use connect::{rc_init_attr, RcConnect};
+pub use connect::{rc_init_attr, uc_init_attr, RcConnect, UcConnect, UdActivate};
 pub use context::{Context, Counters, LiveObjects};
 pub use cq::{CompChannel, Cq, CqEvent, CqRef};
 pub use device::{Device, DeviceAttr, DeviceConfig, Gid, PortAttr, PortState};
