@@ -80,14 +80,13 @@
 //! before use, arithmetic on message offsets is done in `u64` with checked or saturating
 //! operations where the operands come from the wire.
 
-mod build;
 mod completer;
 mod requester;
 mod responder;
 mod wqe;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use std::collections::VecDeque;
 
@@ -340,6 +339,16 @@ pub struct RcCounters {
     pub dropped_unmatched_duplicates: u64,
     /// Responder output (ACKs, responses) discarded because its queue was full.
     pub dropped_responses: u64,
+    /// Datagram transports (UD, GSI): … because the DETH Q_Key is not the QP's (IBA
+    /// 10.2.5; the port's Q_Key violation counter).
+    pub dropped_bad_qkey: u64,
+    /// Datagram transports: … because no receive WQE was posted (UD has no RNR NAK).
+    pub dropped_no_receive: u64,
+    /// Datagram transports: … because the payload is larger than the path MTU.
+    pub dropped_too_long: u64,
+    /// Datagram transports: … because the receive WQE is smaller than the 40-byte GRH area
+    /// plus the payload (the WQE completes with `LOC_LEN_ERR`).
+    pub dropped_recv_too_small: u64,
 }
 
 /// One RC queue pair: requester, completer and responder.
@@ -365,7 +374,7 @@ pub struct RcQp {
 }
 
 /// Does a packet's P_Key match ours (IBA Vol 1 §9.6; docs/INTEROP-NOTES.md §5)?
-fn pkey_match(a: u16, b: u16) -> bool {
+pub(crate) fn pkey_match(a: u16, b: u16) -> bool {
     let (la, lb) = (a & 0x7fff, b & 0x7fff);
     la == lb && la != 0 && (a | b) & 0x8000 != 0
 }

@@ -12,13 +12,12 @@ use std::collections::VecDeque;
 use uroce_wire::opcode::{self, Operation, Position, Transport};
 use uroce_wire::{atomic_eth, bth, ieth, immdt, reth, PacketRepr, Psn};
 
-use super::build::{build, BuildError};
+use crate::build::{build, fill_payload, BuildError};
 use super::wqe::{SendWqe, WqeKind};
 use super::{RcConfig, RcQp, MAX_PKTS_PER_ACKREQ, MAX_READ_PSNS, MAX_UNACKED_PSNS};
-use crate::memory::{gather, Memory, SgError};
 use crate::qp_state::QpState;
 use crate::time::{local_ack_timeout, Instant};
-use crate::wr::{SendFlags, SendOpcode, SendPayload, WcStatus};
+use crate::wr::{SendFlags, SendOpcode, WcStatus};
 
 /// Requester and completer state of one QP.
 #[derive(Debug)]
@@ -116,31 +115,6 @@ struct Plan {
     len: usize,
     /// PSN to continue with after this packet.
     next_psn: Psn,
-}
-
-/// Copies `dst.len()` bytes at `offset` of the WR's payload into `dst`.
-fn fill_payload(
-    mem: &dyn Memory,
-    payload: &SendPayload,
-    offset: u64,
-    dst: &mut [u8],
-) -> Result<(), SgError> {
-    match payload {
-        SendPayload::Sges(sges) => gather(mem, sges, offset, dst),
-        SendPayload::Inline(data) => {
-            let start = usize::try_from(offset).unwrap_or(usize::MAX);
-            let src = start
-                .checked_add(dst.len())
-                .and_then(|end| data.get(start..end))
-                .ok_or(SgError::Overflow {
-                    offset,
-                    wanted: dst.len() as u64,
-                    total: data.len() as u64,
-                })?;
-            dst.copy_from_slice(src);
-            Ok(())
-        }
-    }
 }
 
 impl RcQp {

@@ -1,4 +1,5 @@
-//! Building one packet into the caller's buffer with the payload filled in place.
+//! Building one packet into the caller's buffer with the payload filled in place (shared by
+//! the transport engines).
 //!
 //! [`PacketRepr::emit`] copies a payload slice; the engines instead gather payload straight
 //! from memory into the payload area of the output buffer. [`build`] lays the packet out
@@ -7,12 +8,15 @@
 
 use uroce_wire::{bth, PacketRepr, ICRC_LEN};
 
+use crate::memory::{gather, Memory, SgError};
+use crate::wr::SendPayload;
+
 /// Room for BTH plus the largest extension-header set plus the ICRC placeholder.
 const HEADER_SCRATCH: usize = 128;
 
 /// Why [`build`] produced no packet.
 #[derive(Debug)]
-pub(super) enum BuildError<E> {
+pub(crate) enum BuildError<E> {
     /// The buffer is too small, or the header repr is not emittable (an engine bug; the
     /// packet is not sent).
     Buffer,
@@ -23,7 +27,7 @@ pub(super) enum BuildError<E> {
 /// Writes the packet described by `hdr` (its `payload` must be empty) with `payload_len`
 /// payload bytes produced by `fill` into `buf`. Returns the packet length (headers,
 /// payload, pad, 4 zero ICRC bytes). On error nothing meaningful is in `buf`.
-pub(super) fn build<E>(
+pub(crate) fn build<E>(
     buf: &mut [u8],
     hdr: &PacketRepr<'_>,
     payload_len: usize,
@@ -49,4 +53,29 @@ pub(super) fn build<E>(
     // invariant: pad < 4.
     bth::Header::new_unchecked(head).set_pad_cnt(pad as u8);
     Ok(total)
+}
+
+/// Copies `dst.len()` bytes at `offset` of the WR's payload into `dst`.
+pub(crate) fn fill_payload(
+    mem: &dyn Memory,
+    payload: &SendPayload,
+    offset: u64,
+    dst: &mut [u8],
+) -> Result<(), SgError> {
+    match payload {
+        SendPayload::Sges(sges) => gather(mem, sges, offset, dst),
+        SendPayload::Inline(data) => {
+            let start = usize::try_from(offset).unwrap_or(usize::MAX);
+            let src = start
+                .checked_add(dst.len())
+                .and_then(|end| data.get(start..end))
+                .ok_or(SgError::Overflow {
+                    offset,
+                    wanted: dst.len() as u64,
+                    total: data.len() as u64,
+                })?;
+            dst.copy_from_slice(src);
+            Ok(())
+        }
+    }
 }
