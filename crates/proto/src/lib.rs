@@ -10,10 +10,12 @@
 //! QP as a sans-IO state machine). The CM state machine will live here too.
 #![forbid(unsafe_code)]
 
+mod build;
 pub mod engine;
 pub mod memory;
 pub mod qp_state;
 pub mod rc;
 pub mod time;
+pub mod uc;
 pub mod wc;
 pub mod wr;
