@@ -95,7 +95,8 @@ use crate::build::{build, fill_payload, BuildError};
 use crate::engine::{Arrival, Engine, EngineCounters, Transmit};
 use crate::memory::{scatter, sg_total};
 use crate::qp_state::{QpState, QpType};
-use crate::rc::{pkey_match, CqKind, Env, PostError, QpEvent, RtsAttrs};
+use crate::build::pkey_match;
+use crate::rc::{CqKind, Env, PostError, QpEvent, RtsAttrs};
 use crate::time::Instant;
 use crate::wr::{
     RecvWr, SendFlags, SendOpcode, SendWr, WcFlags, WcOpcode, WcStatus, WorkCompletion, WrError,
