@@ -20,7 +20,7 @@ use crate::entry::set_errno;
 /// Records a call to an unsupported function: sets `errno`, reports it under
 /// `UROCE_DEBUG`.
 fn unsupported(name: &str, errno: c_int) {
-    if std::env::var_os("UROCE_DEBUG").is_some_and(|v| !v.is_empty()) {
+    if crate::entry::debug_enabled() {
         // A failed write to stderr is ignored: diagnostics must not fail the call.
         let _ = writeln!(std::io::stderr(), "uroce: {name} is not supported");
     }

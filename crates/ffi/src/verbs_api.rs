@@ -601,6 +601,7 @@ pub unsafe extern "C-unwind" fn uroce_ibv_get_cq_event(
                 keep: Box::new(ch),
             },
             Err(e) => {
+                crate::entry::report(&e);
                 set_errno(e.errno());
                 Attempt::Done(-1)
             }
@@ -1044,6 +1045,7 @@ pub unsafe extern "C" fn uroce_ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn uroce_ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut c_void {
     let _ = qp;
+    report(&FfiError::Unsupported("the extended QP API (ibv_qp_to_qp_ex)"));
     set_errno(libc::EOPNOTSUPP);
     std::ptr::null_mut()
 }
@@ -1085,10 +1087,12 @@ fn post_refused(op: &'static str, e: uroce_verbs::PostError) -> FfiError {
 /// # Safety
 /// `bad_wr` is NULL or writable.
 unsafe fn chain_failed<W>(bad_wr: *mut *mut W, at: *mut W, e: FfiError) -> c_int {
+    report(&e);
     if !bad_wr.is_null() {
         // SAFETY: caller guarantee: writable bad_wr (checked non-NULL).
         unsafe { bad_wr.write(at) };
     }
+    crate::entry::report(&e);
     set_errno(e.errno());
     e.errno()
 }
@@ -1139,9 +1143,14 @@ pub unsafe extern "C" fn ops_post_send(
             // SAFETY: caller guarantee on bad_wr.
             Err(e) => return unsafe { chain_failed(bad_wr, wr, e) },
         };
+        // Datagram QPs take their destination from each WR (`wr.ud`).
+        let datagram = matches!(r.qp_type(), QpType::Ud | QpType::Gsi);
         let post = |w: &ibv_send_wr| {
             // SAFETY: caller guarantee: its SGE list (and inline data) is readable.
-            let s = unsafe { send_wr_from_c(w, max_inline) }?;
+            let mut s = unsafe { send_wr_from_c(w, max_inline) }?;
+            if datagram {
+                s.ud = Some(ud_dest_from_c(w)?);
+            }
             r.post_send(s).map_err(|e| post_refused("ibv_post_send", e))
         };
         // SAFETY: caller guarantees on the chain and bad_wr.
