@@ -91,16 +91,18 @@ use uroce_wire::ip::{roce_headers_with, Endpoints, IpFields, IPV4_HEADER_LEN};
 use uroce_wire::opcode::{self, Operation, Transport};
 use uroce_wire::{bth, deth, immdt, PacketRepr, Pmtu, Psn, ICRC_LEN, ROCEV2_UDP_PORT};
 
-use crate::build::{build, fill_payload, BuildError};
+use crate::build::{build, fill_payload, pkey_match, BuildError};
 use crate::engine::{Arrival, Engine, EngineCounters, Transmit};
 use crate::memory::{scatter, sg_total};
 use crate::qp_state::{QpState, QpType};
-use crate::build::pkey_match;
 use crate::rc::{CqKind, Env, PostError, QpEvent, RtsAttrs};
 use crate::time::Instant;
 use crate::wr::{
     RecvWr, SendFlags, SendOpcode, SendWr, WcFlags, WcOpcode, WcStatus, WorkCompletion, WrError,
 };
+
+#[cfg(test)]
+mod tests;
 
 /// The well-known Q_Key of the GSI QP (QP1).
 pub const GSI_QKEY: u32 = 0x8001_0000;
@@ -602,7 +604,10 @@ impl Engine for UdQp {
                 self.next_psn = self.next_psn.wrapping_add(1);
                 self.counters.packets_sent += 1;
                 self.complete_send(&s, WcStatus::Success);
-                Some(Transmit { len: n, dst: dest.ip })
+                Some(Transmit {
+                    len: n,
+                    dst: dest.ip,
+                })
             }
             Err(BuildError::Buffer) => None,
             Err(BuildError::Fill(_)) => {
