@@ -750,7 +750,8 @@ impl UcQp {
         let mut flushed: Vec<RecvWr> = held.into_iter().chain(self.spare.take()).collect();
         flushed.extend(self.rq.drain(..));
         for wr in flushed {
-            let wc = WorkCompletion::new(wr.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, self.cfg.qpn);
+            let wc =
+                WorkCompletion::new(wr.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, self.cfg.qpn);
             self.push_completion(CqKind::Recv, wc);
         }
         self.drop_msg = false;
