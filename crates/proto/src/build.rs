@@ -135,7 +135,8 @@ pub(crate) fn data_packet(
         _ => return None,
     };
     // SE only on the last packet of a SEND or a WRITE with immediate.
-    let se_capable = operation == Operation::Send || (operation == Operation::RdmaWrite && with_imm);
+    let se_capable =
+        operation == Operation::Send || (operation == Operation::RdmaWrite && with_imm);
     let bth = bth::Repr {
         opcode: opcode::opcode_for(transport, operation, position, with_imm, with_inv)?,
         solicited: position.ends() && se_capable && wr.flags.contains(SendFlags::SOLICITED),

@@ -9,7 +9,7 @@
 //!
 //! ## Requester
 //! SEND, SEND with immediate, RDMA WRITE and RDMA WRITE with immediate. UC has no READ, no
-//! atomics, and no wire opcode for SEND with invalidate (IBA 9.2.3, the opcode table: the
+//! atomics, and no wire opcode for SEND with invalidate (IBA 9.2, the BTH opcode table: the
 //! `SEND_*_WITH_INVALIDATE` opcodes exist for RC and XRC only), so those are refused at
 //! post time with [`WrError::OpcodeNotSupported`]. PSNs are consecutive per packet; AckReq
 //! is never set; nothing is acknowledged, retransmitted or timed (no timers at all). A
@@ -750,7 +750,8 @@ impl UcQp {
         let mut flushed: Vec<RecvWr> = held.into_iter().chain(self.spare.take()).collect();
         flushed.extend(self.rq.drain(..));
         for wr in flushed {
-            let wc = WorkCompletion::new(wr.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, self.cfg.qpn);
+            let wc =
+                WorkCompletion::new(wr.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, self.cfg.qpn);
             self.push_completion(CqKind::Recv, wc);
         }
         self.drop_msg = false;
