@@ -13,13 +13,13 @@ use std::ptr::NonNull;
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError};
 
 use uroce_net::NetDevice;
+use uroce_verbs::UdDest;
 use uroce_verbs::{
     AccessFlags, Ah, AhAttr, AtomicInfo, CompChannel, Cq, CqEvent, CqRef, Gid, Mr, PathMigState,
     Pd, Qp, QpAttr, QpCap, QpRef, QpState, RdmaInfo, RecvWr, SendFlags, SendWr, Sge, Srq, SrqRef,
     WorkCompletion, WrOpcode,
 };
 use uroce_verbs::{AttrMask, WcFlags};
-use uroce_verbs::UdDest;
 use uroce_wire::pmtu::Pmtu;
 use uroce_wire::psn::Psn;
 
@@ -465,12 +465,9 @@ pub(crate) fn ud_dest_from_c(wr: &ibv_send_wr) -> Result<UdDest, FfiError> {
     // (the pointer is only compared with the registry's keys, never dereferenced).
     let ud = unsafe { wr.wr.ud };
     let objs = objects();
-    let ah = objs
-        .ahs
-        .get(&(ud.ah as usize))
-        .ok_or(FfiError::BadHandle {
-            what: "ah (wr.ud.ah)",
-        })?;
+    let ah = objs.ahs.get(&(ud.ah as usize)).ok_or(FfiError::BadHandle {
+        what: "ah (wr.ud.ah)",
+    })?;
     Ok(UdDest {
         ah: ah.ah.reference(),
         remote_qpn: ud.remote_qpn & 0x00ff_ffff,

@@ -146,8 +146,8 @@ pub unsafe extern "C" fn uroce_ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
 
 /// `ibv_create_ah(pd, attr)`: an address handle for `attr` (port 1, a non-zero destination
 /// GID, a valid source GID index); NULL + `errno` (`EINVAL` for a bad handle or
-/// attribute). uroce has no UD QPs yet, so nothing sends with it, but it is a real object:
-/// the PD cannot be deallocated while it exists.
+/// attribute). UD work requests name it in `wr.ud.ah`; the PD cannot be deallocated
+/// while it exists.
 ///
 /// # Safety
 /// `attr` is NULL or points to a readable `struct ibv_ah_attr`.
@@ -162,24 +162,29 @@ pub unsafe extern "C" fn uroce_ibv_create_ah(
                 return Err(FfiError::Invalid("attr is NULL"));
             }
             // SAFETY: non-NULL and readable (caller guarantee).
-            let a = ah_from_c(unsafe { &*attr });
-            let mut objs = objects();
-            let p = objs.pd(pd)?;
-            let ah =
-                p.pd.create_ah(&a)
-                    .map_err(|e| refused("ibv_create_ah", libc::EINVAL, e))?;
-            // SAFETY: `pd` is a registered, live PD allocated by uroce (lock held).
-            let context = unsafe { (*pd).context };
-            let raw = CBox::new(ibv_ah {
-                context,
-                pd,
-                handle: 0,
-            });
-            let ptr = raw.ptr();
-            objs.ahs.insert(ptr as usize, AhEntry { raw, ah });
-            Ok(ptr)
+            create_ah(pd, unsafe { &*attr })
         })())
     })
+}
+
+/// `ibv_create_ah` on a read attribute structure (also behind `ibv_create_ah_from_wc`).
+pub(crate) fn create_ah(pd: *mut ibv_pd, attr: &ibv_ah_attr) -> Result<*mut ibv_ah, FfiError> {
+    let a = ah_from_c(attr);
+    let mut objs = objects();
+    let p = objs.pd(pd)?;
+    let ah =
+        p.pd.create_ah(&a)
+            .map_err(|e| refused("ibv_create_ah", libc::EINVAL, e))?;
+    // SAFETY: `pd` is a registered, live PD allocated by uroce (lock held).
+    let context = unsafe { (*pd).context };
+    let raw = CBox::new(ibv_ah {
+        context,
+        pd,
+        handle: 0,
+    });
+    let ptr = raw.ptr();
+    objs.ahs.insert(ptr as usize, AhEntry { raw, ah });
+    Ok(ptr)
 }
 
 /// `ibv_destroy_ah(ah)`: 0, or `EINVAL` for a handle that is not a live address handle.
@@ -1045,7 +1050,9 @@ pub unsafe extern "C" fn uroce_ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn uroce_ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut c_void {
     let _ = qp;
-    report(&FfiError::Unsupported("the extended QP API (ibv_qp_to_qp_ex)"));
+    report(&FfiError::Unsupported(
+        "the extended QP API (ibv_qp_to_qp_ex)",
+    ));
     set_errno(libc::EOPNOTSUPP);
     std::ptr::null_mut()
 }
