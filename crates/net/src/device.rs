@@ -8,13 +8,16 @@
 //!
 //! 1. receive: up to a few `recvmmsg` batches; every accepted packet goes to the QP its BTH
 //!    names (a counted reference from the context's QP table; unknown QPNs and QPs without
-//!    an engine are dropped and counted) through [`QpRef::engine_handle_packet`];
+//!    an engine are dropped and counted) through [`QpRef::engine_handle_packet`], with an
+//!    [`Arrival`] holding the sender's address (from the socket) and the device's own;
 //! 2. timers: QPs whose retransmit or RNR deadline has passed get
 //!    [`QpRef::engine_handle_timeout`];
 //! 3. transmit: every QP touched above or rung by `post_send` emits its packets into the
-//!    device's transmit buffer ([`QpRef::engine_transmit`]); they are sealed (ICRC for the
-//!    IP header the kernel emits) and leave in `sendmmsg` batches; each QP's next deadline
-//!    is recorded.
+//!    device's transmit buffer ([`QpRef::engine_transmit`]), each with its own destination
+//!    address (a connected QP's peer, or a datagram QP's address handle); they are sealed
+//!    (ICRC for the IP header the kernel emits for that destination) and leave in
+//!    `sendmmsg` batches, consecutive equal-length packets to one destination as GSO
+//!    trains; each QP's next deadline is recorded.
 //!
 //! Three kinds of threads run the step:
 //! * the **progress thread** (one per device, unless disabled) blocks in `poll(2)` on the
@@ -46,9 +49,10 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use rustix::event::{eventfd, EventfdFlags, PollFd, PollFlags, Timespec};
-use uroce_proto::rc::RcCounters;
 use uroce_proto::time::Instant;
-use uroce_verbs::{Context, Device, DeviceConfig, Gid, QpRef, Transport};
+use uroce_verbs::{
+    Arrival, Context, Device, DeviceConfig, EngineCounters, Gid, QpRef, Transport, TxPacket,
+};
 use uroce_wire::opcode::{self, Operation};
 use uroce_wire::ROCEV2_UDP_PORT;
 
@@ -165,7 +169,7 @@ pub struct DeviceCounters {
     /// Packets for a QP that has no transport engine (not RC, or not yet in RTR).
     pub no_engine: u64,
     /// Transport counters summed over the live QPs.
-    pub transport: RcCounters,
+    pub transport: EngineCounters,
 }
 
 impl DeviceCounters {
@@ -185,7 +189,7 @@ pub struct QpCounters {
     /// The QP number.
     pub qpn: u32,
     /// Its transport engine's counters.
-    pub transport: RcCounters,
+    pub transport: EngineCounters,
 }
 
 impl QpCounters {
@@ -195,7 +199,7 @@ impl QpCounters {
     }
 }
 
-fn rc_fields(c: &RcCounters) -> Vec<(&'static str, u64)> {
+fn rc_fields(c: &EngineCounters) -> Vec<(&'static str, u64)> {
     vec![
         ("qp_packets_sent", c.packets_sent),
         ("qp_packets_received", c.packets_received),
@@ -230,7 +234,7 @@ fn rc_fields(c: &RcCounters) -> Vec<(&'static str, u64)> {
     ]
 }
 
-fn add_rc(sum: &mut RcCounters, c: &RcCounters) {
+fn add_rc(sum: &mut EngineCounters, c: &EngineCounters) {
     macro_rules! add {
         ($($f:ident),*) => { $( sum.$f += c.$f; )* };
     }
@@ -267,7 +271,8 @@ struct Io {
     sock: RoceSocket,
     rx: RecvBatch,
     tx: Vec<u8>,
-    lens: Vec<usize>,
+    /// Length and destination of each packet in `tx`.
+    lens: Vec<TxPacket>,
     /// QPs with a pending deadline.
     timers: HashMap<u32, Instant>,
     /// QPs to visit for transmit in this step.
@@ -363,6 +368,7 @@ impl Shared {
             work |= self.transmit_all(io, &qpns, now);
         }
         // 1. Receive.
+        let local_ip = io.sock.local_addr().ip();
         for _ in 0..RX_ROUNDS {
             let n = match io.sock.recv_batch(&mut io.rx) {
                 Ok(n) => n,
@@ -385,7 +391,10 @@ impl Shared {
                     },
                 };
                 let qp = last.insert(qp);
-                let Some(delivered) = qp.engine_handle_packet(now, &r.packet) else {
+                // The socket reports the source address; the IP header's traffic class
+                // and hop limit are not asked for (Arrival's defaults).
+                let from = Arrival::new(r.src.ip(), local_ip);
+                let Some(delivered) = qp.engine_handle_packet(now, &from, &r.packet) else {
                     self.no_engine.fetch_add(1, Ordering::Relaxed);
                     continue;
                 };
@@ -493,10 +502,6 @@ impl Shared {
 
     /// Sends what `qp` has to send (bounded); returns whether anything was sent.
     fn transmit(&self, io: &mut Io, qp: &QpRef, now: Instant) -> bool {
-        let Some(peer) = qp.engine_peer() else {
-            return false;
-        };
-        let dst = SocketAddr::new(peer, self.port);
         let mut sent = false;
         for round in 0..TX_ROUNDS {
             io.lens.clear();
@@ -506,7 +511,7 @@ impl Shared {
             }
             sent = true;
             let Io { sock, tx, lens, .. } = io;
-            send_runs(sock, dst, tx, lens);
+            send_runs(sock, self.port, tx, lens);
             if !t.limited {
                 break;
             }
@@ -523,58 +528,60 @@ impl Shared {
     }
 }
 
-/// Sends the packets laid back to back in `tx` (lengths in `lens`) to `dst`, in order.
-/// Runs of at least two equal-length packets (the last of a run may be shorter) go out as
+/// Sends the packets laid back to back in `tx` (length and destination of each in `pkts`)
+/// in order, each to its own destination (UDP port `port`). Runs of at least two
+/// equal-length packets to one destination (the last of a run may be shorter) go out as
 /// trains, with UDP GSO where the socket can (one system call for up to 64 datagrams of
-/// many packets each); other packets (ACKs, single-packet messages) are batched into one
-/// `sendmmsg`. Every packet's ICRC is sealed for the header the kernel gives it. A full
-/// socket buffer is retried briefly; packets that still do not fit are left to the
-/// engines' retransmission.
-fn send_runs(sock: &mut RoceSocket, dst: SocketAddr, tx: &mut [u8], lens: &[usize]) {
-    let mut singles: Vec<(usize, usize)> = Vec::new();
+/// many packets each); other packets (ACKs, single-packet messages, datagrams to several
+/// destinations) are batched into one `sendmmsg`. Every packet's ICRC is sealed for the
+/// header the kernel gives it. A full socket buffer is retried briefly; packets that
+/// still do not fit are left to the engines' retransmission.
+fn send_runs(sock: &mut RoceSocket, port: u16, tx: &mut [u8], pkts: &[TxPacket]) {
+    let mut singles: Vec<(usize, usize, SocketAddr)> = Vec::new();
     let mut off = 0;
     let mut i = 0;
     // Bounded: every pass consumes at least one packet.
-    while let Some(&len) = lens.get(i) {
+    while let Some(first) = pkts.get(i) {
+        let len = first.len;
         let mut j = i + 1;
         let mut end = off + len;
-        while let Some(&next) = lens.get(j) {
-            if next > len {
+        while let Some(next) = pkts.get(j) {
+            if next.len > len || next.dst != first.dst {
                 break;
             }
-            end += next;
+            end += next.len;
             j += 1;
-            if next < len {
+            if next.len < len {
                 break;
             }
         }
+        let dst = SocketAddr::new(first.dst, port);
         if j - i >= 2 {
-            send_singles(sock, dst, tx, &mut singles);
+            send_singles(sock, tx, &mut singles);
             if let Some(run) = tx.get_mut(off..end) {
                 send_train_all(sock, dst, run, len);
             }
             off = end;
             i = j;
         } else {
-            singles.push((off, len));
+            singles.push((off, len, dst));
             off += len;
             i += 1;
         }
     }
-    send_singles(sock, dst, tx, &mut singles);
+    send_singles(sock, tx, &mut singles);
 }
 
-/// Seals and sends the packets at `(offset, length)` of `tx` in one batch.
+/// Seals and sends the packets at `(offset, length, destination)` of `tx` in one batch.
 fn send_singles(
     sock: &mut RoceSocket,
-    dst: SocketAddr,
     tx: &mut [u8],
-    singles: &mut Vec<(usize, usize)>,
+    singles: &mut Vec<(usize, usize, SocketAddr)>,
 ) {
     if singles.is_empty() {
         return;
     }
-    for &(off, len) in singles.iter() {
+    for &(off, len, dst) in singles.iter() {
         if let Some(p) = tx.get_mut(off..off + len) {
             // A packet that cannot be sealed (impossible addresses) is not worth sending;
             // the engine retransmits it.
@@ -583,8 +590,7 @@ fn send_singles(
     }
     let pkts: Vec<OutPacket<'_>> = singles
         .iter()
-        .filter_map(|&(off, len)| tx.get(off..off + len))
-        .map(|roce| OutPacket { dst, roce })
+        .filter_map(|&(off, len, dst)| tx.get(off..off + len).map(|roce| OutPacket { dst, roce }))
         .collect();
     let mut done = 0;
     for _attempt in 0..8 {
@@ -823,7 +829,7 @@ impl NetDevice {
     /// The device's counters now.
     pub fn counters(&self) -> DeviceCounters {
         let socket = lock(&self.shared.io).sock.counters();
-        let mut transport = RcCounters::default();
+        let mut transport = EngineCounters::default();
         for qpn in self.shared.ctx.qp_numbers() {
             if let Some(c) = self
                 .shared

@@ -10,7 +10,7 @@ use std::net::IpAddr;
 use uroce_proto::qp_state::{AttrMask, ModifyError, QpState, QpType};
 
 use crate::event::{ElementKind, EventType};
-use crate::qp::WrOpcode;
+use crate::qp::SendOpcode;
 
 /// Object kinds, for error messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -269,7 +269,9 @@ pub enum RaiseError {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum CreateQpError {
-    /// uroce does not implement this QP type (SMI, RAW_PACKET).
+    /// uroce does not implement this QP type (SMI, RAW_PACKET), or, on a context with a
+    /// transport (a network device's), no transport engine exists for it (see
+    /// [`crate::engine::engine_supported`]).
     #[error("QP type {0} is not supported")]
     UnsupportedType(QpType),
     /// This QP type is created elsewhere (XRC_RECV: through its XRC domain).
@@ -390,7 +392,7 @@ pub enum PostError {
     #[error("opcode {opcode:?} is not supported on a {qp_type} QP")]
     UnsupportedOpcode {
         /// The opcode.
-        opcode: WrOpcode,
+        opcode: SendOpcode,
         /// The QP type.
         qp_type: QpType,
     },
@@ -412,7 +414,7 @@ pub enum PostError {
     },
     /// The INLINE flag on an opcode that carries no local data to inline.
     #[error("IBV_SEND_INLINE is not valid for {0:?}")]
-    InlineNotAllowed(WrOpcode),
+    InlineNotAllowed(SendOpcode),
     /// An atomic WR whose local buffer is shorter than 8 bytes.
     #[error("atomic WR needs an 8-byte local buffer, has {len}")]
     AtomicLength {
