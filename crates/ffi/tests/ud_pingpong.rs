@@ -5,13 +5,13 @@
 //! UD QPs (each side creates an address handle for its peer, `is_global` with `-g 0`, and
 //! sends every message with `wr.ud` naming it, the peer's QPN and the Q_Key 0x11111111).
 //!
-//! The program posts receives of `size + 40` bytes (the GRH area comes first) and refuses a
-//! `size` larger than the port's active MTU, which is 1024 on a uroce port (a 1500-byte
-//! Ethernet link less the RoCEv2 headers): its default size (2048) stops it with
-//! "Requested size larger than port MTU (1024)" before it creates anything, so the runs
-//! pass `-s 1024` (the largest datagram, one full-MTU packet) in place of the default,
-//! plus `-s 1`, 10000 iterations (the 500-deep receive queue refilled 20 times) and event
-//! mode (`-e`), with and without buffer validation (`-c`).
+//! The program posts receives of `size + 40` bytes (the GRH area comes first) and clamps a
+//! `size` larger than the port's active MTU to the MTU, which is 1024 on a uroce port (a
+//! 1500-byte Ethernet link less the RoCEv2 headers): its default size (2048) runs as
+//! 1024-byte datagrams (an explicit `-s 2048` is refused with the program's own message).
+//! The runs: the default size, `-s 1024` (one full-MTU packet per
+//! datagram) with and without buffer validation (`-c`), `-s 1`, 10000 iterations (the
+//! 500-deep receive queue refilled 20 times) and event mode (`-e`).
 //!
 //! Expectations come from the program's documented behaviour, not from uroce: both exit
 //! 0; each prints its own and its peer's address and the peer's QPN/PSN equal what the
@@ -20,14 +20,13 @@
 //! `UROCE_REQUIRE_TOOLS=1`.
 
 use std::net::Ipv4Addr;
-use std::os::unix::process::ExitStatusExt as _;
 use std::time::Duration;
 
 mod support;
 
 use support::{
-    assert_library_defines_imports, check_pingpong, debian_command, free_tcp_port, have_program,
-    run_pingpong, LibDir,
+    assert_both_succeeded, assert_library_defines_imports, check_pingpong, debian_command,
+    free_tcp_port, have_program, run_pingpong, run_server_client, LibDir,
 };
 use uroce_testkit::run;
 
@@ -110,29 +109,48 @@ fn debian_ud_pingpong_10000_iterations() {
     );
 }
 
-/// The default size (2048) is larger than the port's MTU: the program itself refuses it,
-/// with its own message and status 1, on both sides, and nothing hangs.
+/// With no `-s` the program's default size (2048) is larger than the port's active MTU:
+/// the program clamps it to the MTU and exchanges 1024-byte datagrams.
 #[test]
-fn debian_ud_pingpong_default_size_exceeds_the_port_mtu() {
-    const TEST: &str = "debian_ud_pingpong_default_size_exceeds_the_port_mtu";
+fn debian_ud_pingpong_default_size_is_clamped_to_the_mtu() {
+    const TEST: &str = "debian_ud_pingpong_default_size_is_clamped_to_the_mtu";
+    if !have_program(TEST, PROGRAM) {
+        return;
+    }
+    let (server, client) = (addr(11), addr(12));
+    let dir = LibDir::new(TEST);
+    let port = free_tcp_port();
+    let args: Vec<String> = vec!["-g".into(), "0".into(), "-p".into(), port.to_string()];
+    let server_cmd = debian_command(&dir, PROGRAM, server, &args);
+    let client_args = [args, vec![server.to_string()]].concat();
+    let client_cmd = debian_command(&dir, PROGRAM, client, &client_args);
+    let (s_out, c_out) = run_server_client(TEST, server_cmd, client_cmd, port, LIMIT);
+    assert_both_succeeded(TEST, &s_out, &c_out);
+    check_pingpong(
+        TEST,
+        (server, client),
+        (MTU, ITERS),
+        (&s_out.stdout, &c_out.stdout),
+    );
+}
+
+/// An explicit size above the port's active MTU is refused by the program itself, with
+/// its own message and status 1, before it opens its TCP connection.
+#[test]
+fn debian_ud_pingpong_refuses_an_explicit_size_above_the_mtu() {
+    const TEST: &str = "debian_ud_pingpong_refuses_an_explicit_size_above_the_mtu";
     if !have_program(TEST, PROGRAM) {
         return;
     }
     let dir = LibDir::new(TEST);
     let port = free_tcp_port().to_string();
-    let server_args: Vec<String> = ["-g", "0", "-p", &port].map(str::to_owned).to_vec();
-    let client_args = [server_args.clone(), vec![addr(11).to_string()]].concat();
-    // The refusal comes before any network or TCP activity, so the sides run in turn.
-    for (who, args) in [("server", server_args), ("client", client_args)] {
-        let cmd = debian_command(&dir, PROGRAM, addr(12), &args);
-        let out = run(cmd, LIMIT).unwrap_or_else(|e| panic!("{TEST} {who}: {e}"));
-        let report = format!(
-            "{TEST} {who}: {:?}\n{}{}",
-            out.status, out.stdout, out.stderr
-        );
-        assert_eq!(out.status.signal(), None, "{report}");
-        assert_eq!(out.status.code(), Some(1), "{report}");
-        let want = format!("Requested size larger than port MTU ({MTU})");
-        assert!(out.stderr.lines().any(|l| l.trim() == want), "{report}");
-    }
+    let args: Vec<String> = ["-g", "0", "-p", &port, "-s", "2048"]
+        .map(str::to_owned)
+        .to_vec();
+    let cmd = debian_command(&dir, PROGRAM, addr(13), &args);
+    let out = run(cmd, LIMIT).unwrap_or_else(|e| panic!("{TEST}: {e}"));
+    let report = format!("{TEST}: {:?}\n{}{}", out.status, out.stdout, out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{report}");
+    let want = format!("Requested size larger than port MTU ({MTU})");
+    assert!(out.stderr.lines().any(|l| l.trim() == want), "{report}");
 }

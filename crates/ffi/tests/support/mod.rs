@@ -352,7 +352,8 @@ pub fn pingpong_address(out: &str, prefix: &str) -> (String, String, String) {
             .skip_while(|w| *w != key)
             .nth(1)
             .unwrap_or_else(|| panic!("no {key} in {line:?}"))
-            .trim_end_matches(',')
+            // ibv_ud_pingpong ends its local PSN with ':', the others with ','.
+            .trim_end_matches([',', ':'])
             .to_owned()
     };
     (word_after("QPN"), word_after("PSN"), word_after("GID"))
