@@ -13,6 +13,7 @@ use std::ptr::NonNull;
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError};
 
 use uroce_net::NetDevice;
+use uroce_verbs::UdDest;
 use uroce_verbs::{
     AccessFlags, Ah, AhAttr, AtomicInfo, CompChannel, Cq, CqEvent, CqRef, Gid, Mr, PathMigState,
     Pd, Qp, QpAttr, QpCap, QpRef, QpState, RdmaInfo, RecvWr, SendFlags, SendOpcode, SendWr, Sge,
@@ -454,6 +455,24 @@ pub(crate) unsafe fn send_wr_from_c(wr: &ibv_send_wr, max_inline: u32) -> Result
     // SAFETY: the qp_type union's xrc member is one u32; any bits are valid.
     out.xrc_remote_srqn = unsafe { wr.qp_type.xrc.remote_srqn };
     Ok(out)
+}
+
+/// The destination of a send WR on a UD QP (`wr.ud`: the address handle, which must be a
+/// live one handed out by this library, the remote QPN and Q_Key). The verbs layer checks
+/// that the AH belongs to the QP's PD.
+pub(crate) fn ud_dest_from_c(wr: &ibv_send_wr) -> Result<UdDest, FfiError> {
+    // SAFETY: the union's ud member is a pointer and two integers; any bits are valid
+    // (the pointer is only compared with the registry's keys, never dereferenced).
+    let ud = unsafe { wr.wr.ud };
+    let objs = objects();
+    let ah = objs.ahs.get(&(ud.ah as usize)).ok_or(FfiError::BadHandle {
+        what: "ah (wr.ud.ah)",
+    })?;
+    Ok(UdDest {
+        ah: ah.ah.reference(),
+        remote_qpn: ud.remote_qpn & 0x00ff_ffff,
+        remote_qkey: ud.remote_qkey,
+    })
 }
 
 /// Converts one C receive WR (not following `next`).

@@ -17,6 +17,7 @@ pub mod memory;
 pub mod qp_state;
 pub mod rc;
 pub mod time;
+pub mod uc;
 pub mod ud;
 pub mod wc;
 pub mod wr;

@@ -91,11 +91,11 @@ use uroce_wire::ip::{roce_headers_with, Endpoints, IpFields, IPV4_HEADER_LEN};
 use uroce_wire::opcode::{self, Operation, Transport};
 use uroce_wire::{bth, deth, immdt, PacketRepr, Pmtu, Psn, ICRC_LEN, ROCEV2_UDP_PORT};
 
-use crate::build::{build, fill_payload, BuildError};
+use crate::build::{build, fill_payload, pkey_match, BuildError};
 use crate::engine::{Arrival, Engine, EngineCounters, Transmit};
 use crate::memory::{scatter, sg_total};
 use crate::qp_state::{QpState, QpType};
-use crate::rc::{pkey_match, CqKind, Env, PostError, QpEvent, RtsAttrs};
+use crate::rc::{CqKind, Env, PostError, QpEvent, RtsAttrs};
 use crate::time::Instant;
 use crate::wr::{
     RecvWr, SendFlags, SendOpcode, SendWr, WcFlags, WcOpcode, WcStatus, WorkCompletion, WrError,

@@ -4,7 +4,9 @@
 //! In a context with a [`Transport`] installed (every context of a network device), a QP
 //! gets its engine at the INIT→RTR transition from [`build_engine`], the one factory that
 //! knows the transports: it builds the engine for the QP's type from the QP's attributes
-//! (RC: [`uroce_proto::rc::RcQp`]); receive WRs posted in INIT move into it. Only the types
+//! (RC: [`uroce_proto::rc::RcQp`]; UC: [`uroce_proto::uc::UcQp`]; UD and GSI:
+//! [`uroce_proto::ud::UdQp`], whose largest datagram is the port's active MTU); receive
+//! WRs posted in INIT move into it. Only the types
 //! [`engine_supported`] names can be created on such a context at all (others are refused
 //! by `create_qp` with `CreateQpError::UnsupportedType`), so no QP accepts work that no
 //! engine would ever carry. From then on
@@ -39,6 +41,8 @@ use uroce_proto::rc::{
     SharedRecvQueue,
 };
 use uroce_proto::time::Instant;
+use uroce_proto::uc::{UcConfig, UcQp};
+use uroce_proto::ud::{UdConfig, UdQp};
 use uroce_proto::wr as pwr;
 use uroce_wire::PacketRepr;
 
@@ -74,9 +78,7 @@ pub(crate) type TransportSlot = std::sync::OnceLock<StdArc<dyn Transport>>;
 /// [`Transport`] (a network device's) creates. The one place to extend when an engine is
 /// added to [`build_engine`].
 pub const fn engine_supported(qp_type: QpType) -> bool {
-    // UD/GSI: `uroce_proto::ud::UdQp`, UC: `uroce_proto::uc::UcQp` join here when their
-    // arms in `build_engine` are enabled.
-    matches!(qp_type, QpType::Rc)
+    matches!(qp_type, QpType::Rc | QpType::Uc | QpType::Ud | QpType::Gsi)
 }
 
 /// On a context with a transport, a QP whose type no engine carries would accept work and
@@ -341,20 +343,8 @@ fn drain(core: &Arc<QpCore>, inner: &mut QpInner) -> usize {
 fn build_engine(core: &QpCore, inner: &QpInner) -> Option<Box<dyn Engine>> {
     match core.qp_type {
         QpType::Rc => Some(Box::new(RcQp::new_rtr(rc_config(core, inner)))),
-        // UD and GSI plug in here: `UdQp::new_rtr(ud_config(core, inner))` with a
-        // `uroce_proto::ud::UdConfig` of: qpn = core.qpn, qp_type = core.qp_type,
-        // qkey = inner.attr.qkey, pmtu = the port's active MTU
-        // (core.ctx.device.active_mtu()), sq_psn = inner.attr.sq_psn, sq_sig_all,
-        // max_send_wr / max_recv_wr = core.cap, use_srq = core.srq.is_some(), pkey and
-        // pkey_index as in `rc_config`, local = the device's GID 0 as an IP address
-        // (`local_ip`). Then add Ud and Gsi to `engine_supported`.
-        QpType::Ud | QpType::Gsi => None,
-        // UC plugs in here: `UcQp::new_rtr(uc_config(core, inner))` with a
-        // `uroce_proto::uc::UcConfig` of: qpn, dest_qpn = inner.attr.dest_qp_num,
-        // peer = inner.attr.ah_attr.dest_ip(), pmtu = inner.attr.path_mtu, sq_psn, rq_psn,
-        // access (as in `rc_config`), sq_sig_all, max_send_wr, max_recv_wr, use_srq, pkey.
-        // Then add Uc to `engine_supported`.
-        QpType::Uc => None,
+        QpType::Ud | QpType::Gsi => Some(Box::new(UdQp::new_rtr(ud_config(core, inner)?))),
+        QpType::Uc => Some(Box::new(UcQp::new_rtr(uc_config(core, inner)))),
         // XRC (M2 later), and the types uroce never creates.
         QpType::XrcSend | QpType::XrcRecv | QpType::Smi | QpType::RawPacket => None,
     }
@@ -362,13 +352,55 @@ fn build_engine(core: &QpCore, inner: &QpInner) -> Option<Box<dyn Engine>> {
 
 /// The device's own address (GID 0), what a datagram engine puts in the GRH area of a
 /// receive as the destination.
-#[allow(dead_code)] // used by the UD/GSI arm of `build_engine` once that engine merges
 fn local_ip(core: &QpCore) -> Option<IpAddr> {
     core.ctx
         .device
         .gid(crate::device::PORT_NUM, 0)
         .ok()
         .map(|g| g.to_ip())
+}
+
+/// The P_Key at the QP's `pkey_index` (0xFFFF, the default P_Key, if there is none).
+fn pkey(core: &QpCore, inner: &QpInner) -> u16 {
+    core.ctx
+        .device
+        .pkey(crate::device::PORT_NUM, inner.attr.pkey_index)
+        .unwrap_or(0xffff)
+}
+
+/// The UD (or GSI) engine's configuration from the QP's attributes at INIT→RTR: the
+/// Q_Key and P_Key index of INIT, the port's active MTU as the largest datagram (a UD QP
+/// has no path MTU attribute), the device's address as the local end of every datagram.
+/// `None` when the device has no address (GID 0 empty), which a network device always has.
+fn ud_config(core: &QpCore, inner: &QpInner) -> Option<UdConfig> {
+    let a = &inner.attr;
+    let mut cfg = UdConfig::new(core.qpn, a.qkey, local_ip(core)?);
+    cfg.qp_type = core.qp_type;
+    cfg.pmtu = core.ctx.device.active_mtu();
+    cfg.sq_psn = a.sq_psn;
+    cfg.sq_sig_all = core.sq_sig_all;
+    cfg.max_send_wr = core.cap.max_send_wr;
+    cfg.max_recv_wr = core.cap.max_recv_wr;
+    cfg.use_srq = core.srq.is_some();
+    cfg.pkey = pkey(core, inner);
+    cfg.pkey_index = a.pkey_index;
+    Some(cfg)
+}
+
+/// The UC engine's configuration from the QP's attributes at INIT→RTR.
+fn uc_config(core: &QpCore, inner: &QpInner) -> UcConfig {
+    let a = &inner.attr;
+    let mut cfg = UcConfig::new(core.qpn, a.dest_qp_num, a.ah_attr.dest_ip());
+    cfg.pmtu = a.path_mtu;
+    cfg.sq_psn = a.sq_psn;
+    cfg.rq_psn = a.rq_psn;
+    cfg.access = RemoteAccess::from_bits_truncate(a.qp_access_flags.bits());
+    cfg.sq_sig_all = core.sq_sig_all;
+    cfg.max_send_wr = core.cap.max_send_wr;
+    cfg.max_recv_wr = core.cap.max_recv_wr;
+    cfg.use_srq = core.srq.is_some();
+    cfg.pkey = pkey(core, inner);
+    cfg
 }
 
 /// The RC engine's configuration from the QP's attributes at INIT→RTR.
@@ -389,11 +421,7 @@ fn rc_config(core: &QpCore, inner: &QpInner) -> RcConfig {
     cfg.max_send_wr = core.cap.max_send_wr;
     cfg.max_recv_wr = core.cap.max_recv_wr;
     cfg.use_srq = core.srq.is_some();
-    cfg.pkey = core
-        .ctx
-        .device
-        .pkey(crate::device::PORT_NUM, a.pkey_index)
-        .unwrap_or(0xffff);
+    cfg.pkey = pkey(core, inner);
     cfg.peer = a.ah_attr.dest_ip();
     cfg
 }

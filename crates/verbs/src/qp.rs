@@ -10,7 +10,7 @@
 //! so a rejected modify leaves state and attributes exactly as they were; the error names
 //! the offending attribute ([`ModifyQpError::attr`]).
 //!
-//! Side effects of transitions (IBA Vol 1 §10.3; docs/INTEROP-NOTES.md §6):
+//! Side effects of transitions (roce-spec §3.5, §4 notes):
 //! * **→ ERR**: every outstanding send WR completes with `WR_FLUSH_ERR` on the send CQ in
 //!   posting order — error completions are generated even for unsignaled WRs — and every
 //!   receive WR with `WR_FLUSH_ERR` on the receive CQ in posting order. A QP that receives
@@ -25,7 +25,7 @@
 //!
 //! # Posting
 //!
-//! [`QpRef::post_send`] follows the post rules of docs/INTEROP-NOTES.md §6: RESET/INIT/RTR refuse,
+//! [`QpRef::post_send`] follows the post rules of roce-spec §4 notes: RESET/INIT/RTR refuse,
 //! RTS queues, SQD queues without starting, SQE/ERR flush. The opcode must suit the QP type
 //! (RC and XRC_SEND: all implemented opcodes; UC: SEND and RDMA WRITE with or without
 //! immediate; UD/GSI: SEND with or without immediate), the SGE count and inline size must fit
@@ -41,7 +41,7 @@
 //!   *in flight*.
 //! * [`QpRef::complete_send`] — completes the oldest in-flight send WR with a status. A CQE
 //!   is written when `sq_sig_all`, the WR was `SIGNALED`, or the status is an error
-//!   (IBA §10.8). In SQD, completing the last in-flight WR raises `SQ_DRAINED`.
+//!   (§3.4). In SQD, completing the last in-flight WR raises `SQ_DRAINED`.
 //! * [`QpRef::take_recv_wqe`] — takes the next receive WQE from the RQ or the SRQ (which
 //!   raises `SRQ_LIMIT_REACHED` when it crosses its armed limit); XRC_RECV QPs use
 //!   [`QpRef::take_xrc_recv_wqe`] with the SRQ number from the packet.
@@ -80,7 +80,7 @@ use crate::table::{wait_unreferenced, InsertError};
 use crate::wc::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
 use crate::xrcd::XrcdCore;
 
-/// Largest total length of a receive WR (docs/INTEROP-NOTES.md §6: "< 2^31").
+/// Largest total length of a receive WR (roce-spec §4 notes: "< 2^31").
 pub const MAX_RECV_LEN: u64 = (1 << 31) - 1;
 
 bitflags::bitflags! {
@@ -383,7 +383,7 @@ pub struct QpAttr {
 }
 
 impl Default for QpAttr {
-    /// The attributes of a QP in RESET: path MTU 256 (rxe's choice, INTEROP-NOTES §4), port 1,
+    /// The attributes of a QP in RESET: path MTU 256 (what rxe starts with, §1.6), port 1,
     /// everything else zero.
     fn default() -> QpAttr {
         QpAttr {
@@ -778,7 +778,7 @@ impl QpCore {
         )
     }
 
-    /// Moves the QP to ERR: flushes both queues (IBA §10.3). Called with the lock held.
+    /// Moves the QP to ERR: flushes both queues (§3.5). Called with the lock held.
     fn enter_err_locked(this: &Arc<QpCore>, inner: &mut QpInner) {
         inner.attr.qp_state = QpState::Err;
         inner.attr.sq_draining = false;
@@ -1263,7 +1263,7 @@ impl QpRef {
     }
 
     /// Engine API: completes the oldest in-flight send WR with `status`. Returns the CQE if
-    /// one was generated (signaled rule, IBA §10.8).
+    /// one was generated (signaled rule, §3.4).
     pub fn complete_send(&self, status: WcStatus) -> Result<Option<WorkCompletion>, EngineError> {
         let core = &self.core;
         let mut inner = self.lock();
@@ -1389,7 +1389,7 @@ impl QpRef {
         }
     }
 
-    /// Engine API: moves the QP to ERR after an internal error (flushing, IBA §10.3) and raises
+    /// Engine API: moves the QP to ERR after an internal error (flushing, §3.5) and raises
     /// `event` if given (must be a QP event). Does nothing to a QP in RESET or already in
     /// ERR, except raising the event.
     pub fn enter_error(&self, event: Option<EventType>) -> Result<(), RaiseError> {
