@@ -12,12 +12,13 @@
 //! value; `ibv_get_cq_event` returns 0 or -1 + `errno`.
 
 use std::ffi::{c_char, c_int, c_uint, c_void, CString};
+use std::io::Write as _;
 use std::os::fd::AsRawFd as _;
 use std::sync::{Arc, LazyLock};
 
 use uroce_verbs::{
-    AccessFlags, Children, CompChannel, CqRef, DestroyError, MemBlock, ObjectKind, QpInitAttr,
-    QpType, SrqAttr, SrqAttrMask, SrqInitAttr, WcStatus, WorkCompletion,
+    AccessFlags, Children, CompChannel, CqRef, CreateQpError, DestroyError, MemBlock, ObjectKind,
+    QpInitAttr, QpType, SrqAttr, SrqAttrMask, SrqInitAttr, WcStatus, WorkCompletion,
 };
 
 use crate::abi::*;
@@ -837,10 +838,26 @@ pub unsafe extern "C" fn uroce_ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
 // Queue pairs.
 // ---------------------------------------------------------------------------------------
 
-/// `ibv_create_qp(pd, init_attr)`: an RC QP in RESET, taking its receive WQEs from
-/// `init_attr->srq` when that is set (`init_attr->cap` is updated to the granted sizes:
-/// no receive queue of its own with an SRQ); NULL + `errno` (`EINVAL`; `EOPNOTSUPP` for
-/// other QP types).
+/// `create_qp`'s refusal as the C library reports it: `EOPNOTSUPP` for a QP type no
+/// transport engine carries (the verbs layer's typed `UnsupportedType`) or one created
+/// through an XRC domain (which this library does not open), `EINVAL` for the rest. The
+/// reason is printed on stderr under `UROCE_DEBUG=1`.
+fn create_qp_error(e: CreateQpError) -> FfiError {
+    let errno = match e {
+        CreateQpError::UnsupportedType(_) | CreateQpError::NeedsXrcDomain(_) => libc::EOPNOTSUPP,
+        _ => libc::EINVAL,
+    };
+    if std::env::var_os("UROCE_DEBUG").is_some_and(|v| !v.is_empty()) {
+        // A failed write to stderr is ignored: diagnostics must not fail the call.
+        let _ = writeln!(std::io::stderr(), "uroce: ibv_create_qp: {e}");
+    }
+    refused("ibv_create_qp", errno, e)
+}
+
+/// `ibv_create_qp(pd, init_attr)`: a QP in RESET of a type the network device has a
+/// transport engine for (RC), taking its receive WQEs from `init_attr->srq` when that is
+/// set (`init_attr->cap` is updated to the granted sizes: no receive queue of its own
+/// with an SRQ); NULL + `errno` (`EINVAL`; `EOPNOTSUPP` for the other QP types).
 ///
 /// # Safety
 /// `init_attr` is NULL or points to a readable and writable `struct ibv_qp_init_attr`.
@@ -856,11 +873,8 @@ pub unsafe extern "C" fn uroce_ibv_create_qp(
             }
             // SAFETY: caller guarantee: readable init_attr (checked non-NULL).
             let ia = unsafe { init_attr.read() };
-            // Only RC QPs get a transport engine from the network device; a UC or UD QP
-            // would accept posts and never send them, so they are refused.
-            let qp_type = QpType::from_u32(ia.qp_type)
-                .filter(|t| *t == QpType::Rc)
-                .ok_or(FfiError::Unsupported("QP types other than RC"))?;
+            let qp_type =
+                QpType::from_u32(ia.qp_type).ok_or(FfiError::Invalid("unknown QP type"))?;
             let mut objs = objects();
             let pd_entry = objs.pd(pd)?;
             let send_cq = objs.cq(ia.send_cq)?;
@@ -878,10 +892,7 @@ pub unsafe extern "C" fn uroce_ibv_create_qp(
                 cap: cap_from_c(&ia.cap),
                 sq_sig_all: ia.sq_sig_all != 0,
             };
-            let qp = pd_entry
-                .pd
-                .create_qp(&attr)
-                .map_err(|e| refused("ibv_create_qp", libc::EINVAL, e))?;
+            let qp = pd_entry.pd.create_qp(&attr).map_err(create_qp_error)?;
             let cap = qp.query().1.cap;
             let net = Arc::clone(&pd_entry.net);
             // SAFETY: `pd` is a registered, live PD allocated by uroce (lock held).
