@@ -59,6 +59,7 @@ use uroce_wire::ROCEV2_UDP_PORT;
 use crate::capture::Capture;
 use crate::error::NetError;
 use crate::faults::FaultConfig;
+use crate::gsi::Gsi;
 use crate::socket::{IcrcPolicy, OutPacket, RecvBatch, RoceSocket, SocketConfig};
 use crate::CounterSnapshot;
 
@@ -759,6 +760,8 @@ impl Transport for Hook {
 /// A verbs device bound to a UDP socket, with its opened context and progress engine
 /// (see the module docs).
 pub struct NetDevice {
+    /// QP1 and its resources; `None` only while the device closes.
+    gsi: Option<Gsi>,
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
     local: SocketAddr,
@@ -842,11 +845,27 @@ impl NetDevice {
         } else {
             None
         };
-        Ok(NetDevice {
+        let mut dev = NetDevice {
+            gsi: None,
             shared,
             thread,
             local,
-        })
+        };
+        // QP1 belongs to the device (see `crate::gsi`). On failure `dev` drops: the
+        // progress thread stops and what was created is released.
+        let gsi = Gsi::open(&dev.shared.ctx, local.ip(), cfg.progress_thread)?;
+        dev.gsi = Some(gsi);
+        Ok(dev)
+    }
+
+    /// The device's GSI QP (QP1): sends and receives MADs (see [`crate::gsi`]).
+    pub fn gsi(&self) -> &Gsi {
+        match &self.gsi {
+            Some(g) => g,
+            // invariant: `gsi` is set by `open` before the device is returned and taken
+            // only by `close`/`drop`, which consume the device.
+            None => unreachable!("the GSI QP lives as long as its device"),
+        }
     }
 
     /// The verbs context: create PDs, CQs, QPs and MRs from it.
@@ -909,12 +928,21 @@ impl NetDevice {
     /// # Errors
     /// Writing the capture file failed.
     pub fn close(mut self) -> Result<(), NetError> {
+        self.close_gsi();
         self.stop_thread();
         let mut io = lock(&self.shared.io);
         let _ = io.sock.flush_held();
         match io.sock.capture_mut() {
             Some(c) => c.flush(),
             None => Ok(()),
+        }
+    }
+
+    /// Destroys QP1 (its sends leave first: destroying a QP flushes it to the network)
+    /// and its resources, before the rest of the device goes.
+    fn close_gsi(&mut self) {
+        if let Some(g) = self.gsi.take() {
+            g.close();
         }
     }
 
@@ -937,6 +965,7 @@ impl NetDevice {
 
 impl Drop for NetDevice {
     fn drop(&mut self) {
+        self.close_gsi();
         self.stop_thread();
         if let Ok(mut io) = self.shared.io.lock() {
             if let Some(c) = io.sock.capture_mut() {

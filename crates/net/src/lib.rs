@@ -62,6 +62,7 @@ pub mod counters;
 pub mod device;
 mod error;
 pub mod faults;
+pub mod gsi;
 pub mod socket;
 #[allow(unsafe_code)]
 mod sys;
@@ -71,6 +72,7 @@ pub use counters::{CounterSnapshot, Counters};
 pub use device::{DeviceCounters, NetConfig, NetDevice, QpCounters, ADDR_ENV, DEFAULT_ADDR};
 pub use error::NetError;
 pub use faults::{FaultConfig, FaultInjector, FaultParseError};
+pub use gsi::{Gsi, GsiCounters, GsiError, ReceivedMad};
 pub use socket::{
     seal_for, verify_icrc, BufferSizes, IcrcCheck, IcrcPolicy, OutPacket, Received, RecvBatch,
     RecvDatagram, RecvStatus, RoceSocket, SocketConfig, BATCH_MAX, DEFAULT_BUFFER_BYTES,

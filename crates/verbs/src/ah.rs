@@ -9,9 +9,9 @@ use uroce_wire::grh_area::{GrhArea, GRH_AREA_LEN};
 use crate::context::{dec, try_inc, ContextCore};
 use crate::device::{Device, Gid, PORT_NUM};
 use crate::error::{AhFromWcError, CreateAhError};
-use crate::wc::{WcFlags, WorkCompletion};
 use crate::pd::PdCore;
 use crate::sync::Arc;
+use crate::wc::{WcFlags, WorkCompletion};
 
 /// An address vector (`struct ibv_ah_attr` with its `ibv_global_route`). On RoCEv2 every
 /// address is global: the destination GID is the peer's IP address.

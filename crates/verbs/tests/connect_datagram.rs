@@ -6,8 +6,8 @@ mod common;
 use std::net::IpAddr;
 
 use uroce_verbs::{
-    AccessFlags, AhAttr, AhFromWcError, CreateQpError, Gid, QpInitAttr, QpState, QpType,
-    UcConnect, UdActivate, WcFlags, WcOpcode, WcStatus, WorkCompletion,
+    AccessFlags, AhAttr, AhFromWcError, CreateQpError, Gid, QpInitAttr, QpState, QpType, UcConnect,
+    UdActivate, WcFlags, WcOpcode, WcStatus, WorkCompletion,
 };
 use uroce_wire::pmtu::Pmtu;
 use uroce_wire::psn::Psn;
