@@ -845,39 +845,20 @@ pub unsafe extern "C" fn uroce_ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
 // ---------------------------------------------------------------------------------------
 
 /// `create_qp`'s refusal as the C library reports it: `EOPNOTSUPP` for a QP type no
-<<<<<<< HEAD
 /// transport engine carries (the verbs layer's typed `UnsupportedType`) or one that needs
 /// an XRC domain (which this library does not open), `EINVAL` for the rest.
-=======
-/// transport engine carries (the verbs layer's typed `UnsupportedType`) or one created
-/// through an XRC domain (which this library does not open), `EINVAL` for the rest. The
-/// reason is printed on stderr under `UROCE_DEBUG=1`.
->>>>>>> wt-engine
 fn create_qp_error(e: CreateQpError) -> FfiError {
     let errno = match e {
         CreateQpError::UnsupportedType(_) | CreateQpError::NeedsXrcDomain(_) => libc::EOPNOTSUPP,
         _ => libc::EINVAL,
     };
-<<<<<<< HEAD
-=======
-    if std::env::var_os("UROCE_DEBUG").is_some_and(|v| !v.is_empty()) {
-        // A failed write to stderr is ignored: diagnostics must not fail the call.
-        let _ = writeln!(std::io::stderr(), "uroce: ibv_create_qp: {e}");
-    }
->>>>>>> wt-engine
     refused("ibv_create_qp", errno, e)
 }
 
 /// `ibv_create_qp(pd, init_attr)`: a QP in RESET of a type the network device has a
-<<<<<<< HEAD
 /// transport engine for (RC, UC, UD), taking its receive WQEs from `init_attr->srq` when
 /// that is set (`init_attr->cap` is updated to the granted sizes: no receive queue of its
 /// own with an SRQ); NULL + `errno` (`EINVAL`; `EOPNOTSUPP` for the other QP types).
-=======
-/// transport engine for (RC), taking its receive WQEs from `init_attr->srq` when that is
-/// set (`init_attr->cap` is updated to the granted sizes: no receive queue of its own
-/// with an SRQ); NULL + `errno` (`EINVAL`; `EOPNOTSUPP` for the other QP types).
->>>>>>> wt-engine
 ///
 /// # Safety
 /// `init_attr` is NULL or points to a readable and writable `struct ibv_qp_init_attr`.

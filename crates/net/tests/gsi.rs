@@ -59,8 +59,8 @@ fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
 
 #[test]
 fn a_mad_goes_to_the_peers_qp1_and_the_answer_comes_back() {
-    let a = open("127.0.7.1");
-    let b = open("127.0.7.2");
+    let a = open("127.0.37.1");
+    let b = open("127.0.37.2");
     assert_eq!(a.gsi().qp_num(), 1);
     assert_eq!(a.gsi().state(), QpState::Rts);
     assert_eq!(b.gsi().recv_queue_depth(), GSI_RECV_DEPTH);
@@ -102,8 +102,8 @@ fn a_mad_goes_to_the_peers_qp1_and_the_answer_comes_back() {
 
 #[test]
 fn a_datagram_with_another_qkey_is_dropped_and_counted() {
-    let a = open("127.0.7.3");
-    let b = open("127.0.7.4");
+    let a = open("127.0.37.3");
+    let b = open("127.0.37.4");
     // An application UD QP on A, Q_Key 0x1234 (high bit clear: sent as is, IBA C10-15).
     let ctx = a.context();
     let pd = ctx.alloc_pd().expect("pd");
@@ -179,8 +179,8 @@ fn a_datagram_with_another_qkey_is_dropped_and_counted() {
 
 #[test]
 fn many_mads_both_ways_leak_no_buffer() {
-    let a = open("127.0.7.5");
-    let b = open("127.0.7.6");
+    let a = open("127.0.37.5");
+    let b = open("127.0.37.6");
     const WINDOW: u64 = 32;
     const ROUNDS: u64 = 20;
     for round in 0..ROUNDS {
@@ -225,7 +225,7 @@ fn many_mads_both_ways_leak_no_buffer() {
 
 #[test]
 fn qp1_belongs_to_the_device() {
-    let a = open("127.0.7.7");
+    let a = open("127.0.37.7");
     let ctx = a.context();
     let pd = ctx.alloc_pd().expect("pd");
     let cq = ctx.create_cq(16, None, 0).expect("cq");
@@ -250,10 +250,10 @@ fn qp1_belongs_to_the_device() {
 
 #[test]
 fn bad_sends_are_refused_with_typed_errors() {
-    let a = open("127.0.7.8");
+    let a = open("127.0.37.8");
     let g = a.gsi();
     assert_eq!(
-        g.send_mad("127.0.7.9".parse().expect("ip"), 1, &[0u8; 100]),
+        g.send_mad("127.0.37.9".parse().expect("ip"), 1, &[0u8; 100]),
         Err(GsiError::MadLength(100))
     );
     assert!(matches!(
@@ -266,8 +266,8 @@ fn bad_sends_are_refused_with_typed_errors() {
 
 #[test]
 fn a_device_closes_with_mads_unread_and_its_address_is_free_again() {
-    let a = open("127.0.7.10");
-    let b = open("127.0.7.11");
+    let a = open("127.0.37.10");
+    let b = open("127.0.37.11");
     for t in 0..5 {
         a.gsi()
             .send_mad(ip(&b), 1, &cm_mad(t, cm_attr::REQ))
@@ -279,7 +279,7 @@ fn a_device_closes_with_mads_unread_and_its_address_is_free_again() {
     b.close().expect("close with MADs unread");
     a.close().expect("close");
     // Everything of the old device is gone: the address binds again, QP1 is created anew.
-    let b2 = open("127.0.7.11");
+    let b2 = open("127.0.37.11");
     assert_eq!(b2.gsi().recv_queue_depth(), GSI_RECV_DEPTH);
     assert_eq!(b2.gsi().counters().mads_received, 0);
 }
