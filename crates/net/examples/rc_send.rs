@@ -1,10 +1,10 @@
-// One RC SEND between two network devices on loopback addresses: the program the README
-// shows (`tests/examples.rs` checks that the README's copy is this file's text between the
-// markers, and runs it).
-//
-// ```text
-// cargo run -p uroce-net --example rc_send
-// ```
+//! One RC SEND between two network devices on loopback addresses: the program the README
+//! shows (`tests/examples.rs` checks that the README's copy is this file's text between the
+//! markers, and runs it).
+//!
+//! ```text
+//! cargo run -p uroce-net --example rc_send
+//! ```
 
 // README:begin
 use std::error::Error;
@@ -30,7 +30,8 @@ fn wait(cq: &Cq) -> Result<WorkCompletion, Box<dyn Error>> {
     Err("no completion within 2 s".into())
 }
 
-fn main() -> Result<(), Box<dyn Error>> {
+/// Runs the example; an error makes the process exit with status 1.
+pub fn main() -> Result<(), Box<dyn Error>> {
     // Two devices, each on its own loopback address (UDP port 4791).
     let a = NetDevice::open(NetConfig::new("127.0.40.1".parse()?))?;
     let b = NetDevice::open(NetConfig::new("127.0.40.2".parse()?))?;

@@ -1,11 +1,11 @@
-// UC between two network devices on loopback addresses: a SEND into a posted receive,
-// then an RDMA WRITE with immediate into the peer's buffer, whose immediate value
-// completes a receive there. UC has no acknowledgements: a send completes when its last
-// packet has left.
-//
-// ```text
-// cargo run -p uroce-net --example uc_write
-// ```
+//! UC between two network devices on loopback addresses: a SEND into a posted receive,
+//! then an RDMA WRITE with immediate into the peer's buffer, whose immediate value
+//! completes a receive there. UC has no acknowledgements: a send completes when its last
+//! packet has left.
+//!
+//! ```text
+//! cargo run -p uroce-net --example uc_write
+//! ```
 
 use std::error::Error;
 use std::time::{Duration, Instant};
@@ -38,7 +38,8 @@ fn sge(mr: &Mr, offset: u64, len: u32) -> Sge {
     }
 }
 
-fn main() -> Result<(), Box<dyn Error>> {
+/// Runs the example; an error makes the process exit with status 1.
+pub fn main() -> Result<(), Box<dyn Error>> {
     let a = NetDevice::open(NetConfig::new("127.0.41.1".parse()?))?;
     let b = NetDevice::open(NetConfig::new("127.0.41.2".parse()?))?;
     let cap = QpCap {

@@ -1,11 +1,11 @@
-// UD between three network devices on loopback addresses: one UD QP on A sends a
-// datagram to B and one to C through two address handles; each receiver reads the 40-byte
-// GRH area in front of the payload, makes an address handle from its completion
-// (`AhAttr::from_wc`) and answers the sender's QP; A checks both answers.
-//
-// ```text
-// cargo run -p uroce-net --example ud_datagrams
-// ```
+//! UD between three network devices on loopback addresses: one UD QP on A sends a
+//! datagram to B and one to C through two address handles; each receiver reads the 40-byte
+//! GRH area in front of the payload, makes an address handle from its completion
+//! (`AhAttr::from_wc`) and answers the sender's QP; A checks both answers.
+//!
+//! ```text
+//! cargo run -p uroce-net --example ud_datagrams
+//! ```
 
 use std::error::Error;
 use std::net::IpAddr;
@@ -21,6 +21,9 @@ use uroce_verbs::{
 const QKEY: u32 = 0x1111_2222;
 /// The GRH area in front of every UD receive.
 const GRH: usize = 40;
+
+/// A received datagram: its completion, GRH area and payload.
+type Datagram = (WorkCompletion, [u8; GRH], Vec<u8>);
 
 /// The next completion on `cq`, polling for at most two seconds.
 fn wait(cq: &Cq) -> Result<WorkCompletion, Box<dyn Error>> {
@@ -109,7 +112,7 @@ impl Node {
 
     /// Waits for a datagram: its completion, GRH area and payload (in the slot its
     /// receive named).
-    fn receive(&self) -> Result<(WorkCompletion, [u8; GRH], Vec<u8>), Box<dyn Error>> {
+    fn receive(&self) -> Result<Datagram, Box<dyn Error>> {
         let wc = wait(&self.cq)?;
         let slot = wc.wr_id;
         let len = (wc.byte_len as usize)
@@ -125,7 +128,8 @@ impl Node {
     }
 }
 
-fn main() -> Result<(), Box<dyn Error>> {
+/// Runs the example; an error makes the process exit with status 1.
+pub fn main() -> Result<(), Box<dyn Error>> {
     let a = Node::open("127.0.42.1")?;
     let peers = [Node::open("127.0.42.2")?, Node::open("127.0.42.3")?];
     for p in &peers {

@@ -9,24 +9,12 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-mod rc_send {
-    include!("../examples/rc_send.rs");
-    pub fn run() -> Result<(), Box<dyn Error>> {
-        main()
-    }
-}
-mod uc_write {
-    include!("../examples/uc_write.rs");
-    pub fn run() -> Result<(), Box<dyn Error>> {
-        main()
-    }
-}
-mod ud_datagrams {
-    include!("../examples/ud_datagrams.rs");
-    pub fn run() -> Result<(), Box<dyn Error>> {
-        main()
-    }
-}
+#[path = "../examples/rc_send.rs"]
+mod rc_send;
+#[path = "../examples/uc_write.rs"]
+mod uc_write;
+#[path = "../examples/ud_datagrams.rs"]
+mod ud_datagrams;
 
 type ExampleMain = fn() -> Result<(), Box<dyn std::error::Error>>;
 
@@ -73,17 +61,17 @@ fn run(name: &str, main: ExampleMain, expect: &str) {
 
 #[test]
 fn rc_send_runs() {
-    run("rc_send", rc_send::run, "B received \"hello, RDMA\"");
+    run("rc_send", rc_send::main, "B received \"hello, RDMA\"");
 }
 
 #[test]
 fn uc_write_runs() {
-    run("uc_write", uc_write::run, "WRITE_WITH_IMM of 2000 bytes");
+    run("uc_write", uc_write::main, "WRITE_WITH_IMM of 2000 bytes");
 }
 
 #[test]
 fn ud_datagrams_runs() {
-    run("ud_datagrams", ud_datagrams::run, "both answered");
+    run("ud_datagrams", ud_datagrams::main, "both answered");
 }
 
 /// The text between `begin` and `end` (exclusive) in `s`.
