@@ -131,6 +131,7 @@ pub unsafe extern "C-unwind" fn uroce_ibv_get_async_event(
             Attempt::Done(0)
         }
         Attempt::Done(Err(e)) => {
+            crate::entry::report(&e);
             set_errno(e.errno());
             Attempt::Done(-1)
         }

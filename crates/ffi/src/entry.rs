@@ -4,6 +4,7 @@
 //! docs/ARCHITECTURE.md, "ffi").
 
 use std::ffi::c_int;
+use std::io::Write as _;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use crate::device::FfiError;
@@ -24,11 +25,32 @@ pub(crate) fn guard<R>(on_panic: R, f: impl FnOnce() -> R) -> R {
     })
 }
 
+/// Whether `UROCE_DEBUG` is set to a non-empty value.
+pub(crate) fn debug_enabled() -> bool {
+    std::env::var_os("UROCE_DEBUG").is_some_and(|v| !v.is_empty())
+}
+
+/// Reports a refused call and its reason on stderr under `UROCE_DEBUG`. Every failure an
+/// exported function returns passes through here (the return helpers below and the post
+/// functions' `bad_wr` path), so that a program that stops with a bare "Couldn't …" can be
+/// rerun with `UROCE_DEBUG=1` to learn why.
+pub(crate) fn report(e: &FfiError) {
+    if debug_enabled() {
+        // A failed write to stderr is ignored: diagnostics must not fail the call.
+        let _ = writeln!(
+            std::io::stderr(),
+            "uroce: refused ({}): {e}",
+            std::io::Error::from_raw_os_error(e.errno())
+        );
+    }
+}
+
 /// `Ok` → 0, `Err` → -1 with `errno` set.
 pub(crate) fn minus_one(r: Result<(), FfiError>) -> c_int {
     match r {
         Ok(()) => 0,
         Err(e) => {
+            report(&e);
             set_errno(e.errno());
             -1
         }
@@ -40,6 +62,7 @@ pub(crate) fn errno_value(r: Result<(), FfiError>) -> c_int {
     match r {
         Ok(()) => 0,
         Err(e) => {
+            report(&e);
             set_errno(e.errno());
             e.errno()
         }
@@ -49,6 +72,7 @@ pub(crate) fn errno_value(r: Result<(), FfiError>) -> c_int {
 /// `Ok(p)` → `p`, `Err` → NULL with `errno` set.
 pub(crate) fn ptr_or_null<T>(r: Result<*mut T, FfiError>) -> *mut T {
     r.unwrap_or_else(|e| {
+        report(&e);
         set_errno(e.errno());
         std::ptr::null_mut()
     })

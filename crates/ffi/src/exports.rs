@@ -72,6 +72,7 @@ pub unsafe extern "C" fn uroce_ibv_get_device_list(
         let dev = match Registry::device() {
             Ok(d) => d,
             Err(e) => {
+                crate::entry::report(&e);
                 set_errno(e.errno());
                 return std::ptr::null_mut();
             }
@@ -118,6 +119,7 @@ pub unsafe extern "C" fn uroce_ibv_get_device_name(device: *mut ibv_device) -> *
         // address reads nothing.
         Ok(()) => unsafe { (&raw const (*device).name).cast::<c_char>() },
         Err(e) => {
+            crate::entry::report(&e);
             set_errno(e.errno());
             std::ptr::null()
         }
@@ -134,6 +136,7 @@ pub unsafe extern "C" fn uroce_ibv_get_device_guid(device: *mut ibv_device) -> u
     guard(0, || match Registry::guid(device) {
         Ok(g) => g.to_be(),
         Err(e) => {
+            crate::entry::report(&e);
             set_errno(e.errno());
             0
         }
@@ -149,6 +152,7 @@ pub unsafe extern "C" fn uroce_ibv_get_device_index(device: *mut ibv_device) -> 
     guard(-1, || match Registry::check_device(device) {
         Ok(()) => 0,
         Err(e) => {
+            crate::entry::report(&e);
             set_errno(e.errno());
             -1
         }
@@ -165,6 +169,7 @@ pub unsafe extern "C" fn uroce_ibv_open_device(device: *mut ibv_device) -> *mut 
     guard(std::ptr::null_mut(), || match Registry::open(device) {
         Ok(c) => c,
         Err(e) => {
+            crate::entry::report(&e);
             set_errno(e.errno());
             std::ptr::null_mut()
         }
@@ -365,6 +370,7 @@ pub unsafe extern "C" fn uroce__ibv_query_gid_ex(
                 libc::ENODATA
             }
             Err(e) => {
+                crate::entry::report(&e);
                 set_errno(e.errno());
                 e.errno()
             }

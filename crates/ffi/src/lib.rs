@@ -27,6 +27,7 @@
 //! comment; the crates below it stay safe Rust.
 
 pub mod abi;
+pub mod ah_wc;
 pub mod async_events;
 pub mod device;
 mod entry;

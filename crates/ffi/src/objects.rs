@@ -13,10 +13,11 @@ use std::ptr::NonNull;
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError};
 
 use uroce_net::NetDevice;
+use uroce_verbs::UdDest;
 use uroce_verbs::{
     AccessFlags, Ah, AhAttr, AtomicInfo, CompChannel, Cq, CqEvent, CqRef, Gid, Mr, PathMigState,
-    Pd, Qp, QpAttr, QpCap, QpRef, QpState, RdmaInfo, RecvWr, SendFlags, SendWr, Sge, Srq, SrqRef,
-    WorkCompletion, WrOpcode,
+    Pd, Qp, QpAttr, QpCap, QpRef, QpState, RdmaInfo, RecvWr, SendFlags, SendOpcode, SendWr, Sge,
+    Srq, SrqRef, WorkCompletion,
 };
 use uroce_verbs::{AttrMask, WcFlags};
 use uroce_wire::pmtu::Pmtu;
@@ -391,7 +392,7 @@ pub(crate) unsafe fn send_wr_from_c(wr: &ibv_send_wr, max_inline: u32) -> Result
     if wr.num_sge > MAX_C_SGE {
         return Err(FfiError::Invalid("num_sge too large"));
     }
-    let opcode = WrOpcode::from_u32(wr.opcode).ok_or(FfiError::Invalid("unknown opcode"))?;
+    let opcode = SendOpcode::from_u32(wr.opcode).ok_or(FfiError::Invalid("unknown opcode"))?;
     let flags =
         SendFlags::from_bits(wr.send_flags).ok_or(FfiError::Invalid("unknown send_flags"))?;
     // SAFETY: forwarded caller guarantee on sg_list/num_sge.
@@ -427,11 +428,11 @@ pub(crate) unsafe fn send_wr_from_c(wr: &ibv_send_wr, max_inline: u32) -> Result
         out.sg_list = sges;
     }
     match opcode {
-        WrOpcode::SendWithInv | WrOpcode::LocalInv => out.invalidate_rkey = wr.imm_data,
+        SendOpcode::SendWithInv | SendOpcode::LocalInv => out.invalidate_rkey = wr.imm_data,
         _ => out.imm_data = u32::from_be(wr.imm_data),
     }
     match opcode {
-        WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm | WrOpcode::RdmaRead => {
+        SendOpcode::RdmaWrite | SendOpcode::RdmaWriteWithImm | SendOpcode::RdmaRead => {
             // SAFETY: the union's rdma member is plain integers; any bits are valid.
             let r = unsafe { wr.wr.rdma };
             out.rdma = RdmaInfo {
@@ -439,7 +440,7 @@ pub(crate) unsafe fn send_wr_from_c(wr: &ibv_send_wr, max_inline: u32) -> Result
                 rkey: r.rkey,
             };
         }
-        WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => {
+        SendOpcode::AtomicCmpAndSwp | SendOpcode::AtomicFetchAndAdd => {
             // SAFETY: the union's atomic member is plain integers; any bits are valid.
             let a = unsafe { wr.wr.atomic };
             out.atomic = AtomicInfo {
@@ -454,6 +455,24 @@ pub(crate) unsafe fn send_wr_from_c(wr: &ibv_send_wr, max_inline: u32) -> Result
     // SAFETY: the qp_type union's xrc member is one u32; any bits are valid.
     out.xrc_remote_srqn = unsafe { wr.qp_type.xrc.remote_srqn };
     Ok(out)
+}
+
+/// The destination of a send WR on a UD QP (`wr.ud`: the address handle, which must be a
+/// live one handed out by this library, the remote QPN and Q_Key). The verbs layer checks
+/// that the AH belongs to the QP's PD.
+pub(crate) fn ud_dest_from_c(wr: &ibv_send_wr) -> Result<UdDest, FfiError> {
+    // SAFETY: the union's ud member is a pointer and two integers; any bits are valid
+    // (the pointer is only compared with the registry's keys, never dereferenced).
+    let ud = unsafe { wr.wr.ud };
+    let objs = objects();
+    let ah = objs.ahs.get(&(ud.ah as usize)).ok_or(FfiError::BadHandle {
+        what: "ah (wr.ud.ah)",
+    })?;
+    Ok(UdDest {
+        ah: ah.ah.reference(),
+        remote_qpn: ud.remote_qpn & 0x00ff_ffff,
+        remote_qkey: ud.remote_qkey,
+    })
 }
 
 /// Converts one C receive WR (not following `next`).
@@ -558,7 +577,7 @@ mod tests {
         assert_eq!(s.inline_data, payload);
         assert!(s.sg_list.is_empty());
         assert_eq!(s.imm_data, 0x0102_0304);
-        assert_eq!(s.opcode, WrOpcode::SendWithImm);
+        assert_eq!(s.opcode, SendOpcode::SendWithImm);
         // SAFETY: as above.
         assert!(unsafe { send_wr_from_c(&wr, 4) }.is_err(), "inline limit");
         wr.num_sge = -1;

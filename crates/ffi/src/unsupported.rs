@@ -20,7 +20,7 @@ use crate::entry::set_errno;
 /// Records a call to an unsupported function: sets `errno`, reports it under
 /// `UROCE_DEBUG`.
 fn unsupported(name: &str, errno: c_int) {
-    if std::env::var_os("UROCE_DEBUG").is_some_and(|v| !v.is_empty()) {
+    if crate::entry::debug_enabled() {
         // A failed write to stderr is ignored: diagnostics must not fail the call.
         let _ = writeln!(std::io::stderr(), "uroce: {name} is not supported");
     }
@@ -64,8 +64,6 @@ unsupported! {
     // Default versions: what programs linked against rdma-core 44 bind.
     int uroce_ibv_attach_mcast => "ibv_attach_mcast@@IBVERBS_1.1";
     int uroce_ibv_detach_mcast => "ibv_detach_mcast@@IBVERBS_1.1";
-    ptr uroce_ibv_create_ah_from_wc => "ibv_create_ah_from_wc@@IBVERBS_1.1";
-    int uroce_ibv_init_ah_from_wc => "ibv_init_ah_from_wc@@IBVERBS_1.1";
     int uroce_ibv_resolve_eth_l2_from_gid => "ibv_resolve_eth_l2_from_gid@@IBVERBS_1.1";
     neg uroce_ibv_rereg_mr => "ibv_rereg_mr@@IBVERBS_1.1";
     int uroce_ibv_resize_cq => "ibv_resize_cq@@IBVERBS_1.1";

@@ -361,6 +361,7 @@ pub unsafe extern "C" fn uroce_ibv_get_pkey_index(
 ) -> c_int {
     guard(-libc::EIO, || match pkey_table_len(context, port_num) {
         Err(e) => {
+            crate::entry::report(&e);
             set_errno(e.errno());
             -e.errno()
         }

@@ -12,12 +12,13 @@
 //! value; `ibv_get_cq_event` returns 0 or -1 + `errno`.
 
 use std::ffi::{c_char, c_int, c_uint, c_void, CString};
+use std::io::Write as _;
 use std::os::fd::AsRawFd as _;
 use std::sync::{Arc, LazyLock};
 
 use uroce_verbs::{
-    AccessFlags, Children, CompChannel, CqRef, DestroyError, MemBlock, ObjectKind, QpInitAttr,
-    QpType, SrqAttr, SrqAttrMask, SrqInitAttr, WcStatus, WorkCompletion,
+    AccessFlags, Children, CompChannel, CqRef, CreateQpError, DestroyError, MemBlock, ObjectKind,
+    QpInitAttr, QpType, SrqAttr, SrqAttrMask, SrqInitAttr, WcStatus, WorkCompletion,
 };
 
 use crate::abi::*;
@@ -146,8 +147,8 @@ pub unsafe extern "C" fn uroce_ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
 
 /// `ibv_create_ah(pd, attr)`: an address handle for `attr` (port 1, a non-zero destination
 /// GID, a valid source GID index); NULL + `errno` (`EINVAL` for a bad handle or
-/// attribute). uroce has no UD QPs yet, so nothing sends with it, but it is a real object:
-/// the PD cannot be deallocated while it exists.
+/// attribute). UD work requests name it in `wr.ud.ah`; the PD cannot be deallocated
+/// while it exists.
 ///
 /// # Safety
 /// `attr` is NULL or points to a readable `struct ibv_ah_attr`.
@@ -162,24 +163,29 @@ pub unsafe extern "C" fn uroce_ibv_create_ah(
                 return Err(FfiError::Invalid("attr is NULL"));
             }
             // SAFETY: non-NULL and readable (caller guarantee).
-            let a = ah_from_c(unsafe { &*attr });
-            let mut objs = objects();
-            let p = objs.pd(pd)?;
-            let ah =
-                p.pd.create_ah(&a)
-                    .map_err(|e| refused("ibv_create_ah", libc::EINVAL, e))?;
-            // SAFETY: `pd` is a registered, live PD allocated by uroce (lock held).
-            let context = unsafe { (*pd).context };
-            let raw = CBox::new(ibv_ah {
-                context,
-                pd,
-                handle: 0,
-            });
-            let ptr = raw.ptr();
-            objs.ahs.insert(ptr as usize, AhEntry { raw, ah });
-            Ok(ptr)
+            create_ah(pd, unsafe { &*attr })
         })())
     })
+}
+
+/// `ibv_create_ah` on a read attribute structure (also behind `ibv_create_ah_from_wc`).
+pub(crate) fn create_ah(pd: *mut ibv_pd, attr: &ibv_ah_attr) -> Result<*mut ibv_ah, FfiError> {
+    let a = ah_from_c(attr);
+    let mut objs = objects();
+    let p = objs.pd(pd)?;
+    let ah =
+        p.pd.create_ah(&a)
+            .map_err(|e| refused("ibv_create_ah", libc::EINVAL, e))?;
+    // SAFETY: `pd` is a registered, live PD allocated by uroce (lock held).
+    let context = unsafe { (*pd).context };
+    let raw = CBox::new(ibv_ah {
+        context,
+        pd,
+        handle: 0,
+    });
+    let ptr = raw.ptr();
+    objs.ahs.insert(ptr as usize, AhEntry { raw, ah });
+    Ok(ptr)
 }
 
 /// `ibv_destroy_ah(ah)`: 0, or `EINVAL` for a handle that is not a live address handle.
@@ -601,6 +607,7 @@ pub unsafe extern "C-unwind" fn uroce_ibv_get_cq_event(
                 keep: Box::new(ch),
             },
             Err(e) => {
+                crate::entry::report(&e);
                 set_errno(e.errno());
                 Attempt::Done(-1)
             }
@@ -837,10 +844,21 @@ pub unsafe extern "C" fn uroce_ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
 // Queue pairs.
 // ---------------------------------------------------------------------------------------
 
-/// `ibv_create_qp(pd, init_attr)`: an RC QP in RESET, taking its receive WQEs from
-/// `init_attr->srq` when that is set (`init_attr->cap` is updated to the granted sizes:
-/// no receive queue of its own with an SRQ); NULL + `errno` (`EINVAL`; `EOPNOTSUPP` for
-/// other QP types).
+/// `create_qp`'s refusal as the C library reports it: `EOPNOTSUPP` for a QP type no
+/// transport engine carries (the verbs layer's typed `UnsupportedType`) or one that needs
+/// an XRC domain (which this library does not open), `EINVAL` for the rest.
+fn create_qp_error(e: CreateQpError) -> FfiError {
+    let errno = match e {
+        CreateQpError::UnsupportedType(_) | CreateQpError::NeedsXrcDomain(_) => libc::EOPNOTSUPP,
+        _ => libc::EINVAL,
+    };
+    refused("ibv_create_qp", errno, e)
+}
+
+/// `ibv_create_qp(pd, init_attr)`: a QP in RESET of a type the network device has a
+/// transport engine for (RC, UC, UD), taking its receive WQEs from `init_attr->srq` when
+/// that is set (`init_attr->cap` is updated to the granted sizes: no receive queue of its
+/// own with an SRQ); NULL + `errno` (`EINVAL`; `EOPNOTSUPP` for the other QP types).
 ///
 /// # Safety
 /// `init_attr` is NULL or points to a readable and writable `struct ibv_qp_init_attr`.
@@ -856,11 +874,8 @@ pub unsafe extern "C" fn uroce_ibv_create_qp(
             }
             // SAFETY: caller guarantee: readable init_attr (checked non-NULL).
             let ia = unsafe { init_attr.read() };
-            // Only RC QPs get a transport engine from the network device; a UC or UD QP
-            // would accept posts and never send them, so they are refused.
-            let qp_type = QpType::from_u32(ia.qp_type)
-                .filter(|t| *t == QpType::Rc)
-                .ok_or(FfiError::Unsupported("QP types other than RC"))?;
+            let qp_type =
+                QpType::from_u32(ia.qp_type).ok_or(FfiError::Invalid("unknown QP type"))?;
             let mut objs = objects();
             let pd_entry = objs.pd(pd)?;
             let send_cq = objs.cq(ia.send_cq)?;
@@ -878,10 +893,7 @@ pub unsafe extern "C" fn uroce_ibv_create_qp(
                 cap: cap_from_c(&ia.cap),
                 sq_sig_all: ia.sq_sig_all != 0,
             };
-            let qp = pd_entry
-                .pd
-                .create_qp(&attr)
-                .map_err(|e| refused("ibv_create_qp", libc::EINVAL, e))?;
+            let qp = pd_entry.pd.create_qp(&attr).map_err(create_qp_error)?;
             let cap = qp.query().1.cap;
             let net = Arc::clone(&pd_entry.net);
             // SAFETY: `pd` is a registered, live PD allocated by uroce (lock held).
@@ -1044,6 +1056,9 @@ pub unsafe extern "C" fn uroce_ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn uroce_ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut c_void {
     let _ = qp;
+    report(&FfiError::Unsupported(
+        "the extended QP API (ibv_qp_to_qp_ex)",
+    ));
     set_errno(libc::EOPNOTSUPP);
     std::ptr::null_mut()
 }
@@ -1085,10 +1100,12 @@ fn post_refused(op: &'static str, e: uroce_verbs::PostError) -> FfiError {
 /// # Safety
 /// `bad_wr` is NULL or writable.
 unsafe fn chain_failed<W>(bad_wr: *mut *mut W, at: *mut W, e: FfiError) -> c_int {
+    report(&e);
     if !bad_wr.is_null() {
         // SAFETY: caller guarantee: writable bad_wr (checked non-NULL).
         unsafe { bad_wr.write(at) };
     }
+    crate::entry::report(&e);
     set_errno(e.errno());
     e.errno()
 }
@@ -1139,9 +1156,14 @@ pub unsafe extern "C" fn ops_post_send(
             // SAFETY: caller guarantee on bad_wr.
             Err(e) => return unsafe { chain_failed(bad_wr, wr, e) },
         };
+        // Datagram QPs take their destination from each WR (`wr.ud`).
+        let datagram = matches!(r.qp_type(), QpType::Ud | QpType::Gsi);
         let post = |w: &ibv_send_wr| {
             // SAFETY: caller guarantee: its SGE list (and inline data) is readable.
-            let s = unsafe { send_wr_from_c(w, max_inline) }?;
+            let mut s = unsafe { send_wr_from_c(w, max_inline) }?;
+            if datagram {
+                s.ud = Some(ud_dest_from_c(w)?);
+            }
             r.post_send(s).map_err(|e| post_refused("ibv_post_send", e))
         };
         // SAFETY: caller guarantees on the chain and bad_wr.

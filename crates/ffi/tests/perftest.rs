@@ -1,7 +1,9 @@
-//! The unmodified Debian perftest binaries (package perftest 4.5) run over RC between two
-//! processes against uroce's library: `ib_send_lat`, `ib_send_bw`, `ib_write_lat`,
+//! The unmodified Debian perftest binaries (package perftest 4.5) run between two
+//! processes against uroce's library: over RC `ib_send_lat`, `ib_send_bw`, `ib_write_lat`,
 //! `ib_write_bw`, `ib_read_lat`, `ib_read_bw`, `ib_atomic_lat`, `ib_atomic_bw` with a
-//! bounded `-n`, and `ib_write_bw -a` (every size from 2 bytes to 8 MiB).
+//! bounded `-n`, and `ib_write_bw -a` (every size from 2 bytes to 8 MiB); over UD
+//! (`-c UD`) `ib_send_lat` and `ib_send_bw`; over UC (`-c UC`) `ib_send_lat`,
+//! `ib_send_bw`, `ib_write_lat` and `ib_write_bw`.
 //!
 //! perftest links libmlx5, libefa and librdmacm, which bind rdma-core's provider interface
 //! and kernel-ABI helpers: the programs only load if the library exports those too. The
@@ -166,4 +168,61 @@ fn perftest_write_bw_all_sizes() {
     // -a: every power of two from 2 bytes to 8 MiB (2^1 … 2^23).
     let sizes: Vec<u64> = (1..=23).map(|k| 1u64 << k).collect();
     run_pair("ib_write_bw", addr(17), addr(18), &["-a"], 20, &sizes);
+}
+
+// UD (`-c UD`): SEND only, one datagram per message, so the size is at most the port's
+// active MTU (1024); the client's table has one row per size as over RC.
+
+#[test]
+fn perftest_ud_send_lat() {
+    run_pair("ib_send_lat", addr(19), addr(20), &["-c", "UD"], 500, &[2]);
+}
+
+#[test]
+fn perftest_ud_send_bw() {
+    run_pair(
+        "ib_send_bw",
+        addr(21),
+        addr(22),
+        &["-c", "UD", "-s", "1024"],
+        500,
+        &[1024],
+    );
+}
+
+// UC (`-c UC`): SEND and RDMA WRITE, segmented by the path MTU like RC but never
+// acknowledged.
+
+#[test]
+fn perftest_uc_send_lat() {
+    run_pair("ib_send_lat", addr(23), addr(24), &["-c", "UC"], 500, &[2]);
+}
+
+#[test]
+fn perftest_uc_send_bw() {
+    run_pair(
+        "ib_send_bw",
+        addr(25),
+        addr(26),
+        &["-c", "UC"],
+        200,
+        &[65536],
+    );
+}
+
+#[test]
+fn perftest_uc_write_lat() {
+    run_pair("ib_write_lat", addr(27), addr(28), &["-c", "UC"], 500, &[2]);
+}
+
+#[test]
+fn perftest_uc_write_bw() {
+    run_pair(
+        "ib_write_bw",
+        addr(29),
+        addr(30),
+        &["-c", "UC"],
+        200,
+        &[65536],
+    );
 }

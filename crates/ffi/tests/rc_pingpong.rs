@@ -32,7 +32,7 @@ use std::time::Duration;
 
 mod support;
 
-use support::{assert_library_defines_imports, have_program, run_pingpong};
+use support::{assert_library_defines_imports, check_pingpong, have_program, run_pingpong};
 
 const PROGRAM: &str = "/usr/bin/ibv_rc_pingpong";
 /// Per-process limit (each run takes well under a second alone, a few seconds on a
@@ -41,57 +41,11 @@ const LIMIT: Duration = Duration::from_secs(60);
 /// rc_pingpong's default message size and iterations (passed explicitly).
 const SIZE: u64 = 4096;
 const ITERS: u64 = 1000;
-/// What the server prints (on stdout) for each page that fails `-c` validation.
-const INVALID_PAGE: &str = "invalid data in page";
-
-/// `(QPN, PSN, GID)` of the line starting with `prefix` ("local address:" or "remote
-/// address:").
-fn address(out: &str, prefix: &str) -> (String, String, String) {
-    let line = out
-        .lines()
-        .map(str::trim)
-        .find(|l| l.starts_with(prefix))
-        .unwrap_or_else(|| panic!("no {prefix:?} line in:\n{out}"));
-    let word_after = |key: &str| {
-        line.split_whitespace()
-            .skip_while(|w| *w != key)
-            .nth(1)
-            .unwrap_or_else(|| panic!("no {key} in {line:?}"))
-            .trim_end_matches(',')
-            .to_owned()
-    };
-    (word_after("QPN"), word_after("PSN"), word_after("GID"))
-}
-
 /// Runs server and client exchanging `size` bytes `iters` times, with `extra` options;
 /// checks both outputs.
 fn run_pair(test: &str, server: Ipv4Addr, client: Ipv4Addr, size: u64, iters: u64, extra: &[&str]) {
     let (s_out, c_out) = run_pingpong(test, PROGRAM, (server, client), (size, iters), extra, LIMIT);
-    let s_local = address(&s_out, "local address:");
-    let s_remote = address(&s_out, "remote address:");
-    let c_local = address(&c_out, "local address:");
-    let c_remote = address(&c_out, "remote address:");
-    assert_eq!(s_local.2, server.to_ipv6_mapped().to_string());
-    assert_eq!(c_local.2, client.to_ipv6_mapped().to_string());
-    assert_eq!(s_remote, c_local, "server's view of the client");
-    assert_eq!(c_remote, s_local, "client's view of the server");
-
-    let bytes = format!("{} bytes in ", 2 * size * iters);
-    let iterations = format!("{iters} iters in ");
-    for (who, out) in [("server", &s_out), ("client", &c_out)] {
-        for want in [&bytes, &iterations] {
-            assert!(
-                out.lines().any(|l| l.starts_with(want.as_str())),
-                "{test} {who}: no line starting with {want:?}:\n{out}"
-            );
-        }
-        // Only the server validates (`-c`), but a report on either side is a failure.
-        let invalid: Vec<&str> = out.lines().filter(|l| l.contains(INVALID_PAGE)).collect();
-        assert!(
-            invalid.is_empty(),
-            "{test} {who}: received data failed validation: {invalid:?}"
-        );
-    }
+    check_pingpong(test, (server, client), (size, iters), (&s_out, &c_out));
 }
 
 #[test]

@@ -8,13 +8,16 @@
 //!
 //! 1. receive: up to a few `recvmmsg` batches; every accepted packet goes to the QP its BTH
 //!    names (a counted reference from the context's QP table; unknown QPNs and QPs without
-//!    an engine are dropped and counted) through [`QpRef::engine_handle_packet`];
+//!    an engine are dropped and counted) through [`QpRef::engine_handle_packet`], with an
+//!    [`Arrival`] holding the sender's address (from the socket) and the device's own;
 //! 2. timers: QPs whose retransmit or RNR deadline has passed get
 //!    [`QpRef::engine_handle_timeout`];
 //! 3. transmit: every QP touched above or rung by `post_send` emits its packets into the
-//!    device's transmit buffer ([`QpRef::engine_transmit`]); they are sealed (ICRC for the
-//!    IP header the kernel emits) and leave in `sendmmsg` batches; each QP's next deadline
-//!    is recorded.
+//!    device's transmit buffer ([`QpRef::engine_transmit`]), each with its own destination
+//!    address (a connected QP's peer, or a datagram QP's address handle); they are sealed
+//!    (ICRC for the IP header the kernel emits for that destination) and leave in
+//!    `sendmmsg` batches, consecutive equal-length packets to one destination as GSO
+//!    trains; each QP's next deadline is recorded.
 //!
 //! Three kinds of threads run the step:
 //! * the **progress thread** (one per device, unless disabled) blocks in `poll(2)` on the
@@ -46,15 +49,17 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use rustix::event::{eventfd, EventfdFlags, PollFd, PollFlags, Timespec};
-use uroce_proto::rc::RcCounters;
 use uroce_proto::time::Instant;
-use uroce_verbs::{Context, Device, DeviceConfig, Gid, QpRef, Transport};
+use uroce_verbs::{
+    Arrival, Context, Device, DeviceConfig, EngineCounters, Gid, QpRef, Transport, TxPacket,
+};
 use uroce_wire::opcode::{self, Operation};
 use uroce_wire::ROCEV2_UDP_PORT;
 
 use crate::capture::Capture;
 use crate::error::NetError;
 use crate::faults::FaultConfig;
+use crate::gsi::Gsi;
 use crate::socket::{IcrcPolicy, OutPacket, RecvBatch, RoceSocket, SocketConfig};
 use crate::CounterSnapshot;
 
@@ -169,7 +174,7 @@ pub struct DeviceCounters {
     /// Packets for a QP that has no transport engine (not RC, or not yet in RTR).
     pub no_engine: u64,
     /// Transport counters summed over the live QPs.
-    pub transport: RcCounters,
+    pub transport: EngineCounters,
 }
 
 impl DeviceCounters {
@@ -189,7 +194,7 @@ pub struct QpCounters {
     /// The QP number.
     pub qpn: u32,
     /// Its transport engine's counters.
-    pub transport: RcCounters,
+    pub transport: EngineCounters,
 }
 
 impl QpCounters {
@@ -199,7 +204,7 @@ impl QpCounters {
     }
 }
 
-fn rc_fields(c: &RcCounters) -> Vec<(&'static str, u64)> {
+fn rc_fields(c: &EngineCounters) -> Vec<(&'static str, u64)> {
     vec![
         ("qp_packets_sent", c.packets_sent),
         ("qp_packets_received", c.packets_received),
@@ -234,7 +239,7 @@ fn rc_fields(c: &RcCounters) -> Vec<(&'static str, u64)> {
     ]
 }
 
-fn add_rc(sum: &mut RcCounters, c: &RcCounters) {
+fn add_rc(sum: &mut EngineCounters, c: &EngineCounters) {
     macro_rules! add {
         ($($f:ident),*) => { $( sum.$f += c.$f; )* };
     }
@@ -271,7 +276,8 @@ struct Io {
     sock: RoceSocket,
     rx: RecvBatch,
     tx: Vec<u8>,
-    lens: Vec<usize>,
+    /// Length and destination of each packet in `tx`.
+    lens: Vec<TxPacket>,
     /// QPs with a pending deadline.
     timers: HashMap<u32, Instant>,
     /// QPs to visit for transmit in this step.
@@ -367,6 +373,7 @@ impl Shared {
             work |= self.transmit_all(io, &qpns, now);
         }
         // 1. Receive.
+        let local_ip = io.sock.local_addr().ip();
         for _ in 0..RX_ROUNDS {
             let n = match io.sock.recv_batch(&mut io.rx) {
                 Ok(n) => n,
@@ -389,7 +396,10 @@ impl Shared {
                     },
                 };
                 let qp = last.insert(qp);
-                let Some(delivered) = qp.engine_handle_packet(now, &r.packet) else {
+                // The socket reports the source address; the IP header's traffic class
+                // and hop limit are not asked for (Arrival's defaults).
+                let from = Arrival::new(r.src.ip(), local_ip);
+                let Some(delivered) = qp.engine_handle_packet(now, &from, &r.packet) else {
                     self.no_engine.fetch_add(1, Ordering::Relaxed);
                     continue;
                 };
@@ -497,10 +507,6 @@ impl Shared {
 
     /// Sends what `qp` has to send (bounded); returns whether anything was sent.
     fn transmit(&self, io: &mut Io, qp: &QpRef, now: Instant) -> bool {
-        let Some(peer) = qp.engine_peer() else {
-            return false;
-        };
-        let dst = SocketAddr::new(peer, self.port);
         let mut sent = false;
         for round in 0..TX_ROUNDS {
             io.lens.clear();
@@ -510,7 +516,7 @@ impl Shared {
             }
             sent = true;
             let Io { sock, tx, lens, .. } = io;
-            send_runs(sock, dst, tx, lens);
+            send_runs(sock, self.port, tx, lens);
             if !t.limited {
                 break;
             }
@@ -527,58 +533,110 @@ impl Shared {
     }
 }
 
-/// Sends the packets laid back to back in `tx` (lengths in `lens`) to `dst`, in order.
-/// Runs of at least two equal-length packets (the last of a run may be shorter) go out as
+/// Sends the packets laid back to back in `tx` (length and destination of each in `pkts`)
+/// in order, each to its own destination (UDP port `port`). Runs of at least two
+/// equal-length packets to one destination (the last of a run may be shorter) go out as
 /// trains, with UDP GSO where the socket can (one system call for up to 64 datagrams of
-/// many packets each); other packets (ACKs, single-packet messages) are batched into one
-/// `sendmmsg`. Every packet's ICRC is sealed for the header the kernel gives it. A full
-/// socket buffer is retried briefly; packets that still do not fit are left to the
-/// engines' retransmission.
-fn send_runs(sock: &mut RoceSocket, dst: SocketAddr, tx: &mut [u8], lens: &[usize]) {
-    let mut singles: Vec<(usize, usize)> = Vec::new();
+/// many packets each); other packets (ACKs, single-packet messages, datagrams to several
+/// destinations) are batched into one `sendmmsg`. Every packet's ICRC is sealed for the
+/// header the kernel gives it. A full socket buffer is retried briefly; packets that
+/// still do not fit are left to the engines' retransmission.
+fn send_runs(sock: &mut RoceSocket, port: u16, tx: &mut [u8], pkts: &[TxPacket]) {
+    let mut singles: Vec<(usize, usize, SocketAddr)> = Vec::new();
+    for piece in plan_runs(pkts) {
+        match piece {
+            Piece::Train {
+                start,
+                end,
+                seg_len,
+                dst,
+            } => {
+                send_singles(sock, tx, &mut singles);
+                if let Some(run) = tx.get_mut(start..end) {
+                    send_train_all(sock, SocketAddr::new(dst, port), run, seg_len);
+                }
+            }
+            Piece::Single { start, len, dst } => {
+                singles.push((start, len, SocketAddr::new(dst, port)));
+            }
+        }
+    }
+    send_singles(sock, tx, &mut singles);
+}
+
+/// One part of a transmit batch as [`send_runs`] sends it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Piece {
+    /// At least two packets to `dst` at `start..end` of the buffer, all `seg_len` bytes
+    /// but the last, which may be shorter: one GSO train.
+    Train {
+        start: usize,
+        end: usize,
+        seg_len: usize,
+        dst: IpAddr,
+    },
+    /// One packet (batched with the other singles into a `sendmmsg`).
+    Single {
+        start: usize,
+        len: usize,
+        dst: IpAddr,
+    },
+}
+
+/// Splits the packets of a transmit batch (back to back, in order) into trains and
+/// single packets: a train is a maximal run of equal-length packets to one destination,
+/// optionally ended by one shorter packet to the same destination.
+fn plan_runs(pkts: &[TxPacket]) -> Vec<Piece> {
+    let mut out = Vec::new();
     let mut off = 0;
     let mut i = 0;
     // Bounded: every pass consumes at least one packet.
-    while let Some(&len) = lens.get(i) {
+    while let Some(first) = pkts.get(i) {
+        let len = first.len;
         let mut j = i + 1;
         let mut end = off + len;
-        while let Some(&next) = lens.get(j) {
-            if next > len {
+        while let Some(next) = pkts.get(j) {
+            if next.len > len || next.dst != first.dst {
                 break;
             }
-            end += next;
+            end += next.len;
             j += 1;
-            if next < len {
+            if next.len < len {
                 break;
             }
         }
         if j - i >= 2 {
-            send_singles(sock, dst, tx, &mut singles);
-            if let Some(run) = tx.get_mut(off..end) {
-                send_train_all(sock, dst, run, len);
-            }
+            out.push(Piece::Train {
+                start: off,
+                end,
+                seg_len: len,
+                dst: first.dst,
+            });
             off = end;
             i = j;
         } else {
-            singles.push((off, len));
+            out.push(Piece::Single {
+                start: off,
+                len,
+                dst: first.dst,
+            });
             off += len;
             i += 1;
         }
     }
-    send_singles(sock, dst, tx, &mut singles);
+    out
 }
 
-/// Seals and sends the packets at `(offset, length)` of `tx` in one batch.
+/// Seals and sends the packets at `(offset, length, destination)` of `tx` in one batch.
 fn send_singles(
     sock: &mut RoceSocket,
-    dst: SocketAddr,
     tx: &mut [u8],
-    singles: &mut Vec<(usize, usize)>,
+    singles: &mut Vec<(usize, usize, SocketAddr)>,
 ) {
     if singles.is_empty() {
         return;
     }
-    for &(off, len) in singles.iter() {
+    for &(off, len, dst) in singles.iter() {
         if let Some(p) = tx.get_mut(off..off + len) {
             // A packet that cannot be sealed (impossible addresses) is not worth sending;
             // the engine retransmits it.
@@ -587,8 +645,7 @@ fn send_singles(
     }
     let pkts: Vec<OutPacket<'_>> = singles
         .iter()
-        .filter_map(|&(off, len)| tx.get(off..off + len))
-        .map(|roce| OutPacket { dst, roce })
+        .filter_map(|&(off, len, dst)| tx.get(off..off + len).map(|roce| OutPacket { dst, roce }))
         .collect();
     let mut done = 0;
     for _attempt in 0..8 {
@@ -707,6 +764,8 @@ impl Transport for Hook {
 /// A verbs device bound to a UDP socket, with its opened context and progress engine
 /// (see the module docs).
 pub struct NetDevice {
+    /// QP1 and its resources; `None` only while the device closes.
+    gsi: Option<Gsi>,
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
     local: SocketAddr,
@@ -790,11 +849,27 @@ impl NetDevice {
         } else {
             None
         };
-        Ok(NetDevice {
+        let mut dev = NetDevice {
+            gsi: None,
             shared,
             thread,
             local,
-        })
+        };
+        // QP1 belongs to the device (see `crate::gsi`). On failure `dev` drops: the
+        // progress thread stops and what was created is released.
+        let gsi = Gsi::open(&dev.shared.ctx, local.ip(), cfg.progress_thread)?;
+        dev.gsi = Some(gsi);
+        Ok(dev)
+    }
+
+    /// The device's GSI QP (QP1): sends and receives MADs (see [`crate::gsi`]).
+    pub fn gsi(&self) -> &Gsi {
+        match &self.gsi {
+            Some(g) => g,
+            // invariant: `gsi` is set by `open` before the device is returned and taken
+            // only by `close`/`drop`, which consume the device.
+            None => unreachable!("the GSI QP lives as long as its device"),
+        }
     }
 
     /// The verbs context: create PDs, CQs, QPs and MRs from it.
@@ -827,7 +902,7 @@ impl NetDevice {
     /// The device's counters now.
     pub fn counters(&self) -> DeviceCounters {
         let socket = lock(&self.shared.io).sock.counters();
-        let mut transport = RcCounters::default();
+        let mut transport = EngineCounters::default();
         for qpn in self.shared.ctx.qp_numbers() {
             if let Some(c) = self
                 .shared
@@ -857,12 +932,21 @@ impl NetDevice {
     /// # Errors
     /// Writing the capture file failed.
     pub fn close(mut self) -> Result<(), NetError> {
+        self.close_gsi();
         self.stop_thread();
         let mut io = lock(&self.shared.io);
         let _ = io.sock.flush_held();
         match io.sock.capture_mut() {
             Some(c) => c.flush(),
             None => Ok(()),
+        }
+    }
+
+    /// Destroys QP1 (its sends leave first: destroying a QP flushes it to the network)
+    /// and its resources, before the rest of the device goes.
+    fn close_gsi(&mut self) {
+        if let Some(g) = self.gsi.take() {
+            g.close();
         }
     }
 
@@ -885,6 +969,7 @@ impl NetDevice {
 
 impl Drop for NetDevice {
     fn drop(&mut self) {
+        self.close_gsi();
         self.stop_thread();
         if let Ok(mut io) = self.shared.io.lock() {
             if let Some(c) = io.sock.capture_mut() {
@@ -983,5 +1068,74 @@ fn progress_thread(sh: &Shared) {
         let woke = sh.now();
         known_deadline = deadline;
         expiry_check = app_busy && !rang && deadline.is_none_or(|d| woke < d);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(len: usize, dst: &str) -> TxPacket {
+        TxPacket {
+            len,
+            dst: dst.parse().unwrap(),
+        }
+    }
+
+    /// Trains never mix destinations; packets to several destinations in a row are
+    /// singles; a shorter last packet ends a train to its own destination only.
+    #[test]
+    fn runs_are_split_by_destination_and_length() {
+        let (a, b) = ("127.0.0.2", "::1");
+        let pkts = [
+            p(100, a),
+            p(100, a),
+            p(60, a),
+            p(100, b),
+            p(100, b),
+            p(100, a),
+            p(30, b),
+            p(100, b),
+            p(40, a),
+        ];
+        let ip = |s: &str| -> IpAddr { s.parse().unwrap() };
+        assert_eq!(
+            plan_runs(&pkts),
+            vec![
+                Piece::Train {
+                    start: 0,
+                    end: 260,
+                    seg_len: 100,
+                    dst: ip(a)
+                },
+                Piece::Train {
+                    start: 260,
+                    end: 460,
+                    seg_len: 100,
+                    dst: ip(b)
+                },
+                Piece::Single {
+                    start: 460,
+                    len: 100,
+                    dst: ip(a)
+                },
+                Piece::Single {
+                    start: 560,
+                    len: 30,
+                    dst: ip(b)
+                },
+                Piece::Single {
+                    start: 590,
+                    len: 100,
+                    dst: ip(b)
+                },
+                Piece::Single {
+                    start: 690,
+                    len: 40,
+                    dst: ip(a)
+                },
+            ]
+        );
+        assert!(plan_runs(&[]).is_empty());
     }
 }

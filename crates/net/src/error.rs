@@ -123,6 +123,9 @@ pub enum NetError {
     /// Creating the verbs device or context failed.
     #[error("device: {0}")]
     Device(String),
+    /// Setting up the device's GSI QP (QP1) failed.
+    #[error(transparent)]
+    Gsi(#[from] crate::gsi::GsiError),
     /// A system call of the device's progress machinery failed (eventfd, thread spawn).
     #[error("device I/O setup: {0}")]
     Io(io::Error),

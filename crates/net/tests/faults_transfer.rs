@@ -32,8 +32,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use uroce_net::{DeviceCounters, FaultConfig};
 use uroce_verbs::{
-    AtomicInfo, QpState, RdmaInfo, RecvWr, SendFlags, SendWr, WcFlags, WcOpcode, WcStatus,
-    WorkCompletion, WrOpcode,
+    AtomicInfo, QpState, RdmaInfo, RecvWr, SendFlags, SendOpcode, SendWr, WcFlags, WcOpcode,
+    WcStatus, WorkCompletion,
 };
 use uroce_wire::pmtu::Pmtu;
 
@@ -306,10 +306,10 @@ impl Flow {
                         .copy_in(local, &pair::pattern(key, len))
                         .expect("fill source");
                     wr.opcode = match kind {
-                        Kind::Send => WrOpcode::Send,
-                        Kind::SendImm => WrOpcode::SendWithImm,
-                        Kind::Write => WrOpcode::RdmaWrite,
-                        _ => WrOpcode::RdmaWriteWithImm,
+                        Kind::Send => SendOpcode::Send,
+                        Kind::SendImm => SendOpcode::SendWithImm,
+                        Kind::Write => SendOpcode::RdmaWrite,
+                        _ => SendOpcode::RdmaWriteWithImm,
                     };
                     if matches!(kind, Kind::SendImm | Kind::WriteImm) {
                         wr.imm_data = op.imm;
@@ -332,7 +332,7 @@ impl Flow {
                         .block()
                         .fill(local + len, GUARD, GUARD_BYTE)
                         .expect("guard");
-                    wr.opcode = WrOpcode::RdmaRead;
+                    wr.opcode = SendOpcode::RdmaRead;
                     wr.rdma = rdma;
                 }
                 Kind::FetchAdd | Kind::CmpSwap => {
@@ -341,7 +341,7 @@ impl Flow {
                     let (compare_add, swap) = if kind == Kind::FetchAdd {
                         let add = self.rng.random::<u64>();
                         self.model[word] = current.wrapping_add(add);
-                        wr.opcode = WrOpcode::AtomicFetchAndAdd;
+                        wr.opcode = SendOpcode::AtomicFetchAndAdd;
                         (add, 0)
                     } else {
                         // Half of the compares match.
@@ -354,7 +354,7 @@ impl Flow {
                         if compare == current {
                             self.model[word] = swap;
                         }
-                        wr.opcode = WrOpcode::AtomicCmpAndSwp;
+                        wr.opcode = SendOpcode::AtomicCmpAndSwp;
                         (compare, swap)
                     };
                     op.orig = current;

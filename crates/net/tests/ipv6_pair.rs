@@ -31,7 +31,7 @@ use std::time::Duration;
 
 use uroce_net::NetDevice;
 use uroce_verbs::{
-    AtomicInfo, Gid, RdmaInfo, RecvWr, SendFlags, SendWr, WcOpcode, WcStatus, WrOpcode,
+    AtomicInfo, Gid, RdmaInfo, RecvWr, SendFlags, SendOpcode, SendWr, WcOpcode, WcStatus,
 };
 use uroce_wire::pcap::PcapReader;
 use uroce_wire::{Pmtu, ROCEV2_UDP_PORT};
@@ -191,7 +191,7 @@ fn every_op(a: &Side, b: &Side, mtu: Pmtu, key: u64, what: &str) {
     a.mr.block().copy_in(0, &data).expect("fill");
     let write = SendWr {
         wr_id: 2,
-        opcode: WrOpcode::RdmaWrite,
+        opcode: SendOpcode::RdmaWrite,
         flags: SendFlags::SIGNALED,
         sg_list: vec![a.sge(0, WRITE_LEN)],
         rdma: RdmaInfo {
@@ -219,7 +219,7 @@ fn every_op(a: &Side, b: &Side, mtu: Pmtu, key: u64, what: &str) {
     a.mr.block().fill(READ_DST_OFF, READ_LEN, 0).expect("clear");
     let read = SendWr {
         wr_id: 3,
-        opcode: WrOpcode::RdmaRead,
+        opcode: SendOpcode::RdmaRead,
         flags: SendFlags::SIGNALED,
         sg_list: vec![a.sge(READ_DST_OFF, READ_LEN)],
         rdma: RdmaInfo {
@@ -248,7 +248,7 @@ fn every_op(a: &Side, b: &Side, mtu: Pmtu, key: u64, what: &str) {
     a.mr.block().atomic_store(FETCH_OFF, 0).expect("clear");
     let fa = SendWr {
         wr_id: 4,
-        opcode: WrOpcode::AtomicFetchAndAdd,
+        opcode: SendOpcode::AtomicFetchAndAdd,
         flags: SendFlags::SIGNALED,
         sg_list: vec![a.sge(FETCH_OFF, 8)],
         atomic: AtomicInfo {

@@ -33,7 +33,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use uroce_verbs::{
-    AtomicInfo, Qp, RdmaInfo, RecvWr, SendFlags, SendWr, WcFlags, WcOpcode, WcStatus, WrOpcode,
+    AtomicInfo, Qp, RdmaInfo, RecvWr, SendFlags, SendOpcode, SendWr, WcFlags, WcOpcode, WcStatus,
 };
 use uroce_wire::ip::Datagram;
 use uroce_wire::pcap::PcapReader;
@@ -107,7 +107,7 @@ fn every_operation(a: &Side, b: &Side, c: &Conn<'_>, tag: u64) {
             .expect("post_recv");
         let mut wr = SendWr::send(key, vec![a.sge(BUF, len)]);
         if let Some(imm) = imm {
-            wr.opcode = WrOpcode::SendWithImm;
+            wr.opcode = SendOpcode::SendWithImm;
             wr.imm_data = imm;
         }
         c.qa.post_send(wr).expect("post_send");
@@ -158,9 +158,9 @@ fn every_operation(a: &Side, b: &Side, c: &Conn<'_>, tag: u64) {
         let wr = SendWr {
             wr_id: key,
             opcode: if imm.is_some() {
-                WrOpcode::RdmaWriteWithImm
+                SendOpcode::RdmaWriteWithImm
             } else {
-                WrOpcode::RdmaWrite
+                SendOpcode::RdmaWrite
             },
             flags: SendFlags::SIGNALED,
             sg_list: vec![a.sge(BUF, len)],
@@ -199,7 +199,7 @@ fn every_operation(a: &Side, b: &Side, c: &Conn<'_>, tag: u64) {
         b.mr.block().copy_in(READ_SRC, &data).expect("fill");
         let wr = SendWr {
             wr_id: key,
-            opcode: WrOpcode::RdmaRead,
+            opcode: SendOpcode::RdmaRead,
             flags: SendFlags::SIGNALED,
             sg_list: vec![a.sge(BUF, len)],
             rdma: RdmaInfo {
@@ -223,8 +223,8 @@ fn every_operation(a: &Side, b: &Side, c: &Conn<'_>, tag: u64) {
     // Atomics: fetch-and-add 5 to 100, then compare 105 and swap in 9.
     b.mr.block().atomic_store(ATOMIC, 100).expect("store");
     for (opcode, wc_opcode, compare_add, swap, orig) in [
-        (WrOpcode::AtomicFetchAndAdd, WcOpcode::FetchAdd, 5, 0, 100),
-        (WrOpcode::AtomicCmpAndSwp, WcOpcode::CompSwap, 105, 9, 105),
+        (SendOpcode::AtomicFetchAndAdd, WcOpcode::FetchAdd, 5, 0, 100),
+        (SendOpcode::AtomicCmpAndSwp, WcOpcode::CompSwap, 105, 9, 105),
     ] {
         let key = tag << 32 | 0x2000_0000 | opcode as u64;
         let wr = SendWr {

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use uroce_net::{NetConfig, NetDevice};
 use uroce_verbs::{
     AccessFlags, AtomicInfo, CompChannel, Cq, MemBlock, Mr, Pd, Qp, QpCap, QpInitAttr, QpType,
-    RcConnect, RdmaInfo, RecvWr, SendFlags, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion,
-    WrOpcode,
+    RcConnect, RdmaInfo, RecvWr, SendFlags, SendOpcode, SendWr, Sge, WcOpcode, WcStatus,
+    WorkCompletion,
 };
 use uroce_wire::pmtu::Pmtu;
 use uroce_wire::psn::Psn;
@@ -132,7 +132,7 @@ fn every_rc_operation_between_two_devices() {
     a.mr.block().copy_in(0, &data).expect("fill");
     let mut w = SendWr {
         wr_id: 2,
-        opcode: WrOpcode::RdmaWrite,
+        opcode: SendOpcode::RdmaWrite,
         flags: SendFlags::SIGNALED,
         sg_list: vec![sge(&a.mr, 0, data.len())],
         rdma: RdmaInfo {
@@ -154,7 +154,7 @@ fn every_rc_operation_between_two_devices() {
     // RDMA READ 150 KiB from B back into A at offset 0 (after clearing it).
     a.mr.block().fill(0, LEN, 0).expect("clear");
     w.wr_id = 3;
-    w.opcode = WrOpcode::RdmaRead;
+    w.opcode = SendOpcode::RdmaRead;
     w.sg_list = vec![sge(&a.mr, 0, 150 * 1024)];
     a.qp.post_send(w).expect("read");
     let wa = wait(&a.cq, 1);
@@ -170,7 +170,7 @@ fn every_rc_operation_between_two_devices() {
     b.mr.block().atomic_store(0, 40).expect("store");
     let fa = SendWr {
         wr_id: 4,
-        opcode: WrOpcode::AtomicFetchAndAdd,
+        opcode: SendOpcode::AtomicFetchAndAdd,
         flags: SendFlags::SIGNALED,
         sg_list: vec![sge(&a.mr, 64, 8)],
         atomic: AtomicInfo {
@@ -190,7 +190,7 @@ fn every_rc_operation_between_two_devices() {
     assert_eq!(a.mr.block().atomic_load(64).expect("load"), 40);
     let cs = SendWr {
         wr_id: 5,
-        opcode: WrOpcode::AtomicCmpAndSwp,
+        opcode: SendOpcode::AtomicCmpAndSwp,
         flags: SendFlags::SIGNALED,
         sg_list: vec![sge(&a.mr, 72, 8)],
         atomic: AtomicInfo {

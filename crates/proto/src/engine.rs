@@ -131,3 +131,64 @@ pub trait Engine: fmt::Debug + Send {
     /// The next asynchronous event.
     fn poll_event(&mut self) -> Option<QpEvent>;
 }
+
+/// A boxed engine is an engine: the layers above hold `Box<dyn Engine>` and generic
+/// drivers (the simulator) take either.
+impl<E: Engine + ?Sized> Engine for Box<E> {
+    fn qpn(&self) -> u32 {
+        (**self).qpn()
+    }
+    fn qp_type(&self) -> QpType {
+        (**self).qp_type()
+    }
+    fn state(&self) -> QpState {
+        (**self).state()
+    }
+    fn counters(&self) -> EngineCounters {
+        (**self).counters()
+    }
+    fn is_idle(&self) -> bool {
+        (**self).is_idle()
+    }
+    fn poll_timeout(&self) -> Option<Instant> {
+        (**self).poll_timeout()
+    }
+    fn handle_packet(
+        &mut self,
+        now: Instant,
+        from: &Arrival,
+        pkt: &PacketRepr<'_>,
+        env: &mut Env<'_>,
+    ) {
+        (**self).handle_packet(now, from, pkt, env)
+    }
+    fn handle_timeout(&mut self, now: Instant, env: &mut Env<'_>) {
+        (**self).handle_timeout(now, env)
+    }
+    fn post_send(&mut self, wr: SendWr) -> Result<(), PostError> {
+        (**self).post_send(wr)
+    }
+    fn post_recv(&mut self, wr: RecvWr) -> Result<(), PostError> {
+        (**self).post_recv(wr)
+    }
+    fn enter_rts(&mut self, rts: RtsAttrs) {
+        (**self).enter_rts(rts)
+    }
+    fn set_state(&mut self, to: QpState) {
+        (**self).set_state(to)
+    }
+    fn poll_transmit(
+        &mut self,
+        now: Instant,
+        env: &mut Env<'_>,
+        buf: &mut [u8],
+    ) -> Option<Transmit> {
+        (**self).poll_transmit(now, env, buf)
+    }
+    fn poll_completion(&mut self) -> Option<(CqKind, WorkCompletion)> {
+        (**self).poll_completion()
+    }
+    fn poll_event(&mut self) -> Option<QpEvent> {
+        (**self).poll_event()
+    }
+}

@@ -7,13 +7,17 @@
 //!
 //! It holds the IBTA queue-pair state machine ([`qp_state`]) as declarative data and the
 //! RC transport engine ([`rc`]: requester, completer and responder of one reliable-connected
-//! QP as a sans-IO state machine). The CM state machine will live here too.
+//! QP as a sans-IO state machine) and the UD engine ([`ud`]: one UD or GSI QP), both behind
+//! the transport-engine interface [`engine::Engine`]. The CM state machine will live here too.
 #![forbid(unsafe_code)]
 
+mod build;
 pub mod engine;
 pub mod memory;
 pub mod qp_state;
 pub mod rc;
 pub mod time;
+pub mod uc;
+pub mod ud;
 pub mod wc;
 pub mod wr;

@@ -7,6 +7,9 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
+use std::net::{IpAddr, Ipv4Addr};
+
+use uroce_proto::engine::{Arrival, Transmit};
 use uroce_proto::time::Instant;
 use uroce_wire::{aeth, bth, opcode::op, PacketRepr, Psn};
 
@@ -42,6 +45,10 @@ pub(crate) struct Fake {
     pub window: u32,
     pub timeout: Option<Duration>,
     pub quirk: Quirk,
+    /// Where its packets go (set by the test; `0.0.0.0` until then).
+    pub peer: IpAddr,
+    /// Every arrival's addresses, in order.
+    pub arrivals: Vec<Arrival>,
     next: u32,
     acked: u32,
     deadline: Option<Instant>,
@@ -60,6 +67,8 @@ impl Fake {
             window: 8,
             timeout: Some(Duration::from_micros(100)),
             quirk: Quirk::None,
+            peer: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            arrivals: Vec::new(),
             next: 0,
             acked: 0,
             deadline: None,
@@ -68,6 +77,12 @@ impl Fake {
             corrupt_payloads: 0,
             completions: VecDeque::new(),
         }
+    }
+
+    /// The same fake, sending to `peer`.
+    pub(crate) fn to(mut self, peer: IpAddr) -> Fake {
+        self.peer = peer;
+        self
     }
 
     fn bth(&self, opcode: u8, psn: u32, ack_req: bool) -> bth::Repr {
@@ -102,7 +117,14 @@ impl Endpoint for Fake {
         self.qpn
     }
 
-    fn handle_packet(&mut self, now: Instant, pkt: &PacketRepr<'_>, _env: &mut NodeEnv<'_>) {
+    fn handle_packet(
+        &mut self,
+        now: Instant,
+        from: &Arrival,
+        pkt: &PacketRepr<'_>,
+        _env: &mut NodeEnv<'_>,
+    ) {
+        self.arrivals.push(*from);
         let psn = pkt.bth.psn.value();
         match pkt.bth.opcode {
             op::RC_SEND_ONLY => {
@@ -146,16 +168,18 @@ impl Endpoint for Fake {
         now: Instant,
         _env: &mut NodeEnv<'_>,
         buf: &mut [u8],
-    ) -> Option<usize> {
+    ) -> Option<Transmit> {
+        let dst = self.peer;
+        let to = |len| Transmit { len, dst };
         match self.quirk {
             Quirk::Garbage if self.next < self.total => {
                 self.next = self.total;
                 buf.get_mut(..16)?.fill(0xEE);
-                return Some(16);
+                return Some(to(16));
             }
             Quirk::Overflow if self.next < self.total => {
                 self.next = self.total;
-                return Some(buf.len() + 1);
+                return Some(to(buf.len() + 1));
             }
             _ => {}
         }
@@ -167,7 +191,7 @@ impl Endpoint for Fake {
                 }),
                 ..PacketRepr::new(self.bth(op::RC_ACKNOWLEDGE, psn, false), &[])
             };
-            return ack.emit(buf).ok();
+            return ack.emit(buf).ok().map(to);
         }
         if self.next < self.total && self.next < self.acked + self.window {
             let psn = self.next;
@@ -177,7 +201,7 @@ impl Endpoint for Fake {
             }
             let payload = Fake::payload(psn);
             let pkt = PacketRepr::new(self.bth(op::RC_SEND_ONLY, psn, true), &payload);
-            return pkt.emit(buf).ok();
+            return pkt.emit(buf).ok().map(to);
         }
         None
     }

@@ -1,22 +1,33 @@
 //! [`SimNet`]: a deterministic network of engines in one process.
 //!
-//! Nodes have an IPv4 address (`127.0.0.x`; nothing ever leaves the process), a
-//! [`TestMemory`] and a shared receive queue ([`SimSrq`]); QPs (anything implementing
-//! [`Endpoint`]) are registered per node by QPN and connected to a peer node. Every
-//! direction between two nodes is a link with its own [`LinkConfig`] (loss, duplication,
-//! reordering, bit corruption, delay) and an optional packet filter for scenario tests.
+//! Nodes have an IP address (`127.0.0.x` from [`SimNet::add_node`], `fd00::x` from
+//! [`SimNet::add_node_v6`]; nothing ever leaves the process), a [`TestMemory`] and a shared
+//! receive queue ([`SimSrq`]). QPs (anything implementing [`Endpoint`], which every
+//! `uroce_proto::engine::Engine` does) are registered per node by QPN, either connected to a
+//! peer node ([`SimNet::add_qp`]: packets from any other address are dropped, as a
+//! connected QP's checks would) or open to any sender ([`SimNet::add_datagram_qp`], for
+//! UD and GSI). Every direction between two nodes is a link with its own [`LinkConfig`]
+//! (loss, duplication, reordering, bit corruption, delay) and an optional packet filter
+//! for scenario tests.
+//!
+//! Routing is per packet, as on a real network: each [`Transmit`] goes to the node whose
+//! address is its `dst` (whatever the QP was registered with), and the receiving QP gets
+//! an [`Arrival`] with the real source and destination addresses and the IP header's
+//! traffic class, hop limit and flow label.
 //!
 //! # What one packet goes through
-//! 1. The engine's `poll_transmit` writes BTH..ICRC (ICRC zero). The sim checks that it
-//!    parses (an engine that emits garbage is a [`SimError::InvalidTransmit`]).
-//! 2. The IPv4 and UDP headers are built with `uroce_wire::ip::roce_headers` (what a Linux
+//! 1. The engine's `poll_transmit` writes BTH..ICRC (ICRC zero) and names the destination
+//!    address. The sim checks that the packet parses (an engine that emits garbage is a
+//!    [`SimError::InvalidTransmit`]) and finds the node with that address (none, or one of
+//!    the other address family: dropped as [`DropReason::Unroutable`]).
+//! 2. The IPv4/IPv6 and UDP headers are built with `uroce_wire::ip::roce_headers` (what a Linux
 //!    UDP socket with `IP_PMTUDISC_DO` sends) and the ICRC sealed with `icrc::seal`.
 //! 3. The link: the filter's [`Verdict`], then loss, duplication, reordering and a flip of
 //!    one random bit anywhere in the IP datagram, each drawn from the seeded RNG.
 //! 4. At delivery time the receiving node does what a host would: parse the IP/UDP
 //!    headers, check the IPv4 header checksum and the (zero) UDP checksum, the port,
-//!    the ICRC, then `PacketRepr::parse`, route by DestQP, check the source address, and
-//!    call the QP's `handle_packet`. Every drop is counted in [`Stats`] by reason.
+//!    the ICRC, then `PacketRepr::parse`, route by DestQP, check the source address (for a
+//!    connected QP), and call the QP's `handle_packet` with the [`Arrival`]. Every drop is counted in [`Stats`] by reason.
 //!
 //! A flipped bit is caught by one of these checks except in the fields the ICRC masks
 //! *and* no other check covers: BTH byte 4 (FECN, BECN, reserved bits). Those packets are
@@ -32,26 +43,30 @@
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 use std::fmt;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use thiserror::Error;
+use uroce_proto::engine::{Arrival, Engine, Transmit};
+use uroce_proto::rc::{CqKind, Env, QpEvent, SharedRecvQueue};
 use uroce_proto::time::Instant;
-use uroce_proto::wr::RecvWr;
+use uroce_proto::wr::{RecvWr, WorkCompletion};
 use uroce_wire::ip::{self, Datagram, Endpoints};
 use uroce_wire::{icrc, PacketRepr, WireError};
 
 use crate::memory::TestMemory;
-use crate::trace::{DropReason, Micros, PacketSummary, Trace, TraceEntry, TraceEvent};
+use crate::trace::{DropReason, Micros, PacketSummary, Trace, TraceEntry, TraceEvent, NO_NODE};
 
 /// Size of the buffer handed to `poll_transmit`: the engine contract's minimum,
 /// 4096 + 64 bytes, so that an engine that needs more is caught.
 pub const TRANSMIT_BUF_LEN: usize = 4096 + 64;
 
-/// What a QP engine offers the simulator. Implemented for `uroce_proto::rc::RcQp` in
-/// [`crate::rc`]; unit tests implement it for small fakes.
+/// What a QP engine offers the simulator: the shape of `uroce_proto::engine::Engine` with
+/// the node's environment in place of the engine environment and completion/event types
+/// of its own. Every `Engine` (`RcQp`, `Box<dyn Engine>`, …) implements it through the
+/// blanket implementation below; unit tests implement it for small fakes.
 pub trait Endpoint {
     /// A completion as the engine reports it.
     type Completion: Clone + fmt::Debug;
@@ -60,17 +75,25 @@ pub trait Endpoint {
 
     /// The QP number packets are routed by.
     fn qpn(&self) -> u32;
-    /// A packet addressed to this QP, already ICRC-checked and parsed.
-    fn handle_packet(&mut self, now: Instant, pkt: &PacketRepr<'_>, env: &mut NodeEnv<'_>);
+    /// A packet addressed to this QP, already ICRC-checked and parsed, with the addresses
+    /// it came from and went to.
+    fn handle_packet(
+        &mut self,
+        now: Instant,
+        from: &Arrival,
+        pkt: &PacketRepr<'_>,
+        env: &mut NodeEnv<'_>,
+    );
     /// Called when `now >= poll_timeout()`.
     fn handle_timeout(&mut self, now: Instant, env: &mut NodeEnv<'_>);
-    /// The next packet (BTH..ICRC, ICRC bytes zero) into `buf`; its length.
+    /// The next packet (BTH..ICRC, ICRC bytes zero) into `buf`; its length and where it
+    /// goes.
     fn poll_transmit(
         &mut self,
         now: Instant,
         env: &mut NodeEnv<'_>,
         buf: &mut [u8],
-    ) -> Option<usize>;
+    ) -> Option<Transmit>;
     /// The earliest deadline the engine wants `handle_timeout` at.
     fn poll_timeout(&self) -> Option<Instant>;
     /// The next completion.
@@ -80,6 +103,66 @@ pub trait Endpoint {
     /// True when the engine has nothing queued, in flight or unacknowledged.
     fn is_idle(&self) -> bool {
         true
+    }
+}
+
+impl SharedRecvQueue for SimSrq {
+    fn take(&mut self) -> Option<RecvWr> {
+        SimSrq::take(self)
+    }
+}
+
+/// The engine environment over a node: its memory and its SRQ (an engine takes receive
+/// WQEs from the SRQ only when it was configured to use one).
+fn engine_env<'a>(node: &'a mut NodeEnv<'_>) -> Env<'a> {
+    Env::with_srq(node.mem, &mut *node.srq)
+}
+
+impl<E: Engine> Endpoint for E {
+    type Completion = (CqKind, WorkCompletion);
+    type Event = QpEvent;
+
+    fn qpn(&self) -> u32 {
+        Engine::qpn(self)
+    }
+
+    fn handle_packet(
+        &mut self,
+        now: Instant,
+        from: &Arrival,
+        pkt: &PacketRepr<'_>,
+        node: &mut NodeEnv<'_>,
+    ) {
+        Engine::handle_packet(self, now, from, pkt, &mut engine_env(node));
+    }
+
+    fn handle_timeout(&mut self, now: Instant, node: &mut NodeEnv<'_>) {
+        Engine::handle_timeout(self, now, &mut engine_env(node));
+    }
+
+    fn poll_transmit(
+        &mut self,
+        now: Instant,
+        node: &mut NodeEnv<'_>,
+        buf: &mut [u8],
+    ) -> Option<Transmit> {
+        Engine::poll_transmit(self, now, &mut engine_env(node), buf)
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        Engine::poll_timeout(self)
+    }
+
+    fn poll_completion(&mut self) -> Option<(CqKind, WorkCompletion)> {
+        Engine::poll_completion(self)
+    }
+
+    fn poll_event(&mut self) -> Option<QpEvent> {
+        Engine::poll_event(self)
+    }
+
+    fn is_idle(&self) -> bool {
+        Engine::is_idle(self)
     }
 }
 
@@ -251,7 +334,7 @@ pub struct Stats {
     pub parse: u64,
     /// Drops for an unknown destination node or QP.
     pub unroutable: u64,
-    /// Drops because the source is not the QP's peer.
+    /// Drops because the source is not the connected QP's peer.
     pub wrong_source: u64,
     /// `handle_timeout` calls.
     pub timeouts: u64,
@@ -345,20 +428,24 @@ pub enum SimError {
     /// Building a datagram failed (a packet too long for IPv4).
     #[error("building a datagram failed: {0}")]
     Wire(WireError),
-    /// More than 255 nodes (addresses are 127.0.0.x).
+    /// More than 254 nodes (addresses are 127.0.0.x or fd00::x).
     #[error("at most 254 nodes")]
     TooManyNodes,
+    /// A node with this address exists already.
+    #[error("a node with address {0} exists already")]
+    DuplicateAddr(IpAddr),
 }
 
 struct QpSlot<E: Endpoint> {
     ep: E,
-    peer: usize,
+    /// The node a connected QP accepts packets from; `None`: from anyone.
+    peer: Option<usize>,
     completions: Vec<E::Completion>,
     events: Vec<E::Event>,
 }
 
 struct Node<E: Endpoint> {
-    addr: Ipv4Addr,
+    addr: IpAddr,
     mem: TestMemory,
     srq: SimSrq,
     qps: BTreeMap<u32, QpSlot<E>>,
@@ -521,22 +608,65 @@ impl<E: Endpoint> SimNet<E> {
     /// Adds a node with address `127.0.0.<index + 1>`; returns its index.
     ///
     /// # Errors
-    /// [`SimError::TooManyNodes`] beyond 254 nodes.
+    /// [`SimError::TooManyNodes`] beyond 254 nodes, [`SimError::DuplicateAddr`] if a node
+    /// added with [`SimNet::add_node_at`] has that address.
     pub fn add_node(&mut self) -> Result<usize, SimError> {
+        let host = self.next_host()?;
+        self.add_node_at(IpAddr::V4(Ipv4Addr::new(127, 0, 0, host)))
+    }
+
+    /// Adds a node with the IPv6 address `fd00::<index + 1>` (a unique-local address;
+    /// nothing leaves the process); returns its index. IPv6 nodes talk to IPv6 nodes
+    /// only.
+    ///
+    /// # Errors
+    /// As [`SimNet::add_node`].
+    pub fn add_node_v6(&mut self) -> Result<usize, SimError> {
+        let host = self.next_host()?;
+        self.add_node_at(IpAddr::V6(Ipv6Addr::new(
+            0xfd00,
+            0,
+            0,
+            0,
+            0,
+            0,
+            0,
+            host.into(),
+        )))
+    }
+
+    /// Adds a node with the given address; returns its index.
+    ///
+    /// # Errors
+    /// [`SimError::TooManyNodes`] beyond 254 nodes, [`SimError::DuplicateAddr`].
+    pub fn add_node_at(&mut self, addr: IpAddr) -> Result<usize, SimError> {
         let index = self.nodes.len();
-        let host = u8::try_from(index + 1)
-            .ok()
-            .filter(|h| *h < 255)
-            .ok_or(SimError::TooManyNodes)?;
+        self.next_host()?;
+        if self.node_by_addr(addr).is_some() {
+            return Err(SimError::DuplicateAddr(addr));
+        }
         // Distinct address bases per node make cross-node address mix-ups visible.
         let base = TestMemory::DEFAULT_BASE + (index as u64) * 0x1000_0000;
         self.nodes.push(Node {
-            addr: Ipv4Addr::new(127, 0, 0, host),
+            addr,
             mem: TestMemory::with_base(base),
             srq: SimSrq::default(),
             qps: BTreeMap::new(),
         });
         Ok(index)
+    }
+
+    /// The host part of the next node's default address (index + 1, at most 254).
+    fn next_host(&self) -> Result<u8, SimError> {
+        u8::try_from(self.nodes.len() + 1)
+            .ok()
+            .filter(|h| *h < 255)
+            .ok_or(SimError::TooManyNodes)
+    }
+
+    /// The node with address `addr`.
+    pub fn node_by_addr(&self, addr: IpAddr) -> Option<usize> {
+        self.nodes.iter().position(|n| n.addr == addr)
     }
 
     fn node(&self, node: usize) -> Result<&Node<E>, SimError> {
@@ -547,11 +677,11 @@ impl<E: Endpoint> SimNet<E> {
         self.nodes.get_mut(node).ok_or(SimError::UnknownNode(node))
     }
 
-    /// The IPv4 address of a node.
+    /// The IP address of a node.
     ///
     /// # Errors
     /// [`SimError::UnknownNode`].
-    pub fn addr(&self, node: usize) -> Result<Ipv4Addr, SimError> {
+    pub fn addr(&self, node: usize) -> Result<IpAddr, SimError> {
         Ok(self.node(node)?.addr)
     }
 
@@ -571,13 +701,26 @@ impl<E: Endpoint> SimNet<E> {
         Ok(&mut self.node_mut(node)?.srq)
     }
 
-    /// Registers `ep` on `node`, connected to `peer` (the node its packets go to and the
-    /// only node it accepts packets from).
+    /// Registers `ep` on `node`, connected to `peer`: the only node it accepts packets
+    /// from (what it sends goes wherever each packet's [`Transmit::dst`] says; a
+    /// connected engine names its peer's address).
     ///
     /// # Errors
     /// [`SimError::UnknownNode`] for either node, [`SimError::DuplicateQp`].
     pub fn add_qp(&mut self, node: usize, peer: usize, ep: E) -> Result<QpId, SimError> {
         self.node(peer)?;
+        self.insert_qp(node, Some(peer), ep)
+    }
+
+    /// Registers `ep` on `node`, accepting packets from any node (a UD or GSI QP).
+    ///
+    /// # Errors
+    /// [`SimError::UnknownNode`], [`SimError::DuplicateQp`].
+    pub fn add_datagram_qp(&mut self, node: usize, ep: E) -> Result<QpId, SimError> {
+        self.insert_qp(node, None, ep)
+    }
+
+    fn insert_qp(&mut self, node: usize, peer: Option<usize>, ep: E) -> Result<QpId, SimError> {
         let qpn = ep.qpn();
         let id = QpId { node, qpn };
         let n = self.node_mut(node)?;
@@ -798,11 +941,7 @@ impl<E: Endpoint> SimNet<E> {
         dst: usize,
         roce: &[u8],
     ) -> Result<Vec<u8>, SimError> {
-        let ep = Endpoints::roce(
-            IpAddr::V4(self.addr(src)?),
-            IpAddr::V4(self.addr(dst)?),
-            source_port(src_qpn),
-        );
+        let ep = Endpoints::roce(self.addr(src)?, self.addr(dst)?, source_port(src_qpn));
         let headers = ep.headers_len().map_err(SimError::Wire)?;
         let mut datagram = vec![0u8; headers + roce.len()];
         let (h, body) = datagram.split_at_mut(headers);
@@ -926,16 +1065,14 @@ impl<E: Endpoint> SimNet<E> {
                 let Node { mem, srq, qps, .. } = node;
                 let slot = qps.get_mut(&qp.qpn).ok_or(SimError::UnknownQp(qp))?;
                 let mut env = NodeEnv { mem, srq };
-                slot.ep
-                    .poll_transmit(now, &mut env, &mut buf)
-                    .map(|len| (len, slot.peer))
+                slot.ep.poll_transmit(now, &mut env, &mut buf)
             };
             let result = match sent {
                 None => {
                     self.buf = buf;
                     return Ok(());
                 }
-                Some((len, peer)) => self.send(qp, peer, &buf, len),
+                Some(t) => self.send(qp, t.dst, &buf, t.len),
             };
             self.buf = buf;
             result?;
@@ -946,21 +1083,37 @@ impl<E: Endpoint> SimNet<E> {
         })
     }
 
-    /// One engine packet: checks, seals, and puts it through the link.
-    fn send(&mut self, qp: QpId, peer: usize, buf: &[u8], len: usize) -> Result<(), SimError> {
+    /// The node a packet from `src` to `addr` reaches: the node with that address, if it
+    /// is of the sender's address family (a socket cannot send across families).
+    fn route(&self, src: usize, addr: IpAddr) -> Option<usize> {
+        let from = self.nodes.get(src)?.addr;
+        if from.is_ipv4() != addr.is_ipv4() {
+            return None;
+        }
+        self.node_by_addr(addr)
+    }
+
+    /// One engine packet: checks, routes by its destination address, seals, and puts it
+    /// through the link.
+    fn send(&mut self, qp: QpId, dst: IpAddr, buf: &[u8], len: usize) -> Result<(), SimError> {
         let roce = buf.get(..len).ok_or(SimError::TransmitOverflow {
             qp,
             len,
             buf: buf.len(),
         })?;
+        let route = self.route(qp.node, dst);
         let (summary, filter_verdict) = match PacketRepr::parse(roce) {
             Ok(pkt) => {
-                let link = self.links.entry((qp.node, peer)).or_default();
-                let nth = link.sent;
-                let verdict = link
-                    .filter
-                    .as_mut()
-                    .map_or(Verdict::Deliver, |f| f(&pkt, nth));
+                let verdict = match route {
+                    Some(peer) => {
+                        let link = self.links.entry((qp.node, peer)).or_default();
+                        let nth = link.sent;
+                        link.filter
+                            .as_mut()
+                            .map_or(Verdict::Deliver, |f| f(&pkt, nth))
+                    }
+                    None => Verdict::Deliver,
+                };
                 (PacketSummary::of(&pkt), verdict)
             }
             Err(error) => {
@@ -970,6 +1123,32 @@ impl<E: Endpoint> SimNet<E> {
                 let blank = PacketRepr::new(empty_bth(), &[]);
                 (PacketSummary::of(&blank), Verdict::Deliver)
             }
+        };
+        let Some(peer) = route else {
+            // No node has this address: the packet leaves and is lost (counted, traced
+            // with the destination node NO_NODE).
+            let id = self.next_id;
+            self.next_id += 1;
+            self.stats.transmitted += 1;
+            self.stats.transmitted_bytes += len as u64;
+            self.stats.unroutable += 1;
+            for event in [
+                TraceEvent::Transmitted,
+                TraceEvent::Dropped {
+                    copy: 0,
+                    reason: DropReason::Unroutable,
+                },
+            ] {
+                self.trace.push(TraceEntry {
+                    time: self.now,
+                    id,
+                    src: qp.node,
+                    dst: NO_NODE,
+                    packet: summary,
+                    event,
+                });
+            }
+            return Ok(());
         };
         let link = self.links.entry((qp.node, peer)).or_default();
         link.sent += 1;
@@ -1190,11 +1369,7 @@ impl<E: Endpoint> SimNet<E> {
         let Ok(roce) = datagram.roce() else {
             return self.drop_packet(&p, DropReason::NotRoce);
         };
-        let dst_node = self
-            .nodes
-            .iter()
-            .position(|n| IpAddr::V4(n.addr) == datagram.dst);
-        let Some(dst_node) = dst_node else {
+        let Some(dst_node) = self.node_by_addr(datagram.dst) else {
             return self.drop_packet(&p, DropReason::Unroutable);
         };
         if datagram.verify_icrc().is_err() {
@@ -1204,15 +1379,18 @@ impl<E: Endpoint> SimNet<E> {
             return self.drop_packet(&p, DropReason::Parse);
         };
         let qpn = pkt.bth.dest_qp;
-        let peer_addr = {
+        let peer = {
             let Some(slot) = self.nodes.get(dst_node).and_then(|n| n.qps.get(&qpn)) else {
                 return self.drop_packet(&p, DropReason::Unroutable);
             };
-            self.nodes.get(slot.peer).map(|n| IpAddr::V4(n.addr))
+            slot.peer
         };
-        if peer_addr != Some(datagram.src) {
-            return self.drop_packet(&p, DropReason::WrongSource);
+        if let Some(peer) = peer {
+            if self.nodes.get(peer).map(|n| n.addr) != Some(datagram.src) {
+                return self.drop_packet(&p, DropReason::WrongSource);
+            }
         }
+        let arrival = arrival_of(&datagram);
         if p.corrupted {
             self.stats.corrupted_delivered += 1;
         }
@@ -1232,7 +1410,7 @@ impl<E: Endpoint> SimNet<E> {
         let Node { mem, srq, qps, .. } = node;
         if let Some(slot) = qps.get_mut(&qpn) {
             let mut env = NodeEnv { mem, srq };
-            slot.ep.handle_packet(now, &pkt, &mut env);
+            slot.ep.handle_packet(now, &arrival, &pkt, &mut env);
         }
     }
 
@@ -1309,6 +1487,25 @@ impl<E: Endpoint> SimNet<E> {
             now: self.now,
         })
     }
+}
+
+/// What the receiving socket reports of a datagram: its addresses and the IP header's
+/// traffic class, hop limit, flow label and (IPv4) Identification.
+fn arrival_of(d: &Datagram<'_>) -> Arrival {
+    let h = d.ip_header;
+    let byte = |i: usize| h.get(i).copied().unwrap_or(0);
+    let mut a = Arrival::new(d.src, d.dst);
+    if d.src.is_ipv4() {
+        a.traffic_class = byte(1);
+        a.ipv4_id = u16::from_be_bytes([byte(4), byte(5)]);
+        a.hop_limit = byte(8);
+    } else {
+        a.traffic_class = (byte(0) << 4) | (byte(1) >> 4);
+        a.flow_label =
+            (u32::from(byte(1) & 0x0f) << 16) | (u32::from(byte(2)) << 8) | u32::from(byte(3));
+        a.hop_limit = byte(7);
+    }
+    a
 }
 
 /// The UDP source port of a QP: one fixed port per QP in `0xC000..=0xFFFF`.

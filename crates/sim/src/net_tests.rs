@@ -15,8 +15,13 @@ fn pair(seed: u64, total: u32) -> (SimNet<Fake>, QpId, QpId) {
     let mut net = SimNet::new(seed);
     let a = net.add_node().unwrap();
     let b = net.add_node().unwrap();
-    let qa = net.add_qp(a, b, Fake::new(0x10, 0x20, total)).unwrap();
-    let qb = net.add_qp(b, a, Fake::new(0x20, 0x10, 0)).unwrap();
+    let (addr_a, addr_b) = (net.addr(a).unwrap(), net.addr(b).unwrap());
+    let qa = net
+        .add_qp(a, b, Fake::new(0x10, 0x20, total).to(addr_b))
+        .unwrap();
+    let qb = net
+        .add_qp(b, a, Fake::new(0x20, 0x10, 0).to(addr_a))
+        .unwrap();
     (net, qa, qb)
 }
 
@@ -49,9 +54,177 @@ fn assert_exactly_once(net: &SimNet<Fake>, total: u32, qa: QpId, qb: QpId) {
 #[test]
 fn addresses_are_loopback_and_distinct() {
     let (net, _, _) = pair(1, 0);
-    assert_eq!(net.addr(0).unwrap(), Ipv4Addr::new(127, 0, 0, 1));
-    assert_eq!(net.addr(1).unwrap(), Ipv4Addr::new(127, 0, 0, 2));
+    assert_eq!(net.addr(0).unwrap(), IpAddr::from([127, 0, 0, 1]));
+    assert_eq!(net.addr(1).unwrap(), IpAddr::from([127, 0, 0, 2]));
     assert_eq!(net.addr(2), Err(SimError::UnknownNode(2)));
+}
+
+#[test]
+fn fake_pair_sees_the_real_addresses() {
+    let (mut net, qa, qb) = pair(1, 3);
+    net.run_until(all_done(3, qa, qb), 1000, SEC).unwrap();
+    let (a, b) = (net.addr(0).unwrap(), net.addr(1).unwrap());
+    let at_b = &net.qp(qb).unwrap().arrivals;
+    assert_eq!(at_b.len(), 3);
+    assert!(at_b.iter().all(|x| *x == Arrival::new(a, b)), "{at_b:?}");
+    let at_a = &net.qp(qa).unwrap().arrivals;
+    assert!(!at_a.is_empty() && at_a.iter().all(|x| (x.src, x.dst) == (b, a)));
+}
+
+/// Sends one SEND_ONLY to each target in turn (per-packet destinations, like a UD QP)
+/// and records every arrival with its DestQP.
+#[derive(Debug, Default)]
+struct Scatter {
+    qpn: u32,
+    targets: std::collections::VecDeque<(IpAddr, u32)>,
+    arrivals: Vec<Arrival>,
+}
+
+impl Scatter {
+    fn new(qpn: u32, targets: &[(IpAddr, u32)]) -> Scatter {
+        Scatter {
+            qpn,
+            targets: targets.iter().copied().collect(),
+            arrivals: Vec::new(),
+        }
+    }
+}
+
+impl Endpoint for Scatter {
+    type Completion = ();
+    type Event = ();
+
+    fn qpn(&self) -> u32 {
+        self.qpn
+    }
+    fn handle_packet(
+        &mut self,
+        _now: Instant,
+        from: &Arrival,
+        pkt: &PacketRepr<'_>,
+        _env: &mut NodeEnv<'_>,
+    ) {
+        assert_eq!(pkt.bth.dest_qp, self.qpn);
+        self.arrivals.push(*from);
+    }
+    fn handle_timeout(&mut self, _now: Instant, _env: &mut NodeEnv<'_>) {}
+    fn poll_transmit(
+        &mut self,
+        _now: Instant,
+        _env: &mut NodeEnv<'_>,
+        buf: &mut [u8],
+    ) -> Option<Transmit> {
+        let (dst, dest_qp) = self.targets.pop_front()?;
+        let mut b = empty_bth();
+        b.opcode = op::RC_SEND_ONLY;
+        b.dest_qp = dest_qp;
+        let len = PacketRepr::new(b, b"datagram").emit(buf).ok()?;
+        Some(Transmit { len, dst })
+    }
+    fn poll_timeout(&self) -> Option<Instant> {
+        None
+    }
+    fn poll_completion(&mut self) -> Option<()> {
+        None
+    }
+    fn poll_event(&mut self) -> Option<()> {
+        None
+    }
+}
+
+/// Three nodes made by `add`; node 0's datagram QP 0x10 sends to QP 0x20 on node 1, QP
+/// 0x30 on node 2, node 1 again, and `stranger` (no node): each packet goes where its
+/// own destination says and arrives with the real addresses.
+fn scatter_to_three_nodes(add: fn(&mut SimNet<Scatter>) -> usize, stranger: IpAddr) {
+    let mut net = SimNet::new(1);
+    let (n0, n1, n2) = (add(&mut net), add(&mut net), add(&mut net));
+    let (a0, a1, a2) = (
+        net.addr(n0).unwrap(),
+        net.addr(n1).unwrap(),
+        net.addr(n2).unwrap(),
+    );
+    let targets = [(a1, 0x20), (a2, 0x30), (a1, 0x20), (stranger, 0x20)];
+    net.add_datagram_qp(n0, Scatter::new(0x10, &targets))
+        .unwrap();
+    let q1 = net.add_datagram_qp(n1, Scatter::new(0x20, &[])).unwrap();
+    let q2 = net.add_datagram_qp(n2, Scatter::new(0x30, &[])).unwrap();
+    net.run_until_quiet(100, SEC).unwrap();
+    let s = net.stats();
+    assert_eq!((s.transmitted, s.delivered, s.unroutable), (4, 3, 1));
+    assert_eq!(net.trace().transmitted(n0, n1).len(), 2);
+    assert_eq!(net.trace().transmitted(n0, n2).len(), 1);
+    assert_eq!(net.trace().transmitted(n0, NO_NODE).len(), 1);
+    assert_eq!(
+        net.qp(q1).unwrap().arrivals,
+        vec![Arrival::new(a0, a1), Arrival::new(a0, a1)]
+    );
+    assert_eq!(net.qp(q2).unwrap().arrivals, vec![Arrival::new(a0, a2)]);
+}
+
+#[test]
+fn every_packet_goes_to_its_own_destination_ipv4() {
+    scatter_to_three_nodes(|n| n.add_node().unwrap(), IpAddr::from([127, 0, 0, 99]));
+}
+
+#[test]
+fn every_packet_goes_to_its_own_destination_ipv6() {
+    // An IPv4 node exists, but an IPv6 socket cannot reach it: unroutable.
+    scatter_to_three_nodes(
+        |n| {
+            let i = n.add_node_v6().unwrap();
+            if i == 2 {
+                n.add_node().unwrap();
+            }
+            i
+        },
+        IpAddr::from([127, 0, 0, 4]),
+    );
+}
+
+#[test]
+fn ipv6_addresses_and_duplicates() {
+    let mut net: SimNet<Fake> = SimNet::new(1);
+    let a = net.add_node_v6().unwrap();
+    assert_eq!(net.addr(a).unwrap(), "fd00::1".parse::<IpAddr>().unwrap());
+    let b = net.add_node().unwrap();
+    assert_eq!(net.addr(b).unwrap(), IpAddr::from([127, 0, 0, 2]));
+    assert_eq!(
+        net.add_node_at(IpAddr::from([127, 0, 0, 2])),
+        Err(SimError::DuplicateAddr(IpAddr::from([127, 0, 0, 2])))
+    );
+    assert_eq!(net.node_by_addr("fd00::1".parse().unwrap()), Some(a));
+}
+
+#[test]
+fn arrival_carries_the_ip_header_fields() {
+    let mut net: SimNet<Fake> = SimNet::new(1);
+    let a = net.add_node_v6().unwrap();
+    let b = net.add_node_v6().unwrap();
+    let mut d = net.seal(a, 0x10, b, &[0; 16]).unwrap();
+    // Traffic class 0xAB, flow label 0x12345, hop limit 7.
+    d[0] = 0x60 | 0x0A;
+    d[1] = 0xB1;
+    d[2] = 0x23;
+    d[3] = 0x45;
+    d[7] = 7;
+    let x = arrival_of(&Datagram::parse_ip(&d).unwrap());
+    assert_eq!(
+        (x.traffic_class, x.flow_label, x.hop_limit),
+        (0xAB, 0x12345, 7)
+    );
+    let mut net: SimNet<Fake> = SimNet::new(1);
+    let a = net.add_node().unwrap();
+    let b = net.add_node().unwrap();
+    let mut d = net.seal(a, 0x10, b, &[0; 16]).unwrap();
+    d[1] = 0x48;
+    d[4] = 0x12;
+    d[5] = 0x34;
+    d[8] = 9;
+    let x = arrival_of(&Datagram::parse_ip(&d).unwrap());
+    assert_eq!(
+        (x.traffic_class, x.ipv4_id, x.hop_limit, x.flow_label),
+        (0x48, 0x1234, 9, 0)
+    );
 }
 
 #[test]

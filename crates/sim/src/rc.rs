@@ -1,5 +1,6 @@
-//! The RC engine (`uroce_proto::rc::RcQp`) on the simulated network, and [`Pair`]: two
-//! nodes with one connected RC QP each, the harness the engine's tests use.
+//! The RC engine (`uroce_proto::rc::RcQp`, an `Engine` and so an
+//! [`Endpoint`](crate::Endpoint)) on the simulated network, and [`Pair`]: two nodes with
+//! one connected RC QP each, the harness the engine's tests use.
 //!
 //! ```
 //! use uroce_proto::rc::CqKind;
@@ -21,74 +22,12 @@
 
 use std::time::Duration;
 
-use uroce_proto::rc::{CqKind, Env, PostError, QpEvent, RcConfig, RcQp, SharedRecvQueue};
-use uroce_proto::time::Instant;
+use uroce_proto::rc::{CqKind, PostError, RcConfig, RcQp};
 use uroce_proto::wr::{RecvWr, SendWr, WorkCompletion};
-use uroce_wire::{PacketRepr, Psn};
+use uroce_wire::Psn;
 
 use crate::memory::{Access, RegionHandle, TestMemory};
-use crate::net::{Endpoint, LinkConfig, NodeEnv, QpId, SimError, SimNet, SimSrq};
-
-impl SharedRecvQueue for SimSrq {
-    fn take(&mut self) -> Option<RecvWr> {
-        SimSrq::take(self)
-    }
-}
-
-/// The engine's environment for one call: the node's memory, and its SRQ if the QP uses
-/// one.
-fn env<'a>(qp: &RcQp, node: &'a mut NodeEnv<'_>) -> Env<'a> {
-    if qp.config().use_srq {
-        Env::with_srq(node.mem, &mut *node.srq)
-    } else {
-        Env::new(node.mem)
-    }
-}
-
-impl Endpoint for RcQp {
-    type Completion = (CqKind, WorkCompletion);
-    type Event = QpEvent;
-
-    fn qpn(&self) -> u32 {
-        RcQp::qpn(self)
-    }
-
-    fn handle_packet(&mut self, now: Instant, pkt: &PacketRepr<'_>, node: &mut NodeEnv<'_>) {
-        let mut e = env(self, node);
-        RcQp::handle_packet(self, now, pkt, &mut e);
-    }
-
-    fn handle_timeout(&mut self, now: Instant, node: &mut NodeEnv<'_>) {
-        let mut e = env(self, node);
-        RcQp::handle_timeout(self, now, &mut e);
-    }
-
-    fn poll_transmit(
-        &mut self,
-        now: Instant,
-        node: &mut NodeEnv<'_>,
-        buf: &mut [u8],
-    ) -> Option<usize> {
-        let mut e = env(self, node);
-        RcQp::poll_transmit(self, now, &mut e, buf)
-    }
-
-    fn poll_timeout(&self) -> Option<Instant> {
-        RcQp::poll_timeout(self)
-    }
-
-    fn poll_completion(&mut self) -> Option<(CqKind, WorkCompletion)> {
-        RcQp::poll_completion(self)
-    }
-
-    fn poll_event(&mut self) -> Option<QpEvent> {
-        RcQp::poll_event(self)
-    }
-
-    fn is_idle(&self) -> bool {
-        RcQp::is_idle(self)
-    }
-}
+use crate::net::{LinkConfig, QpId, SimError, SimNet};
 
 /// Steps a [`Pair`] wait may take before it gives up.
 pub const WAIT_MAX_STEPS: u64 = 50_000_000;
@@ -135,12 +74,16 @@ impl Pair {
         Pair::with_configs(seed, a, b)
     }
 
-    /// A pair with the given configurations (the caller keeps QPNs and PSNs matched).
-    pub fn with_configs(seed: u64, a: RcConfig, b: RcConfig) -> Pair {
+    /// A pair with the given configurations (the caller keeps QPNs and PSNs matched;
+    /// each `peer` address is set to the other node's).
+    pub fn with_configs(seed: u64, mut a: RcConfig, mut b: RcConfig) -> Pair {
         let mut net = SimNet::new(seed);
         // invariant: two nodes and two distinct QPNs on distinct nodes cannot fail.
         let n0 = net.add_node().unwrap_or(0);
         let n1 = net.add_node().unwrap_or(1);
+        let unspecified = std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED);
+        a.peer = net.addr(n1).unwrap_or(unspecified);
+        b.peer = net.addr(n0).unwrap_or(unspecified);
         let a = net
             .add_qp(n0, n1, RcQp::new(a))
             .unwrap_or(QpId { node: n0, qpn: 0 });
@@ -295,4 +238,45 @@ impl Pair {
 fn unreachable_memory() -> &'static TestMemory {
     static EMPTY: std::sync::OnceLock<TestMemory> = std::sync::OnceLock::new();
     EMPTY.get_or_init(TestMemory::new)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use uroce_proto::engine::Engine;
+    use uroce_proto::wr::{SendOpcode, WcStatus};
+
+    /// The simulator drives any `Engine` behind a box: an RC pair as `Box<dyn Engine>`
+    /// moves a SEND and sees the real peer addresses.
+    #[test]
+    fn boxed_engines_run_on_the_sim() {
+        let (ca, cb) = Pair::configs();
+        let mut net: SimNet<Box<dyn Engine>> = SimNet::new(3);
+        let (n0, n1) = (net.add_node().unwrap(), net.add_node().unwrap());
+        let (mut ca, mut cb) = (ca, cb);
+        ca.peer = net.addr(n1).unwrap();
+        cb.peer = net.addr(n0).unwrap();
+        let a = net.add_qp(n0, n1, Box::new(RcQp::new(ca))).unwrap();
+        let b = net.add_qp(n1, n0, Box::new(RcQp::new(cb))).unwrap();
+        let mem_a = net.memory(n0).unwrap().register(64, Access::LOCAL_WRITE);
+        let mem_b = net.memory(n1).unwrap().register(64, Access::LOCAL_WRITE);
+        net.memory(n0).unwrap().write(&mem_a, 0, b"boxed").unwrap();
+        let e = net.qp_mut(b).unwrap();
+        e.post_recv(RecvWr::new(9, vec![mem_b.sge(0, 64)])).unwrap();
+        let mut wr = SendWr::new(1, SendOpcode::Send, vec![mem_a.sge(0, 5)]);
+        wr.flags = uroce_proto::wr::SendFlags::SIGNALED;
+        net.qp_mut(a).unwrap().post_send(wr).unwrap();
+        net.run_until_quiet(10_000, WAIT_MAX_TIME).unwrap();
+        let recv = net.take_completions(b).unwrap();
+        assert_eq!(recv.len(), 1);
+        assert_eq!(recv[0].0, CqKind::Recv);
+        assert_eq!((recv[0].1.wr_id, recv[0].1.status), (9, WcStatus::Success));
+        assert_eq!(
+            net.memory(n1).unwrap().read(&mem_b, 0, 5).unwrap(),
+            b"boxed"
+        );
+        let sent = net.take_completions(a).unwrap();
+        assert_eq!(sent.len(), 1);
+        assert_eq!(net.trace().transmitted(n0, n1).len(), 1);
+    }
 }

@@ -10,6 +10,9 @@ use std::fmt;
 use uroce_proto::time::Instant;
 use uroce_wire::{aeth, opcode, PacketRepr, Psn};
 
+/// The destination node of a trace entry for a packet sent to an address no node has.
+pub const NO_NODE: usize = usize::MAX;
+
 /// The fields of a packet a trace keeps (no payload bytes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PacketSummary {
@@ -92,7 +95,8 @@ pub enum DropReason {
     Icrc,
     /// `PacketRepr::parse` refused the transport packet.
     Parse,
-    /// No node with the destination address, or no QP with the DestQP there.
+    /// No node with the destination address (the entry's `dst` is [`NO_NODE`]), or no QP
+    /// with the DestQP there.
     Unroutable,
     /// The source address is not the one the destination QP is connected to.
     WrongSource,
@@ -141,7 +145,7 @@ pub struct TraceEntry {
     pub id: u64,
     /// Sending node.
     pub src: usize,
-    /// Destination node.
+    /// Destination node ([`NO_NODE`] when no node has the destination address).
     pub dst: usize,
     /// The packet as the engine sent it.
     pub packet: PacketSummary,
@@ -161,13 +165,18 @@ impl fmt::Display for Micros {
 
 impl fmt::Display for TraceEntry {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let dst = if self.dst == NO_NODE {
+            "?".to_string()
+        } else {
+            self.dst.to_string()
+        };
         write!(
             f,
             "{:>16} #{:<6} {}->{} {}",
             Micros(self.time).to_string(),
             self.id,
             self.src,
-            self.dst,
+            dst,
             self.packet
         )?;
         match self.event {

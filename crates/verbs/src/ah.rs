@@ -4,11 +4,14 @@
 use std::fmt;
 use std::net::IpAddr;
 
+use uroce_wire::grh_area::{GrhArea, GRH_AREA_LEN};
+
 use crate::context::{dec, try_inc, ContextCore};
 use crate::device::{Device, Gid, PORT_NUM};
-use crate::error::CreateAhError;
+use crate::error::{AhFromWcError, CreateAhError};
 use crate::pd::PdCore;
 use crate::sync::Arc;
+use crate::wc::{WcFlags, WorkCompletion};
 
 /// An address vector (`struct ibv_ah_attr` with its `ibv_global_route`). On RoCEv2 every
 /// address is global: the destination GID is the peer's IP address.
@@ -58,6 +61,45 @@ impl AhAttr {
             dgid: Gid::from_ip(dest),
             ..AhAttr::default()
         }
+    }
+
+    /// The address vector that answers a received datagram (`ibv_init_ah_from_wc`;
+    /// IBA Vol 1 §11.2.8.2): `grh` is the 40-byte GRH area at the start of the receive
+    /// buffer, `wc` the receive completion. The reply goes to the datagram's source
+    /// address, from the local GID the datagram was sent to, with its hop limit, traffic
+    /// class and flow label; `sl` is the completion's. Create the AH with
+    /// [`crate::Pd::create_ah`] and send to `wc.src_qp`.
+    ///
+    /// # Errors
+    /// [`AhFromWcError::NoGrh`] when the completion has no GRH (not a UD/GSI receive),
+    /// [`AhFromWcError::Grh`] when the area holds no RoCEv2 IP header,
+    /// [`AhFromWcError::Multicast`] / [`AhFromWcError::NotLocal`] when the datagram's
+    /// destination is no GID of `device`.
+    pub fn from_wc(
+        device: &Device,
+        grh: &[u8; GRH_AREA_LEN],
+        wc: &WorkCompletion,
+    ) -> Result<AhAttr, AhFromWcError> {
+        if !wc.wc_flags.contains(WcFlags::GRH) {
+            return Err(AhFromWcError::NoGrh);
+        }
+        let area = GrhArea::parse(grh)?;
+        if area.dst.is_multicast() {
+            return Err(AhFromWcError::Multicast(area.dst));
+        }
+        let local = Gid::from_ip(area.dst);
+        let sgid_index = (0..=u8::MAX)
+            .find(|&i| device.valid_gid(u32::from(i)) == Some(local))
+            .ok_or(AhFromWcError::NotLocal(area.dst))?;
+        Ok(AhAttr {
+            dgid: Gid::from_ip(area.src),
+            flow_label: area.flow_label,
+            sgid_index,
+            hop_limit: area.hop_limit,
+            traffic_class: area.traffic_class,
+            sl: wc.sl,
+            ..AhAttr::default()
+        })
     }
 
     /// The destination IP address (IPv4 for an IPv4-mapped GID).

@@ -1,10 +1,15 @@
-//! Bringing an RC QP from RESET to RTS: the three `modify_qp` calls every RC program makes,
-//! with the attributes of each transition in one place.
+//! Bringing a QP from RESET to RTS: the three `modify_qp` calls every program makes, with
+//! the attributes of each transition in one place, for each transport.
 //!
-//! Programs that exchange QP numbers and PSNs out of band move the QP to INIT first
-//! ([`rc_init_attr`]), exchange, then to RTR and RTS ([`RcConnect::rtr_attr`],
-//! [`RcConnect::rts_attr`]); programs that know everything up front call
-//! [`QpRef::connect_rc`].
+//! * RC: programs that exchange QP numbers and PSNs out of band move the QP to INIT first
+//!   ([`rc_init_attr`]), exchange, then to RTR and RTS ([`RcConnect::rtr_attr`],
+//!   [`RcConnect::rts_attr`]); programs that know everything up front call
+//!   [`QpRef::connect_rc`].
+//! * UC: the same with [`UcConnect`] ([`uc_init_attr`], [`QpRef::connect_uc`],
+//!   [`QpRef::connect_uc_from_init`]); UC has no retries, timeouts or READ/atomic
+//!   resources.
+//! * UD: no peer at all: [`QpRef::activate_ud`] with the QP's Q_Key (the destination of
+//!   each send is in its work request), or [`UdActivate`] for the individual steps.
 
 use std::net::IpAddr;
 
@@ -16,7 +21,7 @@ use crate::device::PORT_NUM;
 use crate::error::ModifyQpError;
 use crate::mr::AccessFlags;
 use crate::qp::{QpAttr, QpRef};
-use crate::{AttrMask, QpState};
+use crate::{AttrMask, QpState, QpType};
 
 /// RESET→INIT for an RC QP: port 1, P_Key index 0, and what remote peers may do
 /// (`access`, e.g. REMOTE_WRITE | REMOTE_READ | REMOTE_ATOMIC).
@@ -136,6 +141,174 @@ impl RcConnect {
                 | AttrMask::RNR_RETRY
                 | AttrMask::MAX_QP_RD_ATOMIC,
         )
+    }
+}
+
+/// RESET→INIT for a UC QP: port 1, P_Key index 0, and what remote peers may do
+/// (UC allows at most REMOTE_WRITE).
+pub fn uc_init_attr(access: AccessFlags) -> (QpAttr, AttrMask) {
+    rc_init_attr(access)
+}
+
+/// The attributes of a UC connection to one remote QP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UcConnect {
+    /// What remote peers may do on this QP (INIT; UC: REMOTE_WRITE or nothing).
+    pub access: AccessFlags,
+    /// The peer's address (its GID 0): where the QP's packets go (RTR).
+    pub dest_ip: IpAddr,
+    /// The peer's QP number (RTR).
+    pub dest_qpn: u32,
+    /// Path MTU (RTR).
+    pub path_mtu: Pmtu,
+    /// First PSN expected from the peer: the peer's `sq_psn` (RTR).
+    pub rq_psn: Psn,
+    /// First PSN this QP sends (RTS).
+    pub sq_psn: Psn,
+}
+
+impl UcConnect {
+    /// A connection to QP `dest_qpn` at `dest_ip`: remote writes allowed, path MTU 1024,
+    /// PSNs 0.
+    pub fn new(dest_ip: IpAddr, dest_qpn: u32) -> UcConnect {
+        UcConnect {
+            access: AccessFlags::REMOTE_WRITE,
+            dest_ip,
+            dest_qpn,
+            path_mtu: Pmtu::Mtu1024,
+            rq_psn: Psn::ZERO,
+            sq_psn: Psn::ZERO,
+        }
+    }
+
+    /// RESET→INIT ([`uc_init_attr`] with this connection's access flags).
+    pub fn init_attr(&self) -> (QpAttr, AttrMask) {
+        uc_init_attr(self.access)
+    }
+
+    /// INIT→RTR: the peer's address and QP, path MTU, expected PSN.
+    pub fn rtr_attr(&self) -> (QpAttr, AttrMask) {
+        let attr = QpAttr {
+            qp_state: QpState::Rtr,
+            ah_attr: AhAttr::to_ip(self.dest_ip),
+            path_mtu: self.path_mtu,
+            dest_qp_num: self.dest_qpn,
+            rq_psn: self.rq_psn,
+            ..QpAttr::default()
+        };
+        (
+            attr,
+            AttrMask::STATE
+                | AttrMask::AV
+                | AttrMask::PATH_MTU
+                | AttrMask::DEST_QPN
+                | AttrMask::RQ_PSN,
+        )
+    }
+
+    /// RTR→RTS: the first PSN.
+    pub fn rts_attr(&self) -> (QpAttr, AttrMask) {
+        rts_psn_attr(self.sq_psn)
+    }
+}
+
+/// RTR→RTS with only the first PSN (UC, UD, GSI).
+fn rts_psn_attr(sq_psn: Psn) -> (QpAttr, AttrMask) {
+    let attr = QpAttr {
+        qp_state: QpState::Rts,
+        sq_psn,
+        ..QpAttr::default()
+    };
+    (attr, AttrMask::STATE | AttrMask::SQ_PSN)
+}
+
+/// The attributes that make a UD (or GSI) QP ready to send and receive. A datagram QP has
+/// no peer: every send names its destination (an address handle, the remote QPN and
+/// Q_Key).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UdActivate {
+    /// The QP's Q_Key: what incoming datagrams must carry (INIT). A GSI QP always uses
+    /// 0x80010000 (IBA ch. 13).
+    pub qkey: u32,
+    /// P_Key index (INIT).
+    pub pkey_index: u16,
+    /// First PSN this QP sends (RTS).
+    pub sq_psn: Psn,
+}
+
+impl UdActivate {
+    /// Q_Key `qkey`, P_Key index 0, PSN 0.
+    pub fn new(qkey: u32) -> UdActivate {
+        UdActivate {
+            qkey,
+            pkey_index: 0,
+            sq_psn: Psn::ZERO,
+        }
+    }
+
+    /// RESET→INIT for a QP of type `qp_type`: Q_Key and P_Key index; the port too on UD
+    /// (the state table does not take it on GSI).
+    pub fn init_attr(&self, qp_type: QpType) -> (QpAttr, AttrMask) {
+        let attr = QpAttr {
+            qp_state: QpState::Init,
+            pkey_index: self.pkey_index,
+            port_num: PORT_NUM,
+            qkey: self.qkey,
+            ..QpAttr::default()
+        };
+        let mut mask = AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::QKEY;
+        if qp_type != QpType::Gsi {
+            mask |= AttrMask::PORT;
+        }
+        (attr, mask)
+    }
+
+    /// INIT→RTR: nothing but the state.
+    pub fn rtr_attr(&self) -> (QpAttr, AttrMask) {
+        let attr = QpAttr {
+            qp_state: QpState::Rtr,
+            ..QpAttr::default()
+        };
+        (attr, AttrMask::STATE)
+    }
+
+    /// RTR→RTS: the first PSN.
+    pub fn rts_attr(&self) -> (QpAttr, AttrMask) {
+        rts_psn_attr(self.sq_psn)
+    }
+}
+
+impl QpRef {
+    /// RESET→INIT→RTR→RTS for a UC QP with `c` (stops at the first error, leaving the QP
+    /// in the state reached).
+    pub fn connect_uc(&self, c: &UcConnect) -> Result<(), ModifyQpError> {
+        for (attr, mask) in [c.init_attr(), c.rtr_attr(), c.rts_attr()] {
+            self.modify(&attr, mask)?;
+        }
+        Ok(())
+    }
+
+    /// INIT→RTR→RTS for a UC QP already in INIT (e.g. moved there with [`uc_init_attr`]
+    /// before the out-of-band exchange).
+    pub fn connect_uc_from_init(&self, c: &UcConnect) -> Result<(), ModifyQpError> {
+        for (attr, mask) in [c.rtr_attr(), c.rts_attr()] {
+            self.modify(&attr, mask)?;
+        }
+        Ok(())
+    }
+
+    /// RESET→INIT→RTR→RTS for a UD or GSI QP with Q_Key `qkey`, P_Key index 0 and PSN 0:
+    /// the QP then receives datagrams that carry `qkey` and sends to any destination.
+    pub fn activate_ud(&self, qkey: u32) -> Result<(), ModifyQpError> {
+        self.activate_ud_with(&UdActivate::new(qkey))
+    }
+
+    /// RESET→INIT→RTR→RTS for a UD or GSI QP with `a`.
+    pub fn activate_ud_with(&self, a: &UdActivate) -> Result<(), ModifyQpError> {
+        for (attr, mask) in [a.init_attr(self.qp_type()), a.rtr_attr(), a.rts_attr()] {
+            self.modify(&attr, mask)?;
+        }
+        Ok(())
     }
 }
 

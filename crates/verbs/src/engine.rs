@@ -1,9 +1,15 @@
-//! The binding of RC QPs to the protocol layer's transport engine, and the hook through
-//! which the I/O layer drives them.
+//! The binding of QPs to the protocol layer's transport engines
+//! ([`uroce_proto::engine::Engine`]), and the hook through which the I/O layer drives them.
 //!
-//! In a context with a [`Transport`] installed (every context of a network device), an RC
-//! QP gets its engine ([`uroce_proto::rc::RcQp`]) at the INIT→RTR transition, built
-//! from the QP's attributes; receive WRs posted in INIT move into it. From then on
+//! In a context with a [`Transport`] installed (every context of a network device), a QP
+//! gets its engine at the INIT→RTR transition from `build_engine`, the one factory that
+//! knows the transports: it builds the engine for the QP's type from the QP's attributes
+//! (RC: [`uroce_proto::rc::RcQp`]; UC: [`uroce_proto::uc::UcQp`]; UD and GSI:
+//! [`uroce_proto::ud::UdQp`], whose largest datagram is the port's active MTU); receive
+//! WRs posted in INIT move into it. Only the types
+//! [`engine_supported`] names can be created on such a context at all (others are refused
+//! by `create_qp` with `CreateQpError::UnsupportedType`), so no QP accepts work that no
+//! engine would ever carry. From then on
 //! `post_send` / `post_recv` go to the engine, and the engine's completions and events are
 //! drained into the QP's CQs and the context's event queue after every call into it, under
 //! the QP's lock. RTS hands the engine the requester attributes, SQD and ERR are forwarded
@@ -18,29 +24,34 @@
 //! The I/O layer (which sits above this crate) installs a [`Transport`] on the context:
 //! posting rings it ([`Transport::ring`]) and polling an empty CQ asks it for progress
 //! ([`Transport::poll_progress`]); it calls back into the QP through the `engine_*`
-//! methods of [`QpRef`] with packets, timer expiries and transmit buffers.
+//! methods of [`QpRef`] with packets (and the [`Arrival`] addresses they came with), timer
+//! expiries and transmit buffers (getting back each packet's destination address).
 
 use std::net::IpAddr;
 use std::sync::Arc as StdArc;
 
+use uroce_proto::engine::Engine;
+pub use uroce_proto::engine::{Arrival, EngineCounters};
 use uroce_proto::memory::{
     AtomicOp, LocalAccessError, Memory, RemoteAccessError, RemoteOp as ProtoRemoteOp,
 };
 use uroce_proto::qp_state::{QpState, QpType};
 use uroce_proto::rc::{
-    CqKind, Env, PostError as EnginePostError, QpEvent, RcConfig, RcCounters, RcQp, RemoteAccess,
-    RtsAttrs, SharedRecvQueue,
+    CqKind, Env, PostError as EnginePostError, QpEvent, RcConfig, RcQp, RemoteAccess, RtsAttrs,
+    SharedRecvQueue,
 };
 use uroce_proto::time::Instant;
+use uroce_proto::uc::{UcConfig, UcQp};
+use uroce_proto::ud::{UdConfig, UdQp};
 use uroce_proto::wr as pwr;
 use uroce_wire::PacketRepr;
 
 use crate::context::ContextCore;
 use crate::cq::CqCore;
-use crate::error::PostError;
+use crate::error::{CreateQpError, PostError};
 use crate::event::EventType;
 use crate::mr::{key_index, AccessError, RemoteOp};
-use crate::qp::{QpCore, QpInner, QpRef, RecvWr, SendFlags, SendWr, WrOpcode};
+use crate::qp::{QpCore, QpInner, QpRef, RecvWr, SendFlags, SendWr};
 use crate::srq::SrqCore;
 use crate::sync::Arc;
 
@@ -63,11 +74,24 @@ pub trait Transport: Send + Sync {
 /// The installed transport, if any.
 pub(crate) type TransportSlot = std::sync::OnceLock<StdArc<dyn Transport>>;
 
-/// The engine of one RC QP and what the I/O layer needs to address its packets.
-#[derive(Debug)]
-pub(crate) struct Engine {
-    rc: RcQp,
-    peer: IpAddr,
+/// Whether a transport engine exists for `qp_type`: the QP types a context with a
+/// [`Transport`] (a network device's) creates. The one place to extend when an engine is
+/// added to `build_engine` (in this module).
+pub const fn engine_supported(qp_type: QpType) -> bool {
+    matches!(qp_type, QpType::Rc | QpType::Uc | QpType::Ud | QpType::Gsi)
+}
+
+/// On a context with a transport, a QP whose type no engine carries would accept work and
+/// never move: `create_qp` refuses it with [`CreateQpError::UnsupportedType`]. Without a
+/// transport (the object model on its own, as its tests use it) every type is created.
+pub(crate) fn refuse_without_engine(
+    ctx: &ContextCore,
+    qp_type: QpType,
+) -> Result<(), CreateQpError> {
+    if ctx.transport.get().is_some() && !engine_supported(qp_type) {
+        return Err(CreateQpError::UnsupportedType(qp_type));
+    }
+    Ok(())
 }
 
 /// Memory as one QP's engine sees it: the context's MR table, restricted to the QP's PD.
@@ -240,19 +264,19 @@ impl SharedRecvQueue for SrqSource<'_> {
 fn with_engine<R>(
     core: &Arc<QpCore>,
     inner: &mut QpInner,
-    f: impl FnOnce(&mut RcQp, &mut Env<'_>) -> R,
+    f: impl FnOnce(&mut dyn Engine, &mut Env<'_>) -> R,
 ) -> Option<R> {
-    let engine = inner.engine.as_mut()?;
+    let engine = inner.engine.as_deref_mut()?;
     let mem = QpMemory::new(&core.ctx, core.pd.as_ref().map_or(0, |pd| pd.id));
     let r = match &core.srq {
         Some(srq) => {
             let mut source = SrqSource(srq);
             let mut env = Env::with_srq(&mem, &mut source);
-            f(&mut engine.rc, &mut env)
+            f(engine, &mut env)
         }
         None => {
             let mut env = Env::new(&mem);
-            f(&mut engine.rc, &mut env)
+            f(engine, &mut env)
         }
     };
     inner.delivered = drain(core, inner);
@@ -262,7 +286,7 @@ fn with_engine<R>(
 /// Moves the engine's completions to the CQs and its events to the event queue, and
 /// mirrors an engine-detected error into the QP's state.
 fn drain(core: &Arc<QpCore>, inner: &mut QpInner) -> usize {
-    let Some(engine) = inner.engine.as_mut() else {
+    let Some(engine) = inner.engine.as_deref_mut() else {
         return 0;
     };
     let mut delivered = 0;
@@ -270,7 +294,7 @@ fn drain(core: &Arc<QpCore>, inner: &mut QpInner) -> usize {
     // which a second round only flushes.
     for _round in 0..2 {
         let mut overrun = false;
-        while let Some((kind, wc)) = engine.rc.poll_completion() {
+        while let Some((kind, wc)) = engine.poll_completion() {
             let cq = match kind {
                 CqKind::Send => core.send_cq.as_ref(),
                 CqKind::Recv => core.recv_cq.as_ref(),
@@ -283,7 +307,7 @@ fn drain(core: &Arc<QpCore>, inner: &mut QpInner) -> usize {
                 }
             }
         }
-        while let Some(ev) = engine.rc.poll_event() {
+        while let Some(ev) = engine.poll_event() {
             let event = match ev {
                 QpEvent::CommEst => EventType::CommEst,
                 QpEvent::SqDrained => {
@@ -297,23 +321,89 @@ fn drain(core: &Arc<QpCore>, inner: &mut QpInner) -> usize {
             };
             QpRef::raise_on(core, event);
         }
-        if overrun && engine.rc.state() != QpState::Err {
+        if overrun && engine.state() != QpState::Err {
             // The CQ raised CQ_ERR; the QP cannot complete work any more (IBA: affiliated
             // asynchronous error on the QP).
-            engine.rc.set_state(QpState::Err);
+            engine.set_state(QpState::Err);
             QpRef::raise_on(core, EventType::QpFatal);
             continue;
         }
         break;
     }
-    if engine.rc.state() == QpState::Err && inner.attr.qp_state != QpState::Err {
+    if engine.state() == QpState::Err && inner.attr.qp_state != QpState::Err {
         inner.attr.qp_state = QpState::Err;
         inner.attr.sq_draining = false;
     }
     delivered
 }
 
-/// The engine's configuration from the QP's attributes at INIT→RTR.
+/// The transport engine for `core`'s type, built from the QP's attributes at INIT→RTR;
+/// `None` for a type no engine implements (which [`engine_supported`] keeps from being
+/// created on a networked context). The only place that names a concrete engine.
+fn build_engine(core: &QpCore, inner: &QpInner) -> Option<Box<dyn Engine>> {
+    match core.qp_type {
+        QpType::Rc => Some(Box::new(RcQp::new_rtr(rc_config(core, inner)))),
+        QpType::Ud | QpType::Gsi => Some(Box::new(UdQp::new_rtr(ud_config(core, inner)?))),
+        QpType::Uc => Some(Box::new(UcQp::new_rtr(uc_config(core, inner)))),
+        // XRC (M2 later), and the types uroce never creates.
+        QpType::XrcSend | QpType::XrcRecv | QpType::Smi | QpType::RawPacket => None,
+    }
+}
+
+/// The device's own address (GID 0), what a datagram engine puts in the GRH area of a
+/// receive as the destination.
+fn local_ip(core: &QpCore) -> Option<IpAddr> {
+    core.ctx
+        .device
+        .gid(crate::device::PORT_NUM, 0)
+        .ok()
+        .map(|g| g.to_ip())
+}
+
+/// The P_Key at the QP's `pkey_index` (0xFFFF, the default P_Key, if there is none).
+fn pkey(core: &QpCore, inner: &QpInner) -> u16 {
+    core.ctx
+        .device
+        .pkey(crate::device::PORT_NUM, inner.attr.pkey_index)
+        .unwrap_or(0xffff)
+}
+
+/// The UD (or GSI) engine's configuration from the QP's attributes at INIT→RTR: the
+/// Q_Key and P_Key index of INIT, the port's active MTU as the largest datagram (a UD QP
+/// has no path MTU attribute), the device's address as the local end of every datagram.
+/// `None` when the device has no address (GID 0 empty), which a network device always has.
+fn ud_config(core: &QpCore, inner: &QpInner) -> Option<UdConfig> {
+    let a = &inner.attr;
+    let mut cfg = UdConfig::new(core.qpn, a.qkey, local_ip(core)?);
+    cfg.qp_type = core.qp_type;
+    cfg.pmtu = core.ctx.device.active_mtu();
+    cfg.sq_psn = a.sq_psn;
+    cfg.sq_sig_all = core.sq_sig_all;
+    cfg.max_send_wr = core.cap.max_send_wr;
+    cfg.max_recv_wr = core.cap.max_recv_wr;
+    cfg.use_srq = core.srq.is_some();
+    cfg.pkey = pkey(core, inner);
+    cfg.pkey_index = a.pkey_index;
+    Some(cfg)
+}
+
+/// The UC engine's configuration from the QP's attributes at INIT→RTR.
+fn uc_config(core: &QpCore, inner: &QpInner) -> UcConfig {
+    let a = &inner.attr;
+    let mut cfg = UcConfig::new(core.qpn, a.dest_qp_num, a.ah_attr.dest_ip());
+    cfg.pmtu = a.path_mtu;
+    cfg.sq_psn = a.sq_psn;
+    cfg.rq_psn = a.rq_psn;
+    cfg.access = RemoteAccess::from_bits_truncate(a.qp_access_flags.bits());
+    cfg.sq_sig_all = core.sq_sig_all;
+    cfg.max_send_wr = core.cap.max_send_wr;
+    cfg.max_recv_wr = core.cap.max_recv_wr;
+    cfg.use_srq = core.srq.is_some();
+    cfg.pkey = pkey(core, inner);
+    cfg
+}
+
+/// The RC engine's configuration from the QP's attributes at INIT→RTR.
 fn rc_config(core: &QpCore, inner: &QpInner) -> RcConfig {
     let a = &inner.attr;
     let mut cfg = RcConfig::new(core.qpn, a.dest_qp_num);
@@ -331,17 +421,14 @@ fn rc_config(core: &QpCore, inner: &QpInner) -> RcConfig {
     cfg.max_send_wr = core.cap.max_send_wr;
     cfg.max_recv_wr = core.cap.max_recv_wr;
     cfg.use_srq = core.srq.is_some();
-    cfg.pkey = core
-        .ctx
-        .device
-        .pkey(crate::device::PORT_NUM, a.pkey_index)
-        .unwrap_or(0xffff);
+    cfg.pkey = pkey(core, inner);
+    cfg.peer = a.ah_attr.dest_ip();
     cfg
 }
 
 /// Applies a state transition to the engine. Returns `true` when the transition was fully
 /// handled here (the QP has, or now gets, an engine), `false` when the generic path of
-/// `modify` must run (non-RC QPs, RESET, INIT).
+/// `modify` must run (no transport, no engine for the type, RESET, INIT).
 pub(crate) fn modify_engine(
     core: &Arc<QpCore>,
     inner: &mut QpInner,
@@ -350,23 +437,20 @@ pub(crate) fn modify_engine(
 ) -> bool {
     // Without a transport (a context used on its own, as the object-model tests do) the
     // QP keeps its plain queues and the engine-facing queue API of `qp.rs` drives it.
-    if core.qp_type != QpType::Rc || core.ctx.transport.get().is_none() {
+    if core.ctx.transport.get().is_none() || !engine_supported(core.qp_type) {
         return false;
     }
     match next {
         QpState::Rtr if cur == QpState::Init => {
-            let mut cfg = rc_config(core, inner);
-            cfg.peer = inner.attr.ah_attr.dest_ip();
-            let mut rc = RcQp::new_rtr(cfg);
+            let Some(mut engine) = build_engine(core, inner) else {
+                return false;
+            };
             // Receives posted in INIT move into the engine, in order.
             for wr in inner.take_posted_recvs() {
                 // Cannot fail: the verbs queue held at most max_recv_wr of them.
-                let _ = rc.post_recv(wr);
+                let _ = engine.post_recv(wr);
             }
-            inner.engine = Some(Box::new(Engine {
-                rc,
-                peer: inner.attr.ah_attr.dest_ip(),
-            }));
+            inner.engine = Some(engine);
             inner.attr.qp_state = QpState::Rtr;
             true
         }
@@ -380,19 +464,19 @@ pub(crate) fn modify_engine(
                 max_rd_atomic: a.max_rd_atomic,
             };
             inner.attr.qp_state = QpState::Rts;
-            with_engine(core, inner, |rc, _| rc.enter_rts(rts));
+            with_engine(core, inner, |e, _| e.enter_rts(rts));
             true
         }
         QpState::Sqd if inner.engine.is_some() => {
             inner.attr.qp_state = QpState::Sqd;
             inner.attr.sq_draining = true;
-            with_engine(core, inner, |rc, _| rc.set_state(QpState::Sqd));
+            with_engine(core, inner, |e, _| e.set_state(QpState::Sqd));
             true
         }
         QpState::Err | QpState::Sqe if inner.engine.is_some() => {
             inner.attr.qp_state = QpState::Err;
             inner.attr.sq_draining = false;
-            with_engine(core, inner, |rc, _| rc.set_state(QpState::Err));
+            with_engine(core, inner, |e, _| e.set_state(QpState::Err));
             true
         }
         _ => false,
@@ -407,39 +491,20 @@ fn engine_post_error(e: EnginePostError, queue: &'static str, max: u32) -> PostE
     }
 }
 
-/// The protocol layer's form of a verbs send WR (RC: no UD or XRC fields).
-fn to_engine_wr(wr: SendWr) -> Result<pwr::SendWr, PostError> {
-    let opcode = match wr.opcode {
-        WrOpcode::RdmaWrite => pwr::SendOpcode::RdmaWrite,
-        WrOpcode::RdmaWriteWithImm => pwr::SendOpcode::RdmaWriteWithImm,
-        WrOpcode::Send => pwr::SendOpcode::Send,
-        WrOpcode::SendWithImm => pwr::SendOpcode::SendWithImm,
-        WrOpcode::RdmaRead => pwr::SendOpcode::RdmaRead,
-        WrOpcode::AtomicCmpAndSwp => pwr::SendOpcode::AtomicCmpAndSwp,
-        WrOpcode::AtomicFetchAndAdd => pwr::SendOpcode::AtomicFetchAndAdd,
-        WrOpcode::SendWithInv => pwr::SendOpcode::SendWithInv,
-        WrOpcode::LocalInv
-        | WrOpcode::BindMw
-        | WrOpcode::Tso
-        | WrOpcode::Driver1
-        | WrOpcode::Flush
-        | WrOpcode::AtomicWrite => {
-            return Err(PostError::Refused(pwr::WrError::OpcodeNotSupported {
-                opcode: pwr::SendOpcode::from_u32(wr.opcode.as_u32())
-                    .unwrap_or(pwr::SendOpcode::Driver1),
-                qp_type: QpType::Rc,
-            }))
-        }
-    };
+/// The protocol layer's form of a verbs send WR: the opcode as is (the engine refuses
+/// what its transport does not execute, with a typed reason), the UD destination resolved
+/// (the address handle's GID to the IP address it maps to, with its GRH values and SL),
+/// the XRC remote SRQ number.
+fn to_engine_wr(wr: SendWr) -> pwr::SendWr {
     let inline = wr.flags.contains(SendFlags::INLINE);
     let (remote_addr, rkey) = if wr.opcode.is_atomic() {
         (wr.atomic.remote_addr, wr.atomic.rkey)
     } else {
         (wr.rdma.remote_addr, wr.rdma.rkey)
     };
-    Ok(pwr::SendWr {
+    pwr::SendWr {
         wr_id: wr.wr_id,
-        opcode,
+        opcode: wr.opcode,
         flags: pwr::SendFlags::from_bits_truncate(wr.flags.bits()),
         payload: if inline {
             pwr::SendPayload::Inline(wr.inline_data)
@@ -452,9 +517,24 @@ fn to_engine_wr(wr: SendWr) -> Result<pwr::SendWr, PostError> {
         rkey,
         compare_add: wr.atomic.compare_add,
         swap: wr.atomic.swap,
-        ud: None,
-        remote_srqn: 0,
-    })
+        ud: wr.ud.as_ref().map(ud_dest),
+        remote_srqn: wr.xrc_remote_srqn,
+    }
+}
+
+/// `wr.ud` as the engine's destination.
+pub(crate) fn ud_dest(ud: &crate::qp::UdDest) -> pwr::UdDest {
+    let a = ud.ah.attr();
+    pwr::UdDest {
+        ip: a.dest_ip(),
+        remote_qpn: ud.remote_qpn,
+        remote_qkey: ud.remote_qkey,
+        traffic_class: a.traffic_class,
+        hop_limit: a.hop_limit,
+        // 20 bits: checked when the AH was created.
+        flow_label: a.flow_label,
+        sl: a.sl,
+    }
 }
 
 /// `post_send` on a QP with an engine (state already checked: RTS or SQD).
@@ -463,9 +543,9 @@ pub(crate) fn post_send(
     inner: &mut QpInner,
     wr: SendWr,
 ) -> Result<(), PostError> {
-    let ewr = to_engine_wr(wr)?;
+    let ewr = to_engine_wr(wr);
     let max = core.cap.max_send_wr;
-    with_engine(core, inner, |rc, _| rc.post_send(ewr))
+    with_engine(core, inner, |e, _| e.post_send(ewr))
         .unwrap_or(Err(EnginePostError::BadState(QpState::Reset)))
         .map_err(|e| engine_post_error(e, "send", max))
 }
@@ -477,7 +557,7 @@ pub(crate) fn post_recv(
     wr: RecvWr,
 ) -> Result<(), PostError> {
     let max = core.cap.max_recv_wr;
-    with_engine(core, inner, |rc, _| rc.post_recv(wr))
+    with_engine(core, inner, |e, _| e.post_recv(wr))
         .unwrap_or(Err(EnginePostError::BadState(QpState::Reset)))
         .map_err(|e| engine_post_error(e, "receive", max))
 }
@@ -513,27 +593,38 @@ pub struct Transmitted {
     pub limited: bool,
 }
 
+/// One packet of a transmit batch: its length in the buffer (packets lie back to back)
+/// and the address it goes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TxPacket {
+    /// Bytes (BTH..ICRC).
+    pub len: usize,
+    /// Destination IP address (UDP port 4791).
+    pub dst: IpAddr,
+}
+
 /// The engine-driving API the I/O layer uses. Every method takes the QP's lock for the
 /// duration of the call and drains completions and events before returning.
 impl QpRef {
-    /// Whether the QP has a transport engine (an RC QP between RTR and RESET).
+    /// Whether the QP has a transport engine (between RTR and RESET).
     pub fn has_engine(&self) -> bool {
         self.lock().engine.is_some()
     }
 
-    /// The IP address this QP's packets go to (from its address vector), if it has an
-    /// engine.
-    pub fn engine_peer(&self) -> Option<IpAddr> {
-        self.lock().engine.as_ref().map(|e| e.peer)
-    }
-
-    /// Hands a received packet (addressed to this QP, ICRC already checked) to the
-    /// engine. Returns how many work completions it delivered to the CQs, or `None` if
-    /// the QP has no engine (the packet is dropped).
-    pub fn engine_handle_packet(&self, now: Instant, pkt: &PacketRepr<'_>) -> Option<usize> {
+    /// Hands a received packet (addressed to this QP, ICRC already checked) and the
+    /// addresses it came with to the engine. Returns how many work completions it
+    /// delivered to the CQs, or `None` if the QP has no engine (the packet is dropped).
+    pub fn engine_handle_packet(
+        &self,
+        now: Instant,
+        from: &Arrival,
+        pkt: &PacketRepr<'_>,
+    ) -> Option<usize> {
         let core = self.core();
         let mut inner = self.lock();
-        with_engine(core, &mut inner, |rc, env| rc.handle_packet(now, pkt, env))?;
+        with_engine(core, &mut inner, |e, env| {
+            e.handle_packet(now, from, pkt, env)
+        })?;
         Some(inner.delivered)
     }
 
@@ -541,31 +632,29 @@ impl QpRef {
     pub fn engine_handle_timeout(&self, now: Instant) {
         let core = self.core();
         let mut inner = self.lock();
-        with_engine(core, &mut inner, |rc, env| rc.handle_timeout(now, env));
+        with_engine(core, &mut inner, |e, env| e.handle_timeout(now, env));
     }
 
     /// The engine's next timer deadline.
     pub fn engine_poll_timeout(&self) -> Option<Instant> {
-        self.lock()
-            .engine
-            .as_ref()
-            .and_then(|e| e.rc.poll_timeout())
+        self.lock().engine.as_ref().and_then(|e| e.poll_timeout())
     }
 
     /// Emits up to `max_packets` packets back to back into `buf` (each BTH..ICRC with the
-    /// ICRC zero, for the caller to seal), appending each packet's length to `lens`. A
-    /// packet is only attempted while at least `max_packet_len` bytes of `buf` remain.
+    /// ICRC zero, for the caller to seal), appending each packet's length and destination
+    /// to `out`. A packet is only attempted while at least `max_packet_len` bytes of `buf`
+    /// remain.
     pub fn engine_transmit(
         &self,
         now: Instant,
         buf: &mut [u8],
         max_packet_len: usize,
         max_packets: usize,
-        lens: &mut Vec<usize>,
+        out: &mut Vec<TxPacket>,
     ) -> Transmitted {
         let core = self.core();
         let mut inner = self.lock();
-        with_engine(core, &mut inner, |rc, env| {
+        with_engine(core, &mut inner, |e, env| {
             let mut t = Transmitted::default();
             loop {
                 if t.packets >= max_packets {
@@ -577,11 +666,14 @@ impl QpRef {
                     t.limited = true;
                     break;
                 };
-                match rc.poll_transmit(now, env, room) {
-                    Some(n) => {
-                        lens.push(n);
+                match e.poll_transmit(now, env, room) {
+                    Some(tx) => {
+                        out.push(TxPacket {
+                            len: tx.len,
+                            dst: tx.dst,
+                        });
                         t.packets += 1;
-                        t.bytes += n;
+                        t.bytes += tx.len;
                     }
                     None => break,
                 }
@@ -592,27 +684,66 @@ impl QpRef {
     }
 
     /// The engine's counters, if the QP has an engine.
-    pub fn engine_counters(&self) -> Option<RcCounters> {
-        self.lock().engine.as_ref().map(|e| e.rc.counters().clone())
+    pub fn engine_counters(&self) -> Option<EngineCounters> {
+        self.lock().engine.as_ref().map(|e| e.counters())
     }
 
     /// Whether the engine has nothing queued, in flight or waiting (true without one).
     pub fn engine_is_idle(&self) -> bool {
-        self.lock().engine.as_ref().is_none_or(|e| e.rc.is_idle())
+        self.lock().engine.as_ref().is_none_or(|e| e.is_idle())
     }
 }
 
-impl WrOpcode {
-    /// Whether the RC engine executes this opcode.
-    pub const fn rc_engine_supports(self) -> bool {
-        !matches!(
-            self,
-            WrOpcode::LocalInv
-                | WrOpcode::BindMw
-                | WrOpcode::Tso
-                | WrOpcode::Driver1
-                | WrOpcode::Flush
-                | WrOpcode::AtomicWrite
-        )
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{AhAttr, Context, Device, DeviceConfig, Gid};
+
+    /// A UD WR's address handle becomes the engine's destination: the IP its GID maps to
+    /// (IPv4-mapped GIDs to IPv4), the GRH values and SL of the AH, the WR's QPN and Q_Key.
+    #[test]
+    fn ud_destination_from_the_address_handle() {
+        let dev = Device::new(DeviceConfig::new("uroce0", "10.1.2.3".parse().unwrap())).unwrap();
+        let ctx = Context::open(&dev).unwrap();
+        let pd = ctx.alloc_pd().unwrap();
+        for dest in ["10.9.8.7", "fd00::17"] {
+            let ip: IpAddr = dest.parse().unwrap();
+            let ah = pd
+                .create_ah(&AhAttr {
+                    dgid: Gid::from_ip(ip),
+                    flow_label: 0xABCDE,
+                    hop_limit: 3,
+                    traffic_class: 0x48,
+                    sl: 5,
+                    ..AhAttr::default()
+                })
+                .unwrap();
+            let ud = crate::qp::UdDest {
+                ah: ah.reference(),
+                remote_qpn: 0x12_3456,
+                remote_qkey: 0x8000_0000,
+            };
+            let d = ud_dest(&ud);
+            assert_eq!(
+                d,
+                pwr::UdDest {
+                    ip,
+                    remote_qpn: 0x12_3456,
+                    remote_qkey: 0x8000_0000,
+                    traffic_class: 0x48,
+                    hop_limit: 3,
+                    flow_label: 0xABCDE,
+                    sl: 5,
+                }
+            );
+            let wr = SendWr {
+                ud: Some(ud),
+                xrc_remote_srqn: 7,
+                ..SendWr::send(9, Vec::new())
+            };
+            let e = to_engine_wr(wr);
+            assert_eq!((e.ud, e.remote_srqn, e.wr_id), (Some(d), 7, 9));
+            assert_eq!(e.opcode, pwr::SendOpcode::Send);
+        }
     }
 }

@@ -10,7 +10,7 @@ use std::net::IpAddr;
 use uroce_proto::qp_state::{AttrMask, ModifyError, QpState, QpType};
 
 use crate::event::{ElementKind, EventType};
-use crate::qp::WrOpcode;
+use crate::qp::SendOpcode;
 
 /// Object kinds, for error messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -269,7 +269,9 @@ pub enum RaiseError {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum CreateQpError {
-    /// uroce does not implement this QP type (SMI, RAW_PACKET).
+    /// uroce does not implement this QP type (SMI, RAW_PACKET), or, on a context with a
+    /// transport (a network device's), no transport engine exists for it (see
+    /// [`crate::engine::engine_supported`]).
     #[error("QP type {0} is not supported")]
     UnsupportedType(QpType),
     /// This QP type is created elsewhere (XRC_RECV: through its XRC domain).
@@ -390,7 +392,7 @@ pub enum PostError {
     #[error("opcode {opcode:?} is not supported on a {qp_type} QP")]
     UnsupportedOpcode {
         /// The opcode.
-        opcode: WrOpcode,
+        opcode: SendOpcode,
         /// The QP type.
         qp_type: QpType,
     },
@@ -412,7 +414,7 @@ pub enum PostError {
     },
     /// The INLINE flag on an opcode that carries no local data to inline.
     #[error("IBV_SEND_INLINE is not valid for {0:?}")]
-    InlineNotAllowed(WrOpcode),
+    InlineNotAllowed(SendOpcode),
     /// An atomic WR whose local buffer is shorter than 8 bytes.
     #[error("atomic WR needs an 8-byte local buffer, has {len}")]
     AtomicLength {
@@ -596,4 +598,22 @@ pub enum XrcError {
     /// `open_qp`: no XRC_RECV QP with this number is owned by the domain.
     #[error("the XRC domain owns no XRC_RECV QP {0:#x}")]
     NoSuchQp(u32),
+}
+
+/// Why [`crate::AhAttr::from_wc`] cannot answer a received datagram.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum AhFromWcError {
+    /// The completion has no GRH area (`WcFlags::GRH` is clear: not a UD/GSI receive).
+    #[error("the completion carries no GRH (not a datagram receive)")]
+    NoGrh,
+    /// The GRH area holds no RoCEv2 IPv4 or IPv6 header.
+    #[error(transparent)]
+    Grh(#[from] uroce_wire::grh_area::GrhAreaError),
+    /// The datagram went to a multicast address: there is no local GID to answer from.
+    #[error("the datagram went to multicast address {0}")]
+    Multicast(std::net::IpAddr),
+    /// The datagram's destination is not this device's GID.
+    #[error("the datagram's destination {0} is no GID of this device")]
+    NotLocal(std::net::IpAddr),
 }

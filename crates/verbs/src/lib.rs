@@ -156,11 +156,13 @@ pub mod wc;
 pub mod xrcd;
 
 pub use ah::{Ah, AhAttr, AhRef};
-pub use connect::{rc_init_attr, RcConnect};
+pub use connect::{rc_init_attr, uc_init_attr, RcConnect, UcConnect, UdActivate};
 pub use context::{Context, Counters, LiveObjects};
 pub use cq::{CompChannel, Cq, CqEvent, CqRef};
 pub use device::{Device, DeviceAttr, DeviceConfig, Gid, PortAttr, PortState};
-pub use engine::{QpMemory, Transmitted, Transport};
+pub use engine::{
+    engine_supported, Arrival, EngineCounters, QpMemory, Transmitted, Transport, TxPacket,
+};
 pub use error::*;
 pub use event::{AsyncEvent, ElementKind, EventElement, EventType};
 pub use mem::MemBlock;
@@ -168,7 +170,7 @@ pub use mr::AccessFlags;
 pub use pd::Pd;
 pub use qp::{
     AtomicInfo, PathMigState, Qp, QpAttr, QpCap, QpInitAttr, QpInitInfo, QpRef, RdmaInfo,
-    RecvCompletion, RecvWqe, RecvWr, SendFlags, SendWqe, SendWr, Sge, UdDest, WrOpcode,
+    RecvCompletion, RecvWqe, RecvWr, SendFlags, SendOpcode, SendWqe, SendWr, Sge, UdDest,
 };
 pub use region::{Mr, MrRef};
 pub use srq::{Srq, SrqAttr, SrqAttrMask, SrqInitAttr, SrqRef};

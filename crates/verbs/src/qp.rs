@@ -10,7 +10,7 @@
 //! so a rejected modify leaves state and attributes exactly as they were; the error names
 //! the offending attribute ([`ModifyQpError::attr`]).
 //!
-//! Side effects of transitions (IBA Vol 1 §10.3; docs/INTEROP-NOTES.md §6):
+//! Side effects of transitions (roce-spec §3.5, §4 notes):
 //! * **→ ERR**: every outstanding send WR completes with `WR_FLUSH_ERR` on the send CQ in
 //!   posting order — error completions are generated even for unsignaled WRs — and every
 //!   receive WR with `WR_FLUSH_ERR` on the receive CQ in posting order. A QP that receives
@@ -25,7 +25,7 @@
 //!
 //! # Posting
 //!
-//! [`QpRef::post_send`] follows the post rules of docs/INTEROP-NOTES.md §6: RESET/INIT/RTR refuse,
+//! [`QpRef::post_send`] follows the post rules of roce-spec §4 notes: RESET/INIT/RTR refuse,
 //! RTS queues, SQD queues without starting, SQE/ERR flush. The opcode must suit the QP type
 //! (RC and XRC_SEND: all implemented opcodes; UC: SEND and RDMA WRITE with or without
 //! immediate; UD/GSI: SEND with or without immediate), the SGE count and inline size must fit
@@ -41,7 +41,7 @@
 //!   *in flight*.
 //! * [`QpRef::complete_send`] — completes the oldest in-flight send WR with a status. A CQE
 //!   is written when `sq_sig_all`, the WR was `SIGNALED`, or the status is an error
-//!   (IBA §10.8). In SQD, completing the last in-flight WR raises `SQ_DRAINED`.
+//!   (§3.4). In SQD, completing the last in-flight WR raises `SQ_DRAINED`.
 //! * [`QpRef::take_recv_wqe`] — takes the next receive WQE from the RQ or the SRQ (which
 //!   raises `SRQ_LIMIT_REACHED` when it crosses its armed limit); XRC_RECV QPs use
 //!   [`QpRef::take_xrc_recv_wqe`] with the SRQ number from the packet.
@@ -80,7 +80,7 @@ use crate::table::{wait_unreferenced, InsertError};
 use crate::wc::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
 use crate::xrcd::XrcdCore;
 
-/// Largest total length of a receive WR (docs/INTEROP-NOTES.md §6: "< 2^31").
+/// Largest total length of a receive WR (roce-spec §4 notes: "< 2^31").
 pub const MAX_RECV_LEN: u64 = (1 << 31) - 1;
 
 bitflags::bitflags! {
@@ -100,125 +100,42 @@ bitflags::bitflags! {
     }
 }
 
-/// Work-request opcodes (`enum ibv_wr_opcode`, ABI values).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-#[repr(u32)]
-pub enum WrOpcode {
-    /// 0: RDMA WRITE.
-    RdmaWrite = 0,
-    /// 1: RDMA WRITE with immediate (consumes a receive WQE at the target).
-    RdmaWriteWithImm = 1,
-    /// 2: SEND.
-    #[default]
-    Send = 2,
-    /// 3: SEND with immediate.
-    SendWithImm = 3,
-    /// 4: RDMA READ.
-    RdmaRead = 4,
-    /// 5: atomic compare-and-swap.
-    AtomicCmpAndSwp = 5,
-    /// 6: atomic fetch-and-add.
-    AtomicFetchAndAdd = 6,
-    /// 7: local invalidate.
-    LocalInv = 7,
-    /// 8: bind memory window (not implemented).
-    BindMw = 8,
-    /// 9: SEND with invalidate.
-    SendWithInv = 9,
-    /// 10: TCP segmentation offload (not implemented).
-    Tso = 10,
-    /// 11: driver-specific (not implemented).
-    Driver1 = 11,
-    /// 14: FLUSH (not implemented).
-    Flush = 14,
-    /// 15: ATOMIC WRITE (not implemented).
-    AtomicWrite = 15,
+/// Work-request opcodes (`enum ibv_wr_opcode`, ABI values): the protocol layer's one
+/// vocabulary.
+pub use uroce_proto::wr::SendOpcode;
+
+/// Whether the opcode carries local data that may be inlined.
+pub const fn opcode_may_inline(op: SendOpcode) -> bool {
+    matches!(
+        op,
+        SendOpcode::Send
+            | SendOpcode::SendWithImm
+            | SendOpcode::SendWithInv
+            | SendOpcode::RdmaWrite
+            | SendOpcode::RdmaWriteWithImm
+    )
 }
 
-impl WrOpcode {
-    /// The ABI value.
-    pub const fn as_u32(self) -> u32 {
-        self as u32
-    }
-
-    /// The opcode with ABI value `v`, or `None`.
-    pub const fn from_u32(v: u32) -> Option<WrOpcode> {
-        Some(match v {
-            0 => WrOpcode::RdmaWrite,
-            1 => WrOpcode::RdmaWriteWithImm,
-            2 => WrOpcode::Send,
-            3 => WrOpcode::SendWithImm,
-            4 => WrOpcode::RdmaRead,
-            5 => WrOpcode::AtomicCmpAndSwp,
-            6 => WrOpcode::AtomicFetchAndAdd,
-            7 => WrOpcode::LocalInv,
-            8 => WrOpcode::BindMw,
-            9 => WrOpcode::SendWithInv,
-            10 => WrOpcode::Tso,
-            11 => WrOpcode::Driver1,
-            14 => WrOpcode::Flush,
-            15 => WrOpcode::AtomicWrite,
-            _ => return None,
-        })
-    }
-
-    /// The completion opcode reported for this WR (`<infiniband/verbs.h>`).
-    pub const fn wc_opcode(self) -> WcOpcode {
-        match self {
-            WrOpcode::RdmaWrite | WrOpcode::RdmaWriteWithImm => WcOpcode::RdmaWrite,
-            WrOpcode::Send | WrOpcode::SendWithImm | WrOpcode::SendWithInv => WcOpcode::Send,
-            WrOpcode::RdmaRead => WcOpcode::RdmaRead,
-            WrOpcode::AtomicCmpAndSwp => WcOpcode::CompSwap,
-            WrOpcode::AtomicFetchAndAdd => WcOpcode::FetchAdd,
-            WrOpcode::LocalInv => WcOpcode::LocalInv,
-            WrOpcode::BindMw => WcOpcode::BindMw,
-            WrOpcode::Tso => WcOpcode::Tso,
-            WrOpcode::Driver1 => WcOpcode::Send,
-            WrOpcode::Flush => WcOpcode::Flush,
-            WrOpcode::AtomicWrite => WcOpcode::AtomicWrite,
-        }
-    }
-
-    /// Whether this is a compare-and-swap or fetch-and-add.
-    pub const fn is_atomic(self) -> bool {
-        matches!(
-            self,
-            WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd
-        )
-    }
-
-    /// Whether the opcode carries local data that may be inlined.
-    pub const fn may_inline(self) -> bool {
-        matches!(
-            self,
-            WrOpcode::Send
-                | WrOpcode::SendWithImm
-                | WrOpcode::SendWithInv
-                | WrOpcode::RdmaWrite
-                | WrOpcode::RdmaWriteWithImm
-        )
-    }
-
-    /// Whether the opcode is valid on a QP of type `qp_type` and implemented by uroce.
-    pub const fn valid_for(self, qp_type: QpType) -> bool {
-        use WrOpcode::*;
-        match qp_type {
-            QpType::Rc | QpType::XrcSend => matches!(
-                self,
-                RdmaWrite
-                    | RdmaWriteWithImm
-                    | Send
-                    | SendWithImm
-                    | RdmaRead
-                    | AtomicCmpAndSwp
-                    | AtomicFetchAndAdd
-                    | LocalInv
-                    | SendWithInv
-            ),
-            QpType::Uc => matches!(self, RdmaWrite | RdmaWriteWithImm | Send | SendWithImm),
-            QpType::Ud | QpType::Gsi => matches!(self, Send | SendWithImm),
-            QpType::Smi | QpType::RawPacket | QpType::XrcRecv => false,
-        }
+/// Whether the opcode is valid on a QP of type `qp_type` and implemented by uroce
+/// (IBA 10.7.3, Table "Work Request Operations by Service Type").
+pub const fn opcode_valid_for(op: SendOpcode, qp_type: QpType) -> bool {
+    use SendOpcode::*;
+    match qp_type {
+        QpType::Rc | QpType::XrcSend => matches!(
+            op,
+            RdmaWrite
+                | RdmaWriteWithImm
+                | Send
+                | SendWithImm
+                | RdmaRead
+                | AtomicCmpAndSwp
+                | AtomicFetchAndAdd
+                | LocalInv
+                | SendWithInv
+        ),
+        QpType::Uc => matches!(op, RdmaWrite | RdmaWriteWithImm | Send | SendWithImm),
+        QpType::Ud | QpType::Gsi => matches!(op, Send | SendWithImm),
+        QpType::Smi | QpType::RawPacket | QpType::XrcRecv => false,
     }
 }
 
@@ -259,12 +176,12 @@ pub struct UdDest {
 }
 
 /// A send work request (`struct ibv_send_wr`); unused fields stay at their defaults.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct SendWr {
     /// The application's identifier, returned in the completion.
     pub wr_id: u64,
     /// The operation.
-    pub opcode: WrOpcode,
+    pub opcode: SendOpcode,
     /// Flags.
     pub flags: SendFlags,
     /// Local buffers (ignored with [`SendFlags::INLINE`]).
@@ -285,12 +202,31 @@ pub struct SendWr {
     pub xrc_remote_srqn: u32,
 }
 
+impl Default for SendWr {
+    /// An unsignaled SEND with no data; every other field zero or empty.
+    fn default() -> SendWr {
+        SendWr {
+            wr_id: 0,
+            opcode: SendOpcode::Send,
+            flags: SendFlags::empty(),
+            sg_list: Vec::new(),
+            inline_data: Vec::new(),
+            imm_data: 0,
+            invalidate_rkey: 0,
+            rdma: RdmaInfo::default(),
+            atomic: AtomicInfo::default(),
+            ud: None,
+            xrc_remote_srqn: 0,
+        }
+    }
+}
+
 impl SendWr {
     /// A signaled SEND of `sg_list`.
     pub fn send(wr_id: u64, sg_list: Vec<Sge>) -> SendWr {
         SendWr {
             wr_id,
-            opcode: WrOpcode::Send,
+            opcode: SendOpcode::Send,
             flags: SendFlags::SIGNALED,
             sg_list,
             ..SendWr::default()
@@ -447,7 +383,7 @@ pub struct QpAttr {
 }
 
 impl Default for QpAttr {
-    /// The attributes of a QP in RESET: path MTU 256 (rxe's choice, INTEROP-NOTES §4), port 1,
+    /// The attributes of a QP in RESET: path MTU 256 (what rxe starts with, §1.6), port 1,
     /// everything else zero.
     fn default() -> QpAttr {
         QpAttr {
@@ -628,8 +564,9 @@ pub(crate) struct QpInner {
     rq: VecDeque<RecvWr>,
     /// Receive WQEs taken by the engine and not yet completed, oldest first.
     rq_taken: VecDeque<TakenRecv>,
-    /// The transport engine of an RC QP, from the INIT→RTR transition until RESET.
-    pub(crate) engine: Option<Box<crate::engine::Engine>>,
+    /// The transport engine, from the INIT→RTR transition until RESET (on a context with
+    /// a transport).
+    pub(crate) engine: Option<Box<dyn uroce_proto::engine::Engine>>,
     /// Completions the last engine call delivered to the CQs.
     pub(crate) delivered: usize,
 }
@@ -681,6 +618,7 @@ impl QpCore {
             QpType::XrcRecv => return Err(CreateQpError::NeedsXrcDomain(a.qp_type)),
             QpType::Rc | QpType::Uc | QpType::Ud | QpType::Gsi | QpType::XrcSend => {}
         }
+        crate::engine::refuse_without_engine(ctx, a.qp_type)?;
         let c = a.cap;
         for (cap, value, max) in [
             ("max_send_wr", c.max_send_wr, dev.max_qp_wr),
@@ -840,7 +778,7 @@ impl QpCore {
         )
     }
 
-    /// Moves the QP to ERR: flushes both queues (IBA §10.3). Called with the lock held.
+    /// Moves the QP to ERR: flushes both queues (§3.5). Called with the lock held.
     fn enter_err_locked(this: &Arc<QpCore>, inner: &mut QpInner) {
         inner.attr.qp_state = QpState::Err;
         inner.attr.sq_draining = false;
@@ -953,14 +891,14 @@ impl QpCore {
                 queue: "send",
             });
         }
-        if !wr.opcode.valid_for(qp_type) {
+        if !opcode_valid_for(wr.opcode, qp_type) {
             return Err(PostError::UnsupportedOpcode {
                 opcode: wr.opcode,
                 qp_type,
             });
         }
         if wr.flags.contains(SendFlags::INLINE) {
-            if !wr.opcode.may_inline() {
+            if !opcode_may_inline(wr.opcode) {
                 return Err(PostError::InlineNotAllowed(wr.opcode));
             }
             if wr.inline_data.len() > self.cap.max_inline_data as usize {
@@ -1325,7 +1263,7 @@ impl QpRef {
     }
 
     /// Engine API: completes the oldest in-flight send WR with `status`. Returns the CQE if
-    /// one was generated (signaled rule, IBA §10.8).
+    /// one was generated (signaled rule, §3.4).
     pub fn complete_send(&self, status: WcStatus) -> Result<Option<WorkCompletion>, EngineError> {
         let core = &self.core;
         let mut inner = self.lock();
@@ -1451,7 +1389,7 @@ impl QpRef {
         }
     }
 
-    /// Engine API: moves the QP to ERR after an internal error (flushing, IBA §10.3) and raises
+    /// Engine API: moves the QP to ERR after an internal error (flushing, §3.5) and raises
     /// `event` if given (must be a QP event). Does nothing to a QP in RESET or already in
     /// ERR, except raising the event.
     pub fn enter_error(&self, event: Option<EventType>) -> Result<(), RaiseError> {

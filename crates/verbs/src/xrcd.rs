@@ -103,6 +103,7 @@ impl Xrcd {
     /// Creates an XRC_RECV (target) QP in this domain. It has no send queue, PD or CQ of its
     /// own: receives come from the XRC SRQ each packet names.
     pub fn create_qp(&self) -> Result<Qp, CreateQpError> {
+        crate::engine::refuse_without_engine(&self.core.ctx, QpType::XrcRecv)?;
         QpCore::build(
             &self.core.ctx,
             QpParts {

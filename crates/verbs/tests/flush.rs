@@ -79,7 +79,7 @@ fn flush_keeps_opcodes_and_uses_engine_error_path() {
         .expect("qp");
     rc_to(&qp, QpState::Rts);
     let write = SendWr {
-        opcode: uroce_verbs::WrOpcode::RdmaWrite,
+        opcode: uroce_verbs::SendOpcode::RdmaWrite,
         ..SendWr::send(1, vec![])
     };
     qp.post_send(write).expect("write");

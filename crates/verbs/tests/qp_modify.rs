@@ -7,7 +7,7 @@ use std::time::Duration;
 use common::*;
 use uroce_verbs::{
     AccessFlags, AtomicInfo, AttrMask, EventType, ModifyQpError, PostError, QpAttr, QpInitAttr,
-    QpState, QpType, RecvWr, SendFlags, SendWr, Sge, WcStatus, WrOpcode,
+    QpState, QpType, RecvWr, SendFlags, SendOpcode, SendWr, Sge, WcStatus,
 };
 use uroce_wire::pmtu::Pmtu;
 use uroce_wire::psn::Psn;
@@ -314,7 +314,7 @@ fn post_send_rules() {
         Err(PostError::InlineTooLong { len: 65, max: 64 })
     ));
     let read_inline = SendWr {
-        opcode: WrOpcode::RdmaRead,
+        opcode: SendOpcode::RdmaRead,
         flags: SendFlags::INLINE,
         ..SendWr::default()
     };
@@ -323,7 +323,7 @@ fn post_send_rules() {
         Err(PostError::InlineNotAllowed(_))
     ));
     let atomic = |addr: u64, len: u32| SendWr {
-        opcode: WrOpcode::AtomicFetchAndAdd,
+        opcode: SendOpcode::AtomicFetchAndAdd,
         sg_list: vec![Sge { length: len, ..sge }],
         atomic: AtomicInfo {
             remote_addr: addr,
@@ -341,7 +341,7 @@ fn post_send_rules() {
     ));
     f.qp.post_send(atomic(0x1000, 8)).expect("valid atomic");
     let mw = SendWr {
-        opcode: WrOpcode::BindMw,
+        opcode: SendOpcode::BindMw,
         ..SendWr::default()
     };
     assert!(matches!(
@@ -386,25 +386,25 @@ fn opcode_validity_per_qp_type() {
         )
         .expect("UC RTR→RTS");
     let read = SendWr {
-        opcode: WrOpcode::RdmaRead,
+        opcode: SendOpcode::RdmaRead,
         ..SendWr::default()
     };
     assert!(matches!(
         uc.qp.post_send(read),
         Err(PostError::UnsupportedOpcode {
-            opcode: WrOpcode::RdmaRead,
+            opcode: SendOpcode::RdmaRead,
             qp_type: QpType::Uc
         })
     ));
     let write = SendWr {
-        opcode: WrOpcode::RdmaWriteWithImm,
+        opcode: SendOpcode::RdmaWriteWithImm,
         ..SendWr::default()
     };
     uc.qp.post_send(write).expect("UC write with imm");
 
     let ud = fixture(QpType::Ud);
     let write = SendWr {
-        opcode: WrOpcode::RdmaWrite,
+        opcode: SendOpcode::RdmaWrite,
         ..SendWr::default()
     };
     // Opcode checks come before the state check.

@@ -37,6 +37,7 @@ pub mod xrceth;
 
 pub mod packet;
 
+pub mod grh_area;
 pub mod icrc;
 pub mod icrc_ident;
 pub mod ip;

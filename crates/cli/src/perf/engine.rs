@@ -26,8 +26,8 @@ use anyhow::{anyhow, bail, Context as _, Result};
 use uroce_net::NetDevice;
 use uroce_verbs::{
     rc_init_attr, AccessFlags, AtomicInfo, CompChannel, Cq, Gid, MemBlock, Mr, Pd, Qp, QpCap,
-    QpInitAttr, QpType, RcConnect, RdmaInfo, RecvWr, SendFlags, SendWr, Sge, WaitError, WcStatus,
-    WorkCompletion, WrOpcode,
+    QpInitAttr, QpType, RcConnect, RdmaInfo, RecvWr, SendFlags, SendOpcode, SendWr, Sge, WaitError,
+    WcStatus, WorkCompletion,
 };
 use uroce_wire::pmtu::Pmtu;
 use uroce_wire::psn::Psn;
@@ -795,7 +795,7 @@ impl<'a> Runner<'a> {
             let peer = self.peer(i);
             let wr = SendWr {
                 wr_id: wr_id(i, n),
-                opcode: WrOpcode::RdmaWrite,
+                opcode: SendOpcode::RdmaWrite,
                 flags: SendFlags::SIGNALED,
                 sg_list: vec![self.sge(i, l.local_off(0), l.size)],
                 rdma: RdmaInfo {
@@ -922,7 +922,7 @@ impl<'a> Runner<'a> {
         if atomic {
             SendWr {
                 wr_id: wr_id(i, m),
-                opcode: WrOpcode::AtomicFetchAndAdd,
+                opcode: SendOpcode::AtomicFetchAndAdd,
                 flags: signaled,
                 sg_list: vec![local],
                 atomic: AtomicInfo {
@@ -936,7 +936,7 @@ impl<'a> Runner<'a> {
         } else {
             SendWr {
                 wr_id: wr_id(i, m),
-                opcode: WrOpcode::RdmaRead,
+                opcode: SendOpcode::RdmaRead,
                 flags: signaled,
                 sg_list: vec![local],
                 rdma: RdmaInfo {
@@ -1053,7 +1053,7 @@ impl<'a> Runner<'a> {
                 let peer = self.peer(i);
                 SendWr {
                     wr_id: wr_id(i, m),
-                    opcode: WrOpcode::RdmaWrite,
+                    opcode: SendOpcode::RdmaWrite,
                     flags: SendFlags::SIGNALED,
                     sg_list: vec![self.sge(i, local, l.size)],
                     rdma: RdmaInfo {

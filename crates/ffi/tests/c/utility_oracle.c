@@ -34,7 +34,7 @@ static void rates(void)
 		printf("mult_to_rate %d %d\n", m, (int)mult_to_ibv_rate(m));
 }
 
-/* Only under uroce: the unsupported entry points fail cleanly. */
+/* Only under uroce: the unsupported entry points (and a NULL PD) fail cleanly. */
 static void unsupported(void)
 {
 	struct ibv_wc wc;

@@ -334,3 +334,65 @@ pub fn run_c_program(
     );
     out
 }
+
+/// What the server of an ibverbs-utils pingpong prints (on stdout) for each page that
+/// fails `-c` validation.
+pub const INVALID_PAGE: &str = "invalid data in page";
+
+/// `(QPN, PSN, GID)` of the pingpong output line starting with `prefix` ("local
+/// address:" or "remote address:").
+pub fn pingpong_address(out: &str, prefix: &str) -> (String, String, String) {
+    let line = out
+        .lines()
+        .map(str::trim)
+        .find(|l| l.starts_with(prefix))
+        .unwrap_or_else(|| panic!("no {prefix:?} line in:\n{out}"));
+    let word_after = |key: &str| {
+        line.split_whitespace()
+            .skip_while(|w| *w != key)
+            .nth(1)
+            .unwrap_or_else(|| panic!("no {key} in {line:?}"))
+            // ibv_ud_pingpong ends its local PSN with ':', the others with ','.
+            .trim_end_matches([',', ':'])
+            .to_owned()
+    };
+    (word_after("QPN"), word_after("PSN"), word_after("GID"))
+}
+
+/// Checks the standard outputs of a pingpong pair that exchanged `size` bytes `iters`
+/// times: each prints its own address (GID `::ffff:<addr>`, RFC 4291 §2.5.5.2) and its
+/// peer's, which must equal what the peer printed as its own; each counts
+/// `2 * size * iters` bytes and `iters` iterations; no side reports a page that failed
+/// `-c` validation.
+pub fn check_pingpong(
+    test: &str,
+    (server, client): (Ipv4Addr, Ipv4Addr),
+    (size, iters): (u64, u64),
+    (s_out, c_out): (&str, &str),
+) {
+    let s_local = pingpong_address(s_out, "local address:");
+    let s_remote = pingpong_address(s_out, "remote address:");
+    let c_local = pingpong_address(c_out, "local address:");
+    let c_remote = pingpong_address(c_out, "remote address:");
+    assert_eq!(s_local.2, server.to_ipv6_mapped().to_string());
+    assert_eq!(c_local.2, client.to_ipv6_mapped().to_string());
+    assert_eq!(s_remote, c_local, "{test}: server's view of the client");
+    assert_eq!(c_remote, s_local, "{test}: client's view of the server");
+
+    let bytes = format!("{} bytes in ", 2 * size * iters);
+    let iterations = format!("{iters} iters in ");
+    for (who, out) in [("server", s_out), ("client", c_out)] {
+        for want in [&bytes, &iterations] {
+            assert!(
+                out.lines().any(|l| l.starts_with(want.as_str())),
+                "{test} {who}: no line starting with {want:?}:\n{out}"
+            );
+        }
+        // Only the server validates (`-c`), but a report on either side is a failure.
+        let invalid: Vec<&str> = out.lines().filter(|l| l.contains(INVALID_PAGE)).collect();
+        assert!(
+            invalid.is_empty(),
+            "{test} {who}: received data failed validation: {invalid:?}"
+        );
+    }
+}

@@ -80,14 +80,13 @@
 //! before use, arithmetic on message offsets is done in `u64` with checked or saturating
 //! operations where the operands come from the wire.
 
-mod build;
 mod completer;
 mod requester;
 mod responder;
 mod wqe;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use std::collections::VecDeque;
 
@@ -96,6 +95,7 @@ use thiserror::Error;
 use uroce_wire::opcode::{self, Transport};
 use uroce_wire::{PacketRepr, Pmtu, Psn};
 
+use crate::build::pkey_match;
 use crate::memory::Memory;
 use crate::qp_state::QpState;
 use crate::time::Instant;
@@ -340,6 +340,34 @@ pub struct RcCounters {
     pub dropped_unmatched_duplicates: u64,
     /// Responder output (ACKs, responses) discarded because its queue was full.
     pub dropped_responses: u64,
+    /// Datagram transports (UD, GSI): … because the DETH Q_Key is not the QP's (IBA
+    /// 10.2.5; the port's Q_Key violation counter).
+    pub dropped_bad_qkey: u64,
+    /// Datagram transports: … because no receive WQE was posted (UD has no RNR NAK).
+    pub dropped_no_receive: u64,
+    /// Datagram transports: … because the payload is larger than the path MTU.
+    pub dropped_too_long: u64,
+    /// Datagram transports: … because the receive WQE is smaller than the 40-byte GRH area
+    /// plus the payload (the WQE completes with `LOC_LEN_ERR`).
+    pub dropped_recv_too_small: u64,
+    /// UC: packets of a message being discarded, up to the next FIRST/ONLY: after a PSN
+    /// gap, an opcode out of sequence (a MIDDLE/LAST without its FIRST) or an error in an
+    /// earlier packet of the message.
+    pub dropped_uc_sequence: u64,
+    /// UC: packets with a PSN before the expected one (duplicates or stale packets; never
+    /// executed again).
+    pub dropped_duplicates: u64,
+    /// UC: a SEND's FIRST/ONLY or a WRITE with immediate's last packet found no receive
+    /// WQE (RC answers with an RNR NAK instead).
+    pub dropped_no_recv_wqe: u64,
+    /// UC: WRITE packets refused: the QP lacks remote WRITE access, or the R_Key, bounds
+    /// or permissions do not allow it.
+    pub dropped_remote_access: u64,
+    /// UC: packets violating the length rules: PMTU segmentation, RETH length, a SEND
+    /// longer than its receive WQE.
+    pub dropped_length: u64,
+    /// UC: incoming messages discarded after part of them had been seen.
+    pub messages_dropped: u64,
 }
 
 /// One RC queue pair: requester, completer and responder.
@@ -362,12 +390,6 @@ pub struct RcQp {
     counters: RcCounters,
     drained_notified: bool,
     comm_est_sent: bool,
-}
-
-/// Does a packet's P_Key match ours (IBA Vol 1 §9.6; docs/INTEROP-NOTES.md §5)?
-fn pkey_match(a: u16, b: u16) -> bool {
-    let (la, lb) = (a & 0x7fff, b & 0x7fff);
-    la == lb && la != 0 && (a | b) & 0x8000 != 0
 }
 
 impl RcQp {

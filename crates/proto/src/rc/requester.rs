@@ -9,16 +9,15 @@
 
 use std::collections::VecDeque;
 
-use uroce_wire::opcode::{self, Operation, Position, Transport};
-use uroce_wire::{atomic_eth, bth, ieth, immdt, reth, PacketRepr, Psn};
+use uroce_wire::opcode::{self, Transport};
+use uroce_wire::{atomic_eth, bth, reth, PacketRepr, Psn};
 
-use super::build::{build, BuildError};
 use super::wqe::{SendWqe, WqeKind};
 use super::{RcConfig, RcQp, MAX_PKTS_PER_ACKREQ, MAX_READ_PSNS, MAX_UNACKED_PSNS};
-use crate::memory::{gather, Memory, SgError};
+use crate::build::{build, data_packet, fill_payload, BuildError};
 use crate::qp_state::QpState;
 use crate::time::{local_ack_timeout, Instant};
-use crate::wr::{SendFlags, SendOpcode, SendPayload, WcStatus};
+use crate::wr::{SendFlags, SendOpcode, WcStatus};
 
 /// Requester and completer state of one QP.
 #[derive(Debug)]
@@ -116,31 +115,6 @@ struct Plan {
     len: usize,
     /// PSN to continue with after this packet.
     next_psn: Psn,
-}
-
-/// Copies `dst.len()` bytes at `offset` of the WR's payload into `dst`.
-fn fill_payload(
-    mem: &dyn Memory,
-    payload: &SendPayload,
-    offset: u64,
-    dst: &mut [u8],
-) -> Result<(), SgError> {
-    match payload {
-        SendPayload::Sges(sges) => gather(mem, sges, offset, dst),
-        SendPayload::Inline(data) => {
-            let start = usize::try_from(offset).unwrap_or(usize::MAX);
-            let src = start
-                .checked_add(dst.len())
-                .and_then(|end| data.get(start..end))
-                .ok_or(SgError::Overflow {
-                    offset,
-                    wanted: dst.len() as u64,
-                    total: data.len() as u64,
-                })?;
-            dst.copy_from_slice(src);
-            Ok(())
-        }
-    }
 }
 
 impl RcQp {
@@ -260,44 +234,21 @@ impl RcQp {
         let mut hdr = PacketRepr::new(bth, &[]);
         let (offset, len, next_psn) = match wqe.kind() {
             WqeKind::Data => {
-                let k = wqe.next_pkt;
-                let offset = u64::from(k) * pmtu;
-                let len = wqe.len.saturating_sub(offset).min(pmtu);
-                let position = Position::from_flags(k == 0, k + 1 >= wqe.npkts);
-                let (operation, with_imm, with_inv) = match wr.opcode {
-                    SendOpcode::Send => (Operation::Send, false, false),
-                    SendOpcode::SendWithImm => (Operation::Send, true, false),
-                    SendOpcode::SendWithInv => (Operation::Send, false, true),
-                    SendOpcode::RdmaWrite => (Operation::RdmaWrite, false, false),
-                    SendOpcode::RdmaWriteWithImm => (Operation::RdmaWrite, true, false),
-                    _ => return None,
-                };
-                bth.opcode =
-                    opcode::opcode_for(Transport::Rc, operation, position, with_imm, with_inv)?;
-                bth.psn = first_psn.wrapping_add(k);
-                bth.ack_req = position.ends() || ack_every;
-                // SE only on the last packet of a SEND or a WRITE with immediate (IBA §9.2).
-                let se_capable =
-                    operation == Operation::Send || (operation == Operation::RdmaWrite && with_imm);
-                bth.solicited =
-                    position.ends() && se_capable && wr.flags.contains(SendFlags::SOLICITED);
-                if operation == Operation::RdmaWrite && position.starts() {
-                    hdr.reth = Some(reth::Repr {
-                        va: wr.remote_addr,
-                        rkey: wr.rkey,
-                        // invariant: len ≤ 2^31 (post-time check).
-                        dma_len: u32::try_from(wqe.len).unwrap_or(u32::MAX),
-                    });
-                }
-                if position.ends() && with_imm {
-                    hdr.immdt = Some(immdt::Repr { imm: wr.imm_data });
-                }
-                if position.ends() && with_inv {
-                    hdr.ieth = Some(ieth::Repr {
-                        rkey: wr.invalidate_rkey,
-                    });
-                }
-                (offset, len, bth.psn.wrapping_add(1))
+                let p = data_packet(
+                    Transport::Rc,
+                    self.cfg.pmtu,
+                    self.cfg.pkey,
+                    self.cfg.dest_qpn,
+                    wr,
+                    wqe.len,
+                    wqe.npkts,
+                    wqe.next_pkt,
+                    first_psn,
+                )?;
+                hdr = p.hdr;
+                bth = hdr.bth;
+                bth.ack_req = p.position.ends() || ack_every;
+                (p.offset, p.len as u64, bth.psn.wrapping_add(1))
             }
             WqeKind::Read => {
                 // A partially answered READ is re-issued for the rest: VA advanced past the

@@ -19,8 +19,8 @@ use uroce_wire::aeth::{self, NakCode, Syndrome};
 use uroce_wire::opcode::{self, OpcodeInfo, Operation, Position, Transport};
 use uroce_wire::{atomic_ack_eth, bth, PacketRepr, Psn};
 
-use super::build::{build, BuildError};
 use super::{Env, QpEvent, RcConfig, RcQp, RemoteAccess, MAX_MSG_LEN, MAX_READ_PSNS};
+use crate::build::{build, BuildError};
 use crate::memory::{scatter, sg_total, AtomicOp, RemoteAccessError, RemoteOp};
 use crate::qp_state::QpState;
 use crate::wr::{RecvWr, WcFlags, WcOpcode, WcStatus, WorkCompletion};
