@@ -22,6 +22,7 @@
 
 use core::ffi::{c_char, c_int, c_uint, c_void};
 use libc::{pthread_cond_t, pthread_mutex_t};
+use uroce_verbs::SendOpcode;
 
 /// A big-endian 32-bit value (`__be32`): stored in network byte order.
 pub type __be32 = u32;
@@ -381,34 +382,36 @@ pub const IBV_MIG_REARM: ibv_mig_state = 1;
 /// Armed.
 pub const IBV_MIG_ARMED: ibv_mig_state = 2;
 
-/// `enum ibv_wr_opcode`: send work request opcode.
+/// `enum ibv_wr_opcode`: send work request opcode. The values are those of the protocol
+/// layer's one opcode vocabulary (`uroce_proto::wr::SendOpcode`, re-exported by the verbs
+/// layer), which the WR conversion uses; the layout test checks them against the header.
 pub type ibv_wr_opcode = c_uint;
 /// RDMA write.
-pub const IBV_WR_RDMA_WRITE: ibv_wr_opcode = 0;
+pub const IBV_WR_RDMA_WRITE: ibv_wr_opcode = SendOpcode::RdmaWrite.as_u32();
 /// RDMA write with immediate.
-pub const IBV_WR_RDMA_WRITE_WITH_IMM: ibv_wr_opcode = 1;
+pub const IBV_WR_RDMA_WRITE_WITH_IMM: ibv_wr_opcode = SendOpcode::RdmaWriteWithImm.as_u32();
 /// Send.
-pub const IBV_WR_SEND: ibv_wr_opcode = 2;
+pub const IBV_WR_SEND: ibv_wr_opcode = SendOpcode::Send.as_u32();
 /// Send with immediate.
-pub const IBV_WR_SEND_WITH_IMM: ibv_wr_opcode = 3;
+pub const IBV_WR_SEND_WITH_IMM: ibv_wr_opcode = SendOpcode::SendWithImm.as_u32();
 /// RDMA read.
-pub const IBV_WR_RDMA_READ: ibv_wr_opcode = 4;
+pub const IBV_WR_RDMA_READ: ibv_wr_opcode = SendOpcode::RdmaRead.as_u32();
 /// Atomic compare-and-swap.
-pub const IBV_WR_ATOMIC_CMP_AND_SWP: ibv_wr_opcode = 5;
+pub const IBV_WR_ATOMIC_CMP_AND_SWP: ibv_wr_opcode = SendOpcode::AtomicCmpAndSwp.as_u32();
 /// Atomic fetch-and-add.
-pub const IBV_WR_ATOMIC_FETCH_AND_ADD: ibv_wr_opcode = 6;
+pub const IBV_WR_ATOMIC_FETCH_AND_ADD: ibv_wr_opcode = SendOpcode::AtomicFetchAndAdd.as_u32();
 /// Local invalidate.
-pub const IBV_WR_LOCAL_INV: ibv_wr_opcode = 7;
+pub const IBV_WR_LOCAL_INV: ibv_wr_opcode = SendOpcode::LocalInv.as_u32();
 /// Memory window bind.
-pub const IBV_WR_BIND_MW: ibv_wr_opcode = 8;
+pub const IBV_WR_BIND_MW: ibv_wr_opcode = SendOpcode::BindMw.as_u32();
 /// Send with invalidate.
-pub const IBV_WR_SEND_WITH_INV: ibv_wr_opcode = 9;
+pub const IBV_WR_SEND_WITH_INV: ibv_wr_opcode = SendOpcode::SendWithInv.as_u32();
 /// TCP segmentation offload send.
-pub const IBV_WR_TSO: ibv_wr_opcode = 10;
+pub const IBV_WR_TSO: ibv_wr_opcode = SendOpcode::Tso.as_u32();
 /// Driver-specific opcode.
-pub const IBV_WR_DRIVER1: ibv_wr_opcode = 11;
+pub const IBV_WR_DRIVER1: ibv_wr_opcode = SendOpcode::Driver1.as_u32();
 /// Atomic write.
-pub const IBV_WR_ATOMIC_WRITE: ibv_wr_opcode = 15;
+pub const IBV_WR_ATOMIC_WRITE: ibv_wr_opcode = SendOpcode::AtomicWrite.as_u32();
 
 /// `enum ibv_send_flags`: `ibv_send_wr.send_flags` bits.
 pub type ibv_send_flags = c_uint;

@@ -232,6 +232,15 @@ fn verbs_objects_and_data_path_behave_like_rdma_core() {
         };
         assert!(uroce_ibv_create_qp(pd, &mut ia).is_null(), "UD refused");
         assert_eq!(errno(), libc::EOPNOTSUPP);
+        // Every type without a transport engine is refused the same way.
+        for t in [IBV_QPT_UC, IBV_QPT_XRC_SEND, IBV_QPT_XRC_RECV] {
+            ia.qp_type = t;
+            assert!(
+                uroce_ibv_create_qp(pd, &mut ia).is_null(),
+                "type {t} refused"
+            );
+            assert_eq!(errno(), libc::EOPNOTSUPP, "type {t}");
+        }
         ia.qp_type = IBV_QPT_RC;
         let qp_a = uroce_ibv_create_qp(pd, &mut ia);
         assert!(!qp_a.is_null(), "errno {}", errno());

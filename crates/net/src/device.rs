@@ -538,6 +538,51 @@ impl Shared {
 /// still do not fit are left to the engines' retransmission.
 fn send_runs(sock: &mut RoceSocket, port: u16, tx: &mut [u8], pkts: &[TxPacket]) {
     let mut singles: Vec<(usize, usize, SocketAddr)> = Vec::new();
+    for piece in plan_runs(pkts) {
+        match piece {
+            Piece::Train {
+                start,
+                end,
+                seg_len,
+                dst,
+            } => {
+                send_singles(sock, tx, &mut singles);
+                if let Some(run) = tx.get_mut(start..end) {
+                    send_train_all(sock, SocketAddr::new(dst, port), run, seg_len);
+                }
+            }
+            Piece::Single { start, len, dst } => {
+                singles.push((start, len, SocketAddr::new(dst, port)));
+            }
+        }
+    }
+    send_singles(sock, tx, &mut singles);
+}
+
+/// One part of a transmit batch as [`send_runs`] sends it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Piece {
+    /// At least two packets to `dst` at `start..end` of the buffer, all `seg_len` bytes
+    /// but the last, which may be shorter: one GSO train.
+    Train {
+        start: usize,
+        end: usize,
+        seg_len: usize,
+        dst: IpAddr,
+    },
+    /// One packet (batched with the other singles into a `sendmmsg`).
+    Single {
+        start: usize,
+        len: usize,
+        dst: IpAddr,
+    },
+}
+
+/// Splits the packets of a transmit batch (back to back, in order) into trains and
+/// single packets: a train is a maximal run of equal-length packets to one destination,
+/// optionally ended by one shorter packet to the same destination.
+fn plan_runs(pkts: &[TxPacket]) -> Vec<Piece> {
+    let mut out = Vec::new();
     let mut off = 0;
     let mut i = 0;
     // Bounded: every pass consumes at least one packet.
@@ -555,21 +600,26 @@ fn send_runs(sock: &mut RoceSocket, port: u16, tx: &mut [u8], pkts: &[TxPacket])
                 break;
             }
         }
-        let dst = SocketAddr::new(first.dst, port);
         if j - i >= 2 {
-            send_singles(sock, tx, &mut singles);
-            if let Some(run) = tx.get_mut(off..end) {
-                send_train_all(sock, dst, run, len);
-            }
+            out.push(Piece::Train {
+                start: off,
+                end,
+                seg_len: len,
+                dst: first.dst,
+            });
             off = end;
             i = j;
         } else {
-            singles.push((off, len, dst));
+            out.push(Piece::Single {
+                start: off,
+                len,
+                dst: first.dst,
+            });
             off += len;
             i += 1;
         }
     }
-    send_singles(sock, tx, &mut singles);
+    out
 }
 
 /// Seals and sends the packets at `(offset, length, destination)` of `tx` in one batch.
@@ -985,5 +1035,74 @@ fn progress_thread(sh: &Shared) {
         let woke = sh.now();
         known_deadline = deadline;
         expiry_check = app_busy && !rang && deadline.is_none_or(|d| woke < d);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(len: usize, dst: &str) -> TxPacket {
+        TxPacket {
+            len,
+            dst: dst.parse().unwrap(),
+        }
+    }
+
+    /// Trains never mix destinations; packets to several destinations in a row are
+    /// singles; a shorter last packet ends a train to its own destination only.
+    #[test]
+    fn runs_are_split_by_destination_and_length() {
+        let (a, b) = ("127.0.0.2", "::1");
+        let pkts = [
+            p(100, a),
+            p(100, a),
+            p(60, a),
+            p(100, b),
+            p(100, b),
+            p(100, a),
+            p(30, b),
+            p(100, b),
+            p(40, a),
+        ];
+        let ip = |s: &str| -> IpAddr { s.parse().unwrap() };
+        assert_eq!(
+            plan_runs(&pkts),
+            vec![
+                Piece::Train {
+                    start: 0,
+                    end: 260,
+                    seg_len: 100,
+                    dst: ip(a)
+                },
+                Piece::Train {
+                    start: 260,
+                    end: 460,
+                    seg_len: 100,
+                    dst: ip(b)
+                },
+                Piece::Single {
+                    start: 460,
+                    len: 100,
+                    dst: ip(a)
+                },
+                Piece::Single {
+                    start: 560,
+                    len: 30,
+                    dst: ip(b)
+                },
+                Piece::Single {
+                    start: 590,
+                    len: 100,
+                    dst: ip(b)
+                },
+                Piece::Single {
+                    start: 690,
+                    len: 40,
+                    dst: ip(a)
+                },
+            ]
+        );
+        assert!(plan_runs(&[]).is_empty());
     }
 }

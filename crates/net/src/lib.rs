@@ -2,14 +2,17 @@
 //!
 //! The I/O layer of uroce: it puts RoCEv2 packets (BTH..ICRC, built by `uroce-wire` and
 //! produced by the sans-IO engines of `uroce-proto`) on real UDP sockets, port 4791, and
-//! takes them off again. Like quinn-udp beside quinn-proto, it holds the socket tricks and
-//! nothing of the protocol: no queue pairs, no PSNs, no timers.
+//! takes them off again. It is two things: the socket layer (like quinn-udp beside
+//! quinn-proto: batching, GSO/GRO, ICRC sealing, faults, capture; nothing of the protocol)
+//! and the network device ([`device`]), which drives the QPs' transport engines through
+//! the verbs layer: it delivers each received packet to the QP its BTH names with the
+//! packet's source address, runs the engines' timers, and sends each transmitted packet
+//! to the destination the engine gave it.
 //!
 //! ## Layering
 //! `wire` → `proto` → `verbs` → **`net`** → `ffi` / `cli` (see `docs/ARCHITECTURE.md`).
-//! This crate depends only on `uroce-wire` (packet formats, ICRC, pcap framing) among the
-//! uroce crates, so its tests stand alone; binding sockets to the engines is the job of
-//! the layer above. Dependencies: `libc` (the system calls), `rand` (seeded fault
+//! The socket layer uses only `uroce-wire` (packet formats, ICRC, pcap framing) among the
+//! uroce crates; the device uses `uroce-verbs` and `uroce-proto` as well. Dependencies: `libc` (the system calls), `rand` (seeded fault
 //! injection), `thiserror`.
 //!
 //! ## What is here

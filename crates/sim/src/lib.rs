@@ -8,10 +8,12 @@
 //!
 //! * [`memory`]: [`memory::TestMemory`], a `uroce_proto::memory::Memory` over
 //!   registered regions, with key/bounds/permission checks.
-//! * [`net`]: [`net::SimNet`], nodes, QPs, links with loss / duplication / reordering /
-//!   bit corruption / delay, packet filters, virtual time.
+//! * [`net`]: [`net::SimNet`], nodes (IPv4 or IPv6), QPs (any
+//!   `uroce_proto::engine::Engine`, routed per packet by its destination address), links
+//!   with loss / duplication / reordering / bit corruption / delay, packet filters, virtual
+//!   time.
 //! * [`trace`]: the packet trace printed when a test fails.
-//! * [`rc`]: the RC engine plugged in, and [`rc::Pair`], two connected RC QPs with
+//! * [`rc`]: [`rc::Pair`], two connected RC QPs (`uroce_proto::rc::RcQp`) with
 //!   helpers to post work and wait for completions.
 #![forbid(unsafe_code)]
 

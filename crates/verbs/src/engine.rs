@@ -2,7 +2,7 @@
 //! ([`uroce_proto::engine::Engine`]), and the hook through which the I/O layer drives them.
 //!
 //! In a context with a [`Transport`] installed (every context of a network device), a QP
-//! gets its engine at the INIT→RTR transition from [`build_engine`], the one factory that
+//! gets its engine at the INIT→RTR transition from `build_engine`, the one factory that
 //! knows the transports: it builds the engine for the QP's type from the QP's attributes
 //! (RC: [`uroce_proto::rc::RcQp`]; UC: [`uroce_proto::uc::UcQp`]; UD and GSI:
 //! [`uroce_proto::ud::UdQp`], whose largest datagram is the port's active MTU); receive
@@ -76,7 +76,7 @@ pub(crate) type TransportSlot = std::sync::OnceLock<StdArc<dyn Transport>>;
 
 /// Whether a transport engine exists for `qp_type`: the QP types a context with a
 /// [`Transport`] (a network device's) creates. The one place to extend when an engine is
-/// added to [`build_engine`].
+/// added to `build_engine` (in this module).
 pub const fn engine_supported(qp_type: QpType) -> bool {
     matches!(qp_type, QpType::Rc | QpType::Uc | QpType::Ud | QpType::Gsi)
 }
