@@ -12,7 +12,6 @@
 //! value; `ibv_get_cq_event` returns 0 or -1 + `errno`.
 
 use std::ffi::{c_char, c_int, c_uint, c_void, CString};
-use std::io::Write as _;
 use std::os::fd::AsRawFd as _;
 use std::sync::{Arc, LazyLock};
 

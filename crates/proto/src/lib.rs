@@ -7,7 +7,8 @@
 //!
 //! It holds the IBTA queue-pair state machine ([`qp_state`]) as declarative data and the
 //! RC transport engine ([`rc`]: requester, completer and responder of one reliable-connected
-//! QP as a sans-IO state machine). The CM state machine will live here too.
+//! QP as a sans-IO state machine) and the UD engine ([`ud`]: one UD or GSI QP), both behind
+//! the transport-engine interface [`engine::Engine`]. The CM state machine will live here too.
 #![forbid(unsafe_code)]
 
 mod build;
