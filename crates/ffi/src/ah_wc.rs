@@ -272,9 +272,10 @@ pub unsafe extern "C" fn uroce_ibv_init_ah_from_wc(
     grh: *const u8,
     ah_attr: *mut ibv_ah_attr,
 ) -> c_int {
-    // SAFETY: forwarded caller guarantees.
     guard(-1, || {
-        minus_one(unsafe { init_ah_from_wc(context, port_num, wc, grh, ah_attr) })
+        // SAFETY: forwarded caller guarantees.
+        let r = unsafe { init_ah_from_wc(context, port_num, wc, grh, ah_attr) };
+        minus_one(r)
     })
 }
 

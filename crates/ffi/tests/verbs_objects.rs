@@ -1,5 +1,6 @@
 //! The object and data-path entry points called directly, the way C callers do: PD, MR,
-//! completion channel, CQ, SRQ and RC QP life cycles (fields of the C structures, destroy
+//! completion channel, CQ, SRQ and RC QP life cycles, a UD QP through its attribute sets
+//! (Q_Key and SQ PSN read back), UC created, XRC refused (fields of the C structures, destroy
 //! order refusals with `EBUSY`, stale and foreign handles with `EINVAL`), two RC QPs of one
 //! device connected to each other through the `ibv_context.ops` slots (SEND, INLINE
 //! SEND_WITH_IMM, a `bad_wr` chain), a receive taken from an SRQ (`post_srq_recv`, the
@@ -230,10 +231,48 @@ fn verbs_objects_and_data_path_behave_like_rdma_core() {
             qp_type: IBV_QPT_UD,
             sq_sig_all: 0,
         };
-        assert!(uroce_ibv_create_qp(pd, &mut ia).is_null(), "UD refused");
-        assert_eq!(errno(), libc::EOPNOTSUPP);
-        // Every type without a transport engine is refused the same way.
-        for t in [IBV_QPT_UC, IBV_QPT_XRC_SEND, IBV_QPT_XRC_RECV] {
+        // UD: created, moved through the UD attribute sets (INIT: P_Key index, port,
+        // Q_Key; RTR: the state alone, an address vector is a foreign attribute; RTS:
+        // SQ PSN), and the Q_Key reported back.
+        let ud = uroce_ibv_create_qp(pd, &mut ia);
+        assert!(!ud.is_null(), "UD created: errno {}", errno());
+        assert_eq!((*ud).qp_type, IBV_QPT_UD);
+        let mut a: ibv_qp_attr = zeroed();
+        a.qp_state = IBV_QPS_INIT;
+        a.port_num = 1;
+        a.qkey = 0x1111_1111;
+        let m = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY;
+        assert_eq!(uroce_ibv_modify_qp(ud, &mut a, m as c_int), 0);
+        a.qp_state = IBV_QPS_RTR;
+        let m_av = IBV_QP_STATE | IBV_QP_AV;
+        assert_eq!(
+            uroce_ibv_modify_qp(ud, &mut a, m_av as c_int),
+            libc::EINVAL,
+            "an AV at UD RTR"
+        );
+        assert_eq!(uroce_ibv_modify_qp(ud, &mut a, IBV_QP_STATE as c_int), 0);
+        a.qp_state = IBV_QPS_RTS;
+        a.sq_psn = 0x00ab_cdef;
+        let m = IBV_QP_STATE | IBV_QP_SQ_PSN;
+        assert_eq!(uroce_ibv_modify_qp(ud, &mut a, m as c_int), 0);
+        let mut qa: ibv_qp_attr = zeroed();
+        let mut qi: ibv_qp_init_attr = zeroed();
+        assert_eq!(
+            uroce_ibv_query_qp(ud, &mut qa, IBV_QP_STATE as c_int, &mut qi),
+            0
+        );
+        assert_eq!(
+            (qa.qp_state, qa.qkey, qa.sq_psn),
+            (IBV_QPS_RTS, 0x1111_1111, 0x00ab_cdef)
+        );
+        assert_eq!(qi.qp_type, IBV_QPT_UD);
+        assert_eq!(uroce_ibv_destroy_qp(ud), 0);
+        // UC is created too; the types without a transport engine are refused.
+        ia.qp_type = IBV_QPT_UC;
+        let uc = uroce_ibv_create_qp(pd, &mut ia);
+        assert!(!uc.is_null(), "UC created: errno {}", errno());
+        assert_eq!(uroce_ibv_destroy_qp(uc), 0);
+        for t in [IBV_QPT_XRC_SEND, IBV_QPT_XRC_RECV] {
             ia.qp_type = t;
             assert!(
                 uroce_ibv_create_qp(pd, &mut ia).is_null(),

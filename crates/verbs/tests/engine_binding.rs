@@ -50,8 +50,10 @@ const CREATED_BY_PD: [QpType; 5] = [
 ];
 
 #[test]
-fn the_supported_set_is_rc_and_excludes_what_uroce_never_creates() {
-    assert!(engine_supported(QpType::Rc));
+fn the_supported_set_is_rc_uc_ud_gsi_and_excludes_what_uroce_never_creates() {
+    for t in [QpType::Rc, QpType::Uc, QpType::Ud, QpType::Gsi] {
+        assert!(engine_supported(t), "{t}");
+    }
     for t in [QpType::Smi, QpType::RawPacket] {
         assert!(!engine_supported(t), "{t}");
     }
@@ -77,7 +79,8 @@ fn a_networked_context_creates_exactly_the_types_an_engine_carries() {
             Err(e) => panic!("{t}: unexpected refusal {e}"),
         }
     }
-    // Until the UD/GSI and UC engines merge, four of the five are refused.
+    // RC, UC, UD and GSI have engines; XRC_SEND does not yet.
+    assert_eq!(refused, 1);
     assert_eq!(
         refused,
         CREATED_BY_PD
