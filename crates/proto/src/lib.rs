@@ -7,9 +7,11 @@
 //!
 //! It holds the IBTA queue-pair state machine ([`qp_state`]) as declarative data and the
 //! RC transport engine ([`rc`]: requester, completer and responder of one reliable-connected
-//! QP as a sans-IO state machine). The CM state machine will live here too.
+//! QP as a sans-IO state machine) and the communication manager ([`cm`]: the CM state
+//! table and a sans-IO CM agent per port).
 #![forbid(unsafe_code)]
 
+pub mod cm;
 pub mod engine;
 pub mod memory;
 pub mod qp_state;
