@@ -683,14 +683,14 @@ impl CmAgent {
         match &m.message {
             CmMessage::Req(req) => self.on_req(now, from, tid, req, ctx),
             CmMessage::SidrReq(req) => self.on_sidr_req(now, from, tid, req, ctx),
-            CmMessage::Mra(r) => self.to_conn(now, from, r.remote_comm_id, CmInput::RecvMra, ctx),
-            CmMessage::Rej(r) => self.to_conn(now, from, r.remote_comm_id, CmInput::RecvRej, ctx),
-            CmMessage::Rep(r) => self.to_conn(now, from, r.remote_comm_id, CmInput::RecvRep, ctx),
-            CmMessage::Rtu(r) => self.to_conn(now, from, r.remote_comm_id, CmInput::RecvRtu, ctx),
-            CmMessage::Drep(r) => self.to_conn(now, from, r.remote_comm_id, CmInput::RecvDrep, ctx),
-            CmMessage::Lap(r) => self.to_conn(now, from, r.remote_comm_id, CmInput::RecvLap, ctx),
+            CmMessage::Mra(r) => self.deliver(now, from, r.remote_comm_id, CmInput::RecvMra, ctx),
+            CmMessage::Rej(r) => self.deliver(now, from, r.remote_comm_id, CmInput::RecvRej, ctx),
+            CmMessage::Rep(r) => self.deliver(now, from, r.remote_comm_id, CmInput::RecvRep, ctx),
+            CmMessage::Rtu(r) => self.deliver(now, from, r.remote_comm_id, CmInput::RecvRtu, ctx),
+            CmMessage::Drep(r) => self.deliver(now, from, r.remote_comm_id, CmInput::RecvDrep, ctx),
+            CmMessage::Lap(r) => self.deliver(now, from, r.remote_comm_id, CmInput::RecvLap, ctx),
             CmMessage::SidrRep(r) => {
-                self.to_conn(now, from, r.request_id, CmInput::RecvSidrRep, ctx)
+                self.deliver(now, from, r.request_id, CmInput::RecvSidrRep, ctx)
             }
             CmMessage::Dreq(r) => {
                 let conn = self
@@ -700,7 +700,7 @@ impl CmAgent {
                 if let Some(c) = conn {
                     // A DREQ counts only if it names our QP (IBA §12.9.7).
                     if c.local_qpn == r.remote_qpn {
-                        self.to_conn(now, from, r.remote_comm_id, CmInput::RecvDreq, ctx);
+                        self.deliver(now, from, r.remote_comm_id, CmInput::RecvDreq, ctx);
                     } else {
                         self.stats.ignored += 1;
                     }
@@ -719,7 +719,7 @@ impl CmAgent {
         }
     }
 
-    fn to_conn(&mut self, now: Instant, from: IpAddr, id: u32, input: CmInput, ctx: Ctx<'_>) {
+    fn deliver(&mut self, now: Instant, from: IpAddr, id: u32, input: CmInput, ctx: Ctx<'_>) {
         let Some(c) = self.conns.get(&id) else {
             self.stats.unmatched += 1;
             return;
