@@ -8,10 +8,12 @@
 //! It holds the IBTA queue-pair state machine ([`qp_state`]) as declarative data and the
 //! RC transport engine ([`rc`]: requester, completer and responder of one reliable-connected
 //! QP as a sans-IO state machine) and the UD engine ([`ud`]: one UD or GSI QP), both behind
-//! the transport-engine interface [`engine::Engine`]. The CM state machine will live here too.
+//! the transport-engine interface [`engine::Engine`]. The communication manager
+//! ([`cm`]: the CM state table and a sans-IO CM agent per port) lives here too.
 #![forbid(unsafe_code)]
 
 mod build;
+pub mod cm;
 pub mod engine;
 pub mod memory;
 pub mod qp_state;

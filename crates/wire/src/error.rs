@@ -29,6 +29,10 @@ pub enum HeaderKind {
     XrcEth,
     /// Management datagram common header (24 bytes).
     Mad,
+    /// A communication-management message after the MAD header (232 bytes).
+    Cm,
+    /// The RDMA-CM IP header at the start of REQ / SIDR_REQ private data (36 bytes).
+    CmaHeader,
     /// The packet payload (and its pad bytes).
     Payload,
     /// The invariant CRC trailer (4 bytes).
@@ -58,6 +62,8 @@ impl fmt::Display for HeaderKind {
             HeaderKind::Deth => "DETH",
             HeaderKind::XrcEth => "XRCETH",
             HeaderKind::Mad => "MAD",
+            HeaderKind::Cm => "CM message",
+            HeaderKind::CmaHeader => "RDMA-CM header",
             HeaderKind::Payload => "payload",
             HeaderKind::Icrc => "ICRC",
             HeaderKind::Ethernet => "Ethernet",

@@ -28,6 +28,7 @@ pub mod aeth;
 pub mod atomic_ack_eth;
 pub mod atomic_eth;
 pub mod bth;
+pub mod cm;
 pub mod deth;
 pub mod ieth;
 pub mod immdt;
