@@ -396,9 +396,13 @@ impl Shared {
                     },
                 };
                 let qp = last.insert(qp);
-                // The socket reports the source address; the IP header's traffic class
-                // and hop limit are not asked for (Arrival's defaults).
-                let from = Arrival::new(r.src.ip(), local_ip);
+                // The socket reports the source address, and the ICRC check the IPv4
+                // Identification the sender's kernel gave the packet; the IP header's
+                // traffic class and hop limit are not asked for (Arrival's defaults).
+                let mut from = Arrival::new(r.src.ip(), local_ip);
+                if let Some(id) = r.ident {
+                    from.ipv4_id = id.identification;
+                }
                 let Some(delivered) = qp.engine_handle_packet(now, &from, &r.packet) else {
                     self.no_engine.fetch_add(1, Ordering::Relaxed);
                     continue;
