@@ -3,22 +3,24 @@
 //!
 //! # Wire protocol
 //!
-//! Every message is a SEND with immediate data: bits 31..24 the kind ([`Kind`]), bits
-//! 23..0 the sender's *grant*: the cumulative number of receives it has posted (mod
-//! 2^24). A credit update is a zero-length SEND with immediate of kind `CREDIT`; it needs
-//! no send buffer. Messages longer than a buffer travel as FIRST, MIDDLE…, LAST fragments
-//! on the one QP, which RC delivers in order.
+//! Every message is a SEND with immediate data: bits 31..24 the kind ([`Kind`]: a whole
+//! message, or the first, a middle or the last fragment of a longer one, which RC delivers
+//! in order on the one QP), bits 23..0 the sender's *grant*: the cumulative number of
+//! receives it has posted (mod 2^24).
 //!
 //! # Credits
 //!
-//! The sender may have at most `grant - sent` messages outstanding against the peer's
-//! posted receives, so it never meets an RNR NAK. Data needs two credits (one stays in
-//! reserve for a credit update, which needs one), so both sides can always tell each
-//! other about receives they reposted, and two applications that each hold all the
-//! other's messages cannot deadlock the credit exchange. A receiver advertises its grant
-//! on every message it sends and, when it has nothing to send, in an explicit update once
-//! half of its window has been reposted unadvertised, or at once when the peer may be
-//! down to its reserve.
+//! A sender may have at most `grant - sent` messages outstanding against the peer's
+//! posted receives, so it never meets an RNR NAK (connections run with `rnr_retry = 0` by
+//! default: an RNR NAK would fail them). The grant travels in the immediate data of every
+//! message and, when the receiver reposted buffers it has not advertised, as a *credit
+//! update*: an 8-byte inline RDMA WRITE of the cumulative grant (little-endian u64) into
+//! the peer's mailbox, a one-word region registered for remote write. An update consumes
+//! no receive, so it needs no credit itself, can never cause an RNR NAK, and two
+//! endpoints whose applications both hold every buffer cannot deadlock or ping-pong on
+//! updates. One update is in flight at a time (the next one carries everything reposted
+//! meanwhile). A sender reads its mailbox whenever it looks for credit; a blocked sender
+//! rechecks it at least every 500 µs.
 
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
@@ -34,8 +36,8 @@ use std::time::{Duration, Instant};
 use uroce_verbs::mem::ExclusiveGuard;
 use uroce_verbs::{
     AccessFlags, AttrMask, CompChannel, Context, Cq, MemBlock, Mr, Pd, Qp, QpAttr, QpCap,
-    QpInitAttr, QpState, QpType, RcConnect, RecvWr, SendFlags, SendWr, Sge, WcFlags, WcOpcode,
-    WcStatus, WrOpcode,
+    QpInitAttr, QpState, QpType, RcConnect, RdmaInfo, RecvWr, SendFlags, SendWr, Sge, WcFlags,
+    WcOpcode, WcStatus, WrOpcode,
 };
 use uroce_wire::pmtu::Pmtu;
 use uroce_wire::psn::Psn;
@@ -48,14 +50,13 @@ const MASK: u32 = 0x00FF_FFFF;
 const HALF: u32 = 0x0080_0000;
 const TAG_SEND: u64 = 1 << 62;
 const TAG_CTRL: u64 = 1 << 61;
-/// Credit updates in flight at once (each is a zero-length SEND).
-const MAX_CTRL: u32 = 4;
+/// How often a blocked caller rechecks its mailbox for a credit update.
+const CREDIT_RECHECK: Duration = Duration::from_micros(500);
 
 /// The kind of a message, in the top byte of its immediate data.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 enum Kind {
-    Credit = 0,
     Only = 1,
     First = 2,
     Middle = 3,
@@ -65,7 +66,6 @@ enum Kind {
 impl Kind {
     fn from_u8(v: u8) -> Option<Kind> {
         Some(match v {
-            0 => Kind::Credit,
             1 => Kind::Only,
             2 => Kind::First,
             3 => Kind::Middle,
@@ -79,15 +79,21 @@ fn imm(kind: Kind, grant: u32) -> u32 {
     (u32::from(kind as u8) << 24) | (grant & MASK)
 }
 
-/// `a - b` in the 24-bit sequence space.
-fn diff(a: u32, b: u32) -> u32 {
-    a.wrapping_sub(b) & MASK
+/// The cumulative value whose low 24 bits are `low`, nearest above or at `cur` (a grant
+/// never goes back).
+fn extend(cur: u64, low: u32) -> u64 {
+    let delta = u64::from(low.wrapping_sub(cur as u32) & MASK);
+    if delta < u64::from(HALF) {
+        cur + delta
+    } else {
+        cur
+    }
 }
 
 /// How an endpoint is built.
 #[derive(Debug, Clone)]
 pub struct MsgConfig {
-    /// Receive buffers (the credit window the peer gets); at least 2.
+    /// Receive buffers (the credit window the peer gets); at least 1.
     pub recv_bufs: u32,
     /// Size of every receive buffer; at least the sending pool's buffer size.
     pub recv_buf_size: usize,
@@ -122,6 +128,10 @@ pub struct PeerInfo {
     pub qpn: u32,
     /// Receives posted before connecting: the peer's initial credit.
     pub recv_window: u32,
+    /// Address of the credit mailbox (8 bytes, remote write).
+    pub mailbox_addr: u64,
+    /// R_Key of the credit mailbox.
+    pub mailbox_rkey: u32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -135,12 +145,16 @@ enum Link {
 struct Inner {
     qp: Option<Qp>,
     link: Link,
-    peer_granted: u32,
-    sent: u32,
-    posted: u32,
-    advertised: u32,
-    received: u32,
-    ctrl_inflight: u32,
+    /// Cumulative grant of the peer (receives it posted), sends we made against it.
+    peer_granted: u64,
+    sent: u64,
+    /// Cumulative receives we posted, and the value the peer was last told.
+    posted: u64,
+    advertised: u64,
+    /// A credit update is in flight.
+    update_inflight: bool,
+    /// The peer's mailbox.
+    peer_mailbox: (u64, u32),
     /// Posted sends by pool slot index.
     inflight: HashMap<u32, SendSlot>,
     recv_posted: u32,
@@ -158,6 +172,7 @@ struct Shared {
     shutdown: AtomicBool,
     pool: SendPool,
     recv_slots: Vec<Mr>,
+    mailbox: Mr,
     recv_buf_size: usize,
     window: u32,
     cq: Cq,
@@ -218,14 +233,14 @@ impl PendingEndpoint {
         pool: &SendPool,
         cfg: &MsgConfig,
     ) -> Result<PendingEndpoint, MsgError> {
-        if cfg.recv_bufs < 2 || cfg.recv_bufs >= HALF {
-            return Err(MsgError::Verbs("recv_bufs must be at least 2".into()));
+        if cfg.recv_bufs < 1 || cfg.recv_bufs >= HALF {
+            return Err(MsgError::Verbs("recv_bufs must be in 1..2^23".into()));
         }
         if pool.shared.pd_id != pd.id() {
             return Err(MsgError::ForeignBuffer);
         }
         let ch = ctx.create_comp_channel().map_err(MsgError::verbs)?;
-        let send_wr = pool.capacity() as u32 + MAX_CTRL + 4;
+        let send_wr = pool.capacity() as u32 + 4;
         let cqe = send_wr + cfg.recv_bufs + 16;
         let cq = ctx.create_cq(cqe, Some(&ch), 0).map_err(MsgError::verbs)?;
         let cap = QpCap {
@@ -233,7 +248,7 @@ impl PendingEndpoint {
             max_recv_wr: cfg.recv_bufs,
             max_send_sge: 1,
             max_recv_sge: 1,
-            max_inline_data: 0,
+            max_inline_data: 8,
         };
         let qp = pd
             .create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq, cap))
@@ -251,6 +266,12 @@ impl PendingEndpoint {
                 .map_err(MsgError::verbs)?;
             recv_slots.push(mr);
         }
+        let mailbox = pd
+            .reg_mr(
+                MemBlock::new(8).map_err(MsgError::verbs)?,
+                AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+            )
+            .map_err(MsgError::verbs)?;
         for (i, mr) in recv_slots.iter().enumerate() {
             qp.post_recv(RecvWr::new(i as u64, vec![recv_sge(mr)]))
                 .map_err(MsgError::verbs)?;
@@ -260,10 +281,10 @@ impl PendingEndpoint {
             link: Link::Init,
             peer_granted: 0,
             sent: 0,
-            posted: cfg.recv_bufs,
-            advertised: cfg.recv_bufs,
-            received: 0,
-            ctrl_inflight: 0,
+            posted: u64::from(cfg.recv_bufs),
+            advertised: u64::from(cfg.recv_bufs),
+            update_inflight: false,
+            peer_mailbox: (0, 0),
             inflight: HashMap::new(),
             recv_posted: cfg.recv_bufs,
             recv_idle: Vec::new(),
@@ -278,6 +299,7 @@ impl PendingEndpoint {
                 shutdown: AtomicBool::new(false),
                 pool: pool.clone(),
                 recv_slots,
+                mailbox,
                 recv_buf_size: cfg.recv_buf_size,
                 window: cfg.recv_bufs,
                 cq,
@@ -292,6 +314,8 @@ impl PendingEndpoint {
         PeerInfo {
             qpn: inner.qp.as_ref().map_or(0, |q| q.qp_num()),
             recv_window: self.shared.window,
+            mailbox_addr: self.shared.mailbox.iova(),
+            mailbox_rkey: self.shared.mailbox.rkey(),
         }
     }
 
@@ -320,7 +344,8 @@ impl PendingEndpoint {
             };
             let qp = inner.qp.as_ref().ok_or(MsgError::Closed)?;
             qp.connect_rc_from_init(&c).map_err(MsgError::verbs)?;
-            inner.peer_granted = peer.recv_window & MASK;
+            inner.peer_granted = u64::from(peer.recv_window);
+            inner.peer_mailbox = (peer.mailbox_addr, peer.mailbox_rkey);
             inner.link = Link::Up;
         }
         let shared = self.shared.clone();
@@ -350,10 +375,21 @@ fn notifier(shared: &Arc<Shared>) {
         // Arm first, then poll: a completion between the two raises an event.
         let _ = shared.cq.req_notify(false);
         shared.process();
-        match shared.ch.get_cq_event(Some(Duration::from_millis(100))) {
+        // Futures waiting for credit recheck the mailbox (a credit update raises no
+        // completion here) every CREDIT_RECHECK.
+        let waiting = !lock(&shared.wakers).is_empty();
+        let timeout = if waiting {
+            CREDIT_RECHECK
+        } else {
+            Duration::from_millis(100)
+        };
+        match shared.ch.get_cq_event(Some(timeout)) {
             Ok(ev) => ev.ack(),
             Err(uroce_verbs::WaitError::Shutdown) => break,
             Err(_) => {}
+        }
+        if waiting {
+            shared.wake();
         }
     }
 }
@@ -388,7 +424,7 @@ impl Shared {
             changed = true;
             for wc in wcs {
                 if wc.wr_id & TAG_CTRL != 0 {
-                    inner.ctrl_inflight = inner.ctrl_inflight.saturating_sub(1);
+                    inner.update_inflight = false;
                     self.note_status(inner, wc.status);
                 } else if wc.wr_id & TAG_SEND != 0 {
                     let index = (wc.wr_id & u64::from(u32::MAX)) as u32;
@@ -415,16 +451,8 @@ impl Shared {
                         self.fail(inner, WcStatus::RemInvReqErr);
                         continue;
                     };
-                    inner.received = inner.received.wrapping_add(1) & MASK;
-                    let grant = wc.imm_data & MASK;
-                    if diff(grant, inner.peer_granted) < HALF {
-                        inner.peer_granted = grant;
-                    }
-                    if kind == Kind::Credit {
-                        self.repost_locked(inner, index);
-                    } else {
-                        inner.arrived.push_back((index, wc.byte_len, kind));
-                    }
+                    inner.peer_granted = extend(inner.peer_granted, wc.imm_data & MASK);
+                    inner.arrived.push_back((index, wc.byte_len, kind));
                 }
             }
         }
@@ -470,41 +498,47 @@ impl Shared {
         };
         if ok {
             inner.recv_posted += 1;
-            inner.posted = inner.posted.wrapping_add(1) & MASK;
+            inner.posted += 1;
         } else {
             inner.recv_idle.push(index);
         }
     }
 
-    /// Sends an explicit credit update when half the window was reposted unadvertised,
-    /// or when the peer may be down to its reserve and the update lifts it to two.
+    /// Sends a credit update (an inline RDMA WRITE of the grant into the peer's mailbox)
+    /// when receives were reposted unadvertised and no update is in flight.
     fn maybe_credit_update(&self, inner: &mut Inner) {
-        if inner.link != Link::Up || inner.ctrl_inflight >= MAX_CTRL {
+        if inner.link != Link::Up || inner.update_inflight || inner.posted == inner.advertised {
             return;
         }
-        let pending = diff(inner.posted, inner.advertised);
-        if pending == 0 {
-            return;
-        }
-        let peer_has = diff(inner.advertised, inner.received);
-        let due = pending >= (self.window / 2).max(2) || (peer_has < 2 && peer_has + pending >= 2);
-        if !due || diff(inner.peer_granted, inner.sent) < 1 {
-            return;
-        }
+        let (remote_addr, rkey) = inner.peer_mailbox;
         let wr = SendWr {
             wr_id: TAG_CTRL,
-            opcode: WrOpcode::SendWithImm,
-            flags: SendFlags::SIGNALED,
-            sg_list: Vec::new(),
-            imm_data: imm(Kind::Credit, inner.posted),
+            opcode: WrOpcode::RdmaWrite,
+            flags: SendFlags::SIGNALED | SendFlags::INLINE,
+            inline_data: inner.posted.to_le_bytes().to_vec(),
+            rdma: RdmaInfo { remote_addr, rkey },
             ..SendWr::default()
         };
         let Some(qp) = &inner.qp else { return };
         if qp.post_send(wr).is_ok() {
-            inner.ctrl_inflight += 1;
-            inner.sent = inner.sent.wrapping_add(1) & MASK;
+            inner.update_inflight = true;
             inner.advertised = inner.posted;
         }
+    }
+
+    /// Takes in a credit update the peer wrote into the mailbox.
+    fn read_mailbox(&self, inner: &mut Inner) {
+        if let Ok(v) = self.mailbox.block().atomic_load(0) {
+            let g = u64::from_le(v);
+            if g > inner.peer_granted {
+                inner.peer_granted = g;
+            }
+        }
+    }
+
+    fn credit(&self, inner: &mut Inner) -> u64 {
+        self.read_mailbox(inner);
+        inner.peer_granted.saturating_sub(inner.sent)
     }
 
     fn check_link(inner: &Inner) -> Result<(), MsgError> {
@@ -528,9 +562,7 @@ impl Shared {
         if bufs.iter().any(|b| b.pool_id() != self.pool.shared.id) {
             return Err((MsgError::ForeignBuffer, bufs));
         }
-        let n = bufs.len() as u32;
-        // One credit always stays in reserve for a credit update.
-        if diff(inner.peer_granted, inner.sent) < n + 1 {
+        if self.credit(inner) < bufs.len() as u64 {
             return Err((MsgError::WouldBlock, bufs));
         }
         let Some(qp) = &inner.qp else {
@@ -556,14 +588,14 @@ impl Shared {
                     length: len as u32,
                     lkey: slot.mr.lkey(),
                 }],
-                imm_data: imm(kind, inner.posted),
+                imm_data: imm(kind, inner.posted as u32),
                 ..SendWr::default()
             };
             match qp.post_send(wr) {
                 Ok(()) => {
                     pool.mark_in_flight(1);
                     inner.inflight.insert(slot.index, slot);
-                    inner.sent = inner.sent.wrapping_add(1) & MASK;
+                    inner.sent += 1;
                     inner.advertised = inner.posted;
                 }
                 Err(e) => {
@@ -616,7 +648,7 @@ impl Endpoint {
 
     /// The largest message [`Endpoint::send_bytes`] carries.
     pub fn max_message(&self) -> usize {
-        let frags = (self.shared.window as usize - 1).min(self.shared.pool.capacity());
+        let frags = (self.shared.window as usize).min(self.shared.pool.capacity());
         frags * self.shared.pool.buf_size().min(self.shared.recv_buf_size)
     }
 
@@ -710,7 +742,7 @@ impl Endpoint {
                 let mut inner = lock(&self.shared.inner);
                 self.shared.process_locked(&mut inner);
                 Shared::check_link(&inner)?;
-                let credit_ok = diff(inner.peer_granted, inner.sent) > n as u32;
+                let credit_ok = self.shared.credit(&mut inner) >= n as u64;
                 if credit_ok {
                     if let Some(mut bufs) = self.shared.pool.try_alloc_n(n) {
                         for (b, chunk) in bufs.iter_mut().zip(data.chunks(frag)) {
@@ -766,7 +798,7 @@ impl Endpoint {
 
     /// Waits for the next completion (or 20 ms), bounded by `deadline`.
     fn wait(&self, deadline: Option<Instant>) -> Result<(), MsgError> {
-        let slice = Duration::from_millis(20);
+        let slice = CREDIT_RECHECK;
         let wait = match deadline {
             Some(d) => {
                 let now = Instant::now();
@@ -815,10 +847,10 @@ impl Endpoint {
     }
 
     /// The credits this endpoint holds against the peer now.
-    pub fn credits(&self) -> u32 {
+    pub fn credits(&self) -> u64 {
         let mut inner = lock(&self.shared.inner);
         self.shared.process_locked(&mut inner);
-        diff(inner.peer_granted, inner.sent)
+        self.shared.credit(&mut inner)
     }
 
     /// The QP number.
@@ -871,7 +903,7 @@ impl Endpoint {
             _ => Link::Closed,
         };
         let deadline = Instant::now() + Duration::from_secs(2);
-        while (!inner.inflight.is_empty() || inner.recv_posted > 0 || inner.ctrl_inflight > 0)
+        while (!inner.inflight.is_empty() || inner.recv_posted > 0 || inner.update_inflight)
             && Instant::now() < deadline
         {
             if !self.shared.process_locked(&mut inner) {

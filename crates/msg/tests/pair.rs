@@ -42,7 +42,7 @@ fn in_place_round_trip_and_fragments() {
     assert!(m.to_vec().expect("vec") == big[..3000]);
     // Too long for the window: refused, nothing sent.
     let max = a.ep.max_message();
-    assert_eq!(max, 15 * 1024);
+    assert_eq!(max, 16 * 1024);
     assert_eq!(
         a.ep.send_bytes(&vec![0; max + 1], T),
         Err(MsgError::TooLong { len: max + 1, max })
@@ -62,14 +62,14 @@ fn no_credit_is_would_block_then_blocking_and_async_sends_resume() {
         ..MsgConfig::default()
     };
     let (a, b) = pair("127.0.7.3", "127.0.7.4", None, &cfg, 8);
-    // Window 4, one credit in reserve: 3 messages go, the 4th would block.
-    for n in 0..3u64 {
+    // Window 4: 4 messages go, the 5th would block.
+    for n in 0..4u64 {
         let mut buf = a.pool.try_alloc().expect("buffer");
         buf.copy_from(&n.to_le_bytes()).expect("copy");
         a.ep.try_send(buf).expect("credit");
     }
     let mut buf = a.pool.try_alloc().expect("buffer");
-    buf.copy_from(&3u64.to_le_bytes()).expect("copy");
+    buf.copy_from(&4u64.to_le_bytes()).expect("copy");
     let buf = match a.ep.try_send(buf) {
         Err(SendError {
             error: MsgError::WouldBlock,
@@ -86,7 +86,7 @@ fn no_credit_is_would_block_then_blocking_and_async_sends_resume() {
         other => panic!("expected Timeout, got {other:?}"),
     };
     // …and the async form resumes once the receiver lets go of its messages.
-    let held: Vec<_> = (0..3).map(|_| b.ep.recv(T).expect("recv")).collect();
+    let held: Vec<_> = (0..4).map(|_| b.ep.recv(T).expect("recv")).collect();
     let reader = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(50));
         drop(held);
@@ -95,7 +95,7 @@ fn no_credit_is_would_block_then_blocking_and_async_sends_resume() {
     block_on(a.ep.send_async(buf)).expect("async send");
     let b = reader.join().expect("reader");
     let mut m = block_on(b.ep.recv_async()).expect("async recv");
-    assert_eq!(m.to_vec().expect("vec"), 3u64.to_le_bytes());
+    assert_eq!(m.to_vec().expect("vec"), 4u64.to_le_bytes());
     drop(m);
     // A full pool: every buffer held, then one comes back.
     // (The last send's buffer comes back with its completion.)
