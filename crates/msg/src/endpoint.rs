@@ -27,8 +27,8 @@ use std::future::Future;
 use std::net::IpAddr;
 use std::ops::Deref;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::task::{Context as TaskContext, Poll, Waker};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -43,7 +43,7 @@ use uroce_wire::pmtu::Pmtu;
 use uroce_wire::psn::Psn;
 
 use crate::error::{MsgError, SendError};
-use crate::pool::{lock, SendBuf, SendPool, SendSlot, GATE_TIMEOUT};
+use crate::pool::{lock, PoolUser, SendBuf, SendPool, SendSlot, GATE_TIMEOUT};
 use crate::stats;
 
 const MASK: u32 = 0x00FF_FFFF;
@@ -151,6 +151,8 @@ struct Inner {
     /// Cumulative receives we posted, and the value the peer was last told.
     posted: u64,
     advertised: u64,
+    /// Messages received.
+    received: u64,
     /// A credit update is in flight.
     update_inflight: bool,
     /// The peer's mailbox.
@@ -170,6 +172,8 @@ struct Shared {
     cond: Condvar,
     wakers: Mutex<Vec<Waker>>,
     shutdown: AtomicBool,
+    /// Blocked calls and pool allocations waiting on this endpoint.
+    waiters: AtomicUsize,
     pool: SendPool,
     recv_slots: Vec<Mr>,
     mailbox: Mr,
@@ -283,6 +287,7 @@ impl PendingEndpoint {
             sent: 0,
             posted: u64::from(cfg.recv_bufs),
             advertised: u64::from(cfg.recv_bufs),
+            received: 0,
             update_inflight: false,
             peer_mailbox: (0, 0),
             inflight: HashMap::new(),
@@ -291,21 +296,23 @@ impl PendingEndpoint {
             arrived: VecDeque::new(),
             rnr_naks: 0,
         };
-        Ok(PendingEndpoint {
-            shared: Arc::new(Shared {
-                inner: Mutex::new(inner),
-                cond: Condvar::new(),
-                wakers: Mutex::new(Vec::new()),
-                shutdown: AtomicBool::new(false),
-                pool: pool.clone(),
-                recv_slots,
-                mailbox,
-                recv_buf_size: cfg.recv_buf_size,
-                window: cfg.recv_bufs,
-                cq,
-                ch,
-            }),
-        })
+        let shared = Arc::new(Shared {
+            inner: Mutex::new(inner),
+            cond: Condvar::new(),
+            wakers: Mutex::new(Vec::new()),
+            shutdown: AtomicBool::new(false),
+            waiters: AtomicUsize::new(0),
+            pool: pool.clone(),
+            recv_slots,
+            mailbox,
+            recv_buf_size: cfg.recv_buf_size,
+            window: cfg.recv_bufs,
+            cq,
+            ch,
+        });
+        let weak: Weak<dyn PoolUser> = Arc::downgrade(&shared) as Weak<dyn PoolUser>;
+        pool.register_user(weak);
+        Ok(PendingEndpoint { shared })
     }
 
     /// What the peer needs to connect.
@@ -372,12 +379,18 @@ fn recv_sge(mr: &Mr) -> Sge {
 /// and futures are woken without anyone polling.
 fn notifier(shared: &Arc<Shared>) {
     while !shared.shutdown.load(Ordering::Acquire) {
-        // Arm first, then poll: a completion between the two raises an event.
-        let _ = shared.cq.req_notify(false);
+        // The CQ raises events only while someone waits (a blocked call, a future, a
+        // pool allocation): an event per completion would cost a thread wake-up per
+        // message to busy-polling applications. Arm first, then poll: a completion
+        // between the two raises an event.
+        let waiting =
+            shared.waiters.load(Ordering::Acquire) > 0 || !lock(&shared.wakers).is_empty();
+        if waiting {
+            let _ = shared.cq.req_notify(false);
+        }
         shared.process();
-        // Futures waiting for credit recheck the mailbox (a credit update raises no
-        // completion here) every CREDIT_RECHECK.
-        let waiting = !lock(&shared.wakers).is_empty();
+        // Waiters for credit recheck the mailbox (a credit update raises no completion
+        // here) every CREDIT_RECHECK.
         let timeout = if waiting {
             CREDIT_RECHECK
         } else {
@@ -390,6 +403,21 @@ fn notifier(shared: &Arc<Shared>) {
         }
         if waiting {
             shared.wake();
+        }
+    }
+}
+
+impl PoolUser for Shared {
+    fn reclaim(&self) {
+        self.process();
+    }
+
+    fn watch(&self, on: bool) {
+        if on {
+            self.waiters.fetch_add(1, Ordering::AcqRel);
+            let _ = self.cq.req_notify(false);
+        } else {
+            self.waiters.fetch_sub(1, Ordering::AcqRel);
         }
     }
 }
@@ -421,6 +449,7 @@ impl Shared {
             if wcs.is_empty() {
                 break;
             }
+            let more = wcs.len() == 32;
             changed = true;
             for wc in wcs {
                 if wc.wr_id & TAG_CTRL != 0 {
@@ -452,8 +481,13 @@ impl Shared {
                         continue;
                     };
                     inner.peer_granted = extend(inner.peer_granted, wc.imm_data & MASK);
+                    inner.received += 1;
                     inner.arrived.push_back((index, wc.byte_len, kind));
                 }
+            }
+            // An empty poll costs a progress step: poll again only after a full batch.
+            if !more {
+                break;
             }
         }
         if changed {
@@ -505,9 +539,17 @@ impl Shared {
     }
 
     /// Sends a credit update (an inline RDMA WRITE of the grant into the peer's mailbox)
-    /// when receives were reposted unadvertised and no update is in flight.
+    /// when receives were reposted unadvertised, no update is in flight, and either a
+    /// quarter of the window waits to be advertised or the peer may hold less than half
+    /// of the window.
     fn maybe_credit_update(&self, inner: &mut Inner) {
         if inner.link != Link::Up || inner.update_inflight || inner.posted == inner.advertised {
+            return;
+        }
+        let pending = inner.posted - inner.advertised;
+        let peer_has = inner.advertised.saturating_sub(inner.received);
+        let window = u64::from(self.window);
+        if pending < (window / 4).max(1) && peer_has * 2 >= window {
             return;
         }
         let (remote_addr, rkey) = inner.peer_mailbox;
@@ -672,7 +714,11 @@ impl Endpoint {
             });
         }
         let mut inner = lock(&self.shared.inner);
-        self.shared.process_locked(&mut inner);
+        // Completions matter here only when there is no credit (a failure shows up then
+        // too); the mailbox and the receive path bring credit otherwise.
+        if self.shared.credit(&mut inner) == 0 {
+            self.shared.process_locked(&mut inner);
+        }
         self.shared
             .post_locked(&mut inner, vec![buf])
             .map_err(|(error, mut bufs)| SendError {
@@ -821,13 +867,34 @@ impl Endpoint {
             drop(inner);
             std::hint::spin_loop();
         }
-        let inner = lock(&self.shared.inner);
-        let _ = self
-            .shared
-            .cond
-            .wait_timeout(inner, wait)
-            .unwrap_or_else(|p| p.into_inner());
+        self.shared.waiters.fetch_add(1, Ordering::AcqRel);
+        let _ = self.shared.cq.req_notify(false);
+        let mut inner = lock(&self.shared.inner);
+        if !self.shared.process_locked(&mut inner) {
+            inner = self
+                .shared
+                .cond
+                .wait_timeout(inner, wait)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        drop(inner);
+        self.shared.waiters.fetch_sub(1, Ordering::AcqRel);
         Ok(())
+    }
+
+    /// Processes the completions that are there now (busy polling: send buffers go back
+    /// to the pool, received messages become available); true if there were any. The
+    /// endpoint's notifier thread does the same when nobody polls.
+    pub fn poll_completions(&self) -> bool {
+        let changed = {
+            let mut inner = lock(&self.shared.inner);
+            self.shared.process_locked(&mut inner)
+        };
+        if changed {
+            self.shared.wake();
+        }
+        changed
     }
 
     /// Buffer accounting on the receive side.
@@ -1097,6 +1164,7 @@ impl Future for SendFuture<'_> {
             other => return Poll::Ready(other),
         };
         lock(&self.ep.shared.wakers).push(cx.waker().clone());
+        let _ = self.ep.shared.cq.req_notify(false);
         // A credit that arrived between the attempt and the registration.
         match self.ep.try_send(buf) {
             Err(SendError {
@@ -1125,6 +1193,7 @@ impl Future for RecvFuture<'_> {
             other => return Poll::Ready(other),
         }
         lock(&self.ep.shared.wakers).push(cx.waker().clone());
+        let _ = self.ep.shared.cq.req_notify(false);
         match self.ep.try_recv() {
             Err(MsgError::WouldBlock) => Poll::Pending,
             other => Poll::Ready(other),

@@ -8,7 +8,7 @@
 
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::task::Waker;
 use std::time::{Duration, Instant};
 
@@ -35,6 +35,16 @@ pub(crate) struct SendSlot {
     pub(crate) index: u32,
 }
 
+/// An endpoint posting a pool's buffers: it hands them back when it processes its
+/// completions.
+pub(crate) trait PoolUser: Send + Sync {
+    /// Process completions now (busy polling).
+    fn reclaim(&self);
+    /// Someone waits for a buffer: have completions processed without polling (`true`),
+    /// or no longer (`false`).
+    fn watch(&self, on: bool);
+}
+
 pub(crate) struct PoolShared {
     pub(crate) id: u64,
     pub(crate) pd_id: u32,
@@ -44,6 +54,7 @@ pub(crate) struct PoolShared {
     cond: Condvar,
     wakers: Mutex<Vec<Waker>>,
     in_flight: AtomicUsize,
+    users: Mutex<Vec<Weak<dyn PoolUser>>>,
 }
 
 /// A pool of registered send buffers of one size, on one protection domain. Cheap to
@@ -104,6 +115,7 @@ impl SendPool {
                 cond: Condvar::new(),
                 wakers: Mutex::new(Vec::new()),
                 in_flight: AtomicUsize::new(0),
+                users: Mutex::new(Vec::new()),
             }),
         })
     }
@@ -168,7 +180,18 @@ impl SendPool {
     /// # Errors
     /// [`MsgError::Timeout`].
     pub fn alloc(&self, timeout: Option<Duration>) -> Result<SendBuf, MsgError> {
+        if let Some(b) = self.try_alloc() {
+            return Ok(b);
+        }
+        self.reclaim();
         let deadline = timeout.map(|t| Instant::now() + t);
+        self.watch(true);
+        let r = self.alloc_wait(deadline);
+        self.watch(false);
+        r
+    }
+
+    fn alloc_wait(&self, deadline: Option<Instant>) -> Result<SendBuf, MsgError> {
         let mut free = lock(&self.shared.free);
         loop {
             if let Some(slot) = free.pop() {
@@ -212,6 +235,29 @@ impl SendPool {
         }
     }
 
+    fn users(&self) -> Vec<Arc<dyn PoolUser>> {
+        let mut users = lock(&self.shared.users);
+        users.retain(|w| w.strong_count() > 0);
+        users.iter().filter_map(Weak::upgrade).collect()
+    }
+
+    /// Has every endpoint process its completions (buffers come back).
+    fn reclaim(&self) {
+        for u in self.users() {
+            u.reclaim();
+        }
+    }
+
+    fn watch(&self, on: bool) {
+        for u in self.users() {
+            u.watch(on);
+        }
+    }
+
+    pub(crate) fn register_user(&self, user: Weak<dyn PoolUser>) {
+        lock(&self.shared.users).push(user);
+    }
+
     /// A slot comes home (from a dropped [`SendBuf`] or a send completion).
     pub(crate) fn put(&self, slot: SendSlot) {
         lock(&self.shared.free).push(slot);
@@ -250,7 +296,13 @@ impl std::future::Future for AllocFuture<'_> {
         if let Some(b) = self.pool.try_alloc() {
             return std::task::Poll::Ready(b);
         }
+        self.pool.reclaim();
         self.pool.register_waker(cx.waker());
+        // Have the endpoints' notifier threads process completions while we wait.
+        for u in self.pool.users() {
+            u.watch(true);
+            u.watch(false);
+        }
         // A buffer that came back between the check and the registration.
         match self.pool.try_alloc() {
             Some(b) => std::task::Poll::Ready(b),
