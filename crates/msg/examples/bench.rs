@@ -26,6 +26,7 @@ use uroce_verbs::{
 use uroce_wire::pmtu::Pmtu;
 
 const WINDOW: u32 = 64;
+const RUNS: usize = 3;
 
 fn device(addr: &str) -> NetDevice {
     let mut cfg = NetConfig::new(addr.parse::<IpAddr>().expect("addr"));
@@ -228,28 +229,45 @@ fn main() {
         Some(s) => vec![s.parse().expect("size")],
         None => vec![64, 4096, 65536],
     };
-    let secs: f64 = args.get(1).map_or(2.0, |s| s.parse().expect("seconds"));
+    let secs: f64 = args.get(1).map_or(1.0, |s| s.parse().expect("seconds"));
     let dur = Duration::from_secs_f64(secs);
-    println!("| size | path | messages | M msg/s | GB/s | payload copies/msg (msg layer) |");
-    println!("|---:|---|---:|---:|---:|---:|");
+    println!(
+        "Median of {RUNS} runs of {secs} s each; load average at start: {}",
+        std::fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .trim()
+    );
+    println!();
+    println!("| size | path | M msg/s (median) | GB/s (median) | runs (M msg/s) | payload copies/msg (msg layer) |");
+    println!("|---:|---|---:|---:|---|---:|");
     for size in sizes {
-        let r = raw(size, dur);
-        println!(
-            "| {size} B | raw verbs SEND | {} | {:.3} | {:.3} | – |",
-            r.msgs,
-            r.rate() / 1e6,
-            r.rate() * size as f64 / 1e9
-        );
-        for (zc, name) in [
-            (true, "msg zero-copy"),
-            (false, "msg copy (send_bytes/to_vec)"),
-        ] {
-            let (r, copies) = msg(size, dur, zc);
+        let mut rows: Vec<(&str, Vec<f64>, String)> = Vec::new();
+        let mut raw_r = Vec::new();
+        let mut zc_r = Vec::new();
+        let mut cp_r = Vec::new();
+        let (mut zc_c, mut cp_c) = (0.0, 0.0);
+        // Interleaved, so that a change in machine load hits every path alike.
+        for _ in 0..RUNS {
+            raw_r.push(raw(size, dur).rate());
+            let (r, c) = msg(size, dur, true);
+            zc_r.push(r.rate());
+            zc_c = c;
+            let (r, c) = msg(size, dur, false);
+            cp_r.push(r.rate());
+            cp_c = c;
+        }
+        rows.push(("raw verbs SEND", raw_r, "–".into()));
+        rows.push(("msg zero-copy", zc_r, format!("{zc_c:.2}")));
+        rows.push(("msg copy (send_bytes/to_vec)", cp_r, format!("{cp_c:.2}")));
+        for (name, mut rates, copies) in rows {
+            rates.sort_by(f64::total_cmp);
+            let med = rates[rates.len() / 2];
+            let runs: Vec<String> = rates.iter().map(|r| format!("{:.3}", r / 1e6)).collect();
             println!(
-                "| {size} B | {name} | {} | {:.3} | {:.3} | {copies:.2} |",
-                r.msgs,
-                r.rate() / 1e6,
-                r.rate() * size as f64 / 1e9
+                "| {size} B | {name} | {:.3} | {:.3} | {} | {copies} |",
+                med / 1e6,
+                med * size as f64 / 1e9,
+                runs.join(", ")
             );
         }
     }
