@@ -155,3 +155,41 @@ fn peer_gone_fails_the_connection_and_every_buffer_comes_back() {
     a.ep.close();
     assert!(a.pool.is_complete(), "{:?}", a.pool.stats());
 }
+
+#[test]
+fn close_with_sends_in_flight_and_messages_held() {
+    let cfg = MsgConfig {
+        recv_bufs: 16,
+        recv_buf_size: 4096,
+        ..MsgConfig::default()
+    };
+    let (a, b) = pair("127.0.7.7", "127.0.7.8", None, &cfg, 16);
+    for n in 0..12u64 {
+        let mut buf = a.pool.alloc(T).expect("buffer");
+        {
+            let mut bytes = buf.bytes_mut().expect("bytes");
+            fill(&mut bytes[..4000], n);
+        }
+        buf.set_len(4000);
+        a.ep.send(buf, T).expect("send");
+    }
+    let mut first = b.ep.recv(T).expect("recv");
+    let mut second = b.ep.recv(T).expect("recv");
+    // Close the sender at once: whatever is still in flight is flushed back to its pool.
+    a.ep.close();
+    assert!(a.pool.is_complete(), "{:?}", a.pool.stats());
+    // Close the receiver while the application holds two messages: their memory stays
+    // valid and readable, and dropping them afterwards reposts nothing.
+    b.ep.close();
+    assert_eq!(
+        first.with_bytes(|s| check(s, 0)).expect("bytes"),
+        Some(true)
+    );
+    assert_eq!(
+        second.with_bytes(|s| check(s, 1)).expect("bytes"),
+        Some(true)
+    );
+    drop(first);
+    drop(second);
+    assert!(b.pool.is_complete());
+}

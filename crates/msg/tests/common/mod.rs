@@ -29,7 +29,7 @@ pub fn pair(
     cfg: &MsgConfig,
     pool_bufs: usize,
 ) -> (Side, Side) {
-    let da = device(a, faults.clone());
+    let da = device(a, faults);
     let db = device(
         b,
         faults.map(|f| FaultConfig {
