@@ -52,6 +52,8 @@ const TAG_SEND: u64 = 1 << 62;
 const TAG_CTRL: u64 = 1 << 61;
 /// How often a blocked caller rechecks its mailbox for a credit update.
 const CREDIT_RECHECK: Duration = Duration::from_micros(500);
+/// How long reposted receives may wait to be advertised when no threshold is reached.
+const UPDATE_DELAY: Duration = Duration::from_micros(200);
 
 /// The kind of a message, in the top byte of its immediate data.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -153,6 +155,8 @@ struct Inner {
     advertised: u64,
     /// Messages received.
     received: u64,
+    /// Since when reposted receives wait to be advertised.
+    pending_since: Option<Instant>,
     /// A credit update is in flight.
     update_inflight: bool,
     /// The peer's mailbox.
@@ -288,6 +292,7 @@ impl PendingEndpoint {
             posted: u64::from(cfg.recv_bufs),
             advertised: u64::from(cfg.recv_bufs),
             received: 0,
+            pending_since: None,
             update_inflight: false,
             peer_mailbox: (0, 0),
             inflight: HashMap::new(),
@@ -490,9 +495,7 @@ impl Shared {
                 break;
             }
         }
-        if changed {
-            self.maybe_credit_update(inner);
-        }
+        self.maybe_credit_update(inner);
         changed
     }
 
@@ -533,6 +536,7 @@ impl Shared {
         if ok {
             inner.recv_posted += 1;
             inner.posted += 1;
+            inner.pending_since.get_or_insert_with(Instant::now);
         } else {
             inner.recv_idle.push(index);
         }
@@ -540,8 +544,10 @@ impl Shared {
 
     /// Sends a credit update (an inline RDMA WRITE of the grant into the peer's mailbox)
     /// when receives were reposted unadvertised, no update is in flight, and either a
-    /// quarter of the window waits to be advertised or the peer may hold less than half
-    /// of the window.
+    /// quarter of the window waits to be advertised, or the peer may hold less than half
+    /// of the window, or a repost has waited [`UPDATE_DELAY`] (the peer may need more
+    /// than it holds for a fragmented message; the notifier thread looks at least every
+    /// 100 ms).
     fn maybe_credit_update(&self, inner: &mut Inner) {
         if inner.link != Link::Up || inner.update_inflight || inner.posted == inner.advertised {
             return;
@@ -549,7 +555,10 @@ impl Shared {
         let pending = inner.posted - inner.advertised;
         let peer_has = inner.advertised.saturating_sub(inner.received);
         let window = u64::from(self.window);
-        if pending < (window / 4).max(1) && peer_has * 2 >= window {
+        let old = inner
+            .pending_since
+            .is_some_and(|t| t.elapsed() >= UPDATE_DELAY);
+        if pending < (window / 4).max(1) && peer_has * 2 >= window && !old {
             return;
         }
         let (remote_addr, rkey) = inner.peer_mailbox;
@@ -565,6 +574,7 @@ impl Shared {
         if qp.post_send(wr).is_ok() {
             inner.update_inflight = true;
             inner.advertised = inner.posted;
+            inner.pending_since = None;
         }
     }
 
@@ -639,6 +649,7 @@ impl Shared {
                     inner.inflight.insert(slot.index, slot);
                     inner.sent += 1;
                     inner.advertised = inner.posted;
+                    inner.pending_since = None;
                 }
                 Err(e) => {
                     // The QP refused (it went to ERR): the buffer goes home, the rest of

@@ -193,3 +193,32 @@ fn close_with_sends_in_flight_and_messages_held() {
     drop(second);
     assert!(b.pool.is_complete());
 }
+
+/// A receiver that holds some messages while it waits for a fragmented one: the few
+/// buffers it reposted (below every threshold) are still advertised, so the sender gets
+/// the credits the message needs.
+#[test]
+fn small_unadvertised_reposts_reach_a_sender_that_needs_them() {
+    let cfg = MsgConfig {
+        recv_bufs: 16,
+        recv_buf_size: 1024,
+        ..MsgConfig::default()
+    };
+    let (a, b) = pair("127.0.7.9", "127.0.7.10", None, &cfg, 16);
+    for n in 0..8u64 {
+        let mut buf = a.pool.alloc(T).expect("buffer");
+        buf.copy_from(&n.to_le_bytes()).expect("copy");
+        a.ep.send(buf, T).expect("send");
+    }
+    let mut got: Vec<_> = (0..8).map(|_| b.ep.recv(T).expect("recv")).collect();
+    // Give back 3 of 8: the sender holds 8 credits and needs 10 for the next message.
+    got.truncate(5);
+    let big = vec![7u8; 10 * 1024];
+    std::thread::scope(|s| {
+        s.spawn(|| a.ep.send_bytes(&big, T).expect("fragmented send"));
+        let mut m = b.ep.recv(T).expect("the fragmented message");
+        assert_eq!(m.fragment_count(), 10);
+        assert!(m.to_vec().expect("vec") == big);
+    });
+    drop(got);
+}
