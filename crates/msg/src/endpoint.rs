@@ -672,7 +672,11 @@ impl Shared {
             Kind::Only => 1,
             Kind::First => match inner.arrived.iter().position(|a| a.2 == Kind::Last) {
                 Some(p) => p + 1,
-                None => return Err(MsgError::WouldBlock),
+                None => {
+                    // The rest of the message will not come once the connection is down.
+                    Self::check_link(inner)?;
+                    return Err(MsgError::WouldBlock);
+                }
             },
             _ => {
                 // A fragment without its FIRST: a protocol violation.
