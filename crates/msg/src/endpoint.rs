@@ -3,9 +3,9 @@
 //!
 //! # Wire protocol
 //!
-//! Every message is a SEND with immediate data: bits 31..24 the kind ([`Kind`]: a whole
-//! message, or the first, a middle or the last fragment of a longer one, which RC delivers
-//! in order on the one QP), bits 23..0 the sender's *grant*: the cumulative number of
+//! Every message is a SEND with immediate data: bits 31..24 the kind (1 a whole
+//! message; 2, 3, 4 the first, a middle and the last fragment of a longer one, which RC
+//! delivers in order on the one QP), bits 23..0 the sender's *grant*: the cumulative number of
 //! receives it has posted (mod 2^24).
 //!
 //! # Credits

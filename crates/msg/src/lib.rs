@@ -29,7 +29,8 @@
 //! ## Flow control
 //!
 //! Credits (see [`endpoint`]): the receiver advertises its posted receives in the
-//! immediate data of every message and in zero-length credit updates; a sender without
+//! immediate data of every message and in credit updates (8-byte RDMA WRITEs into the
+//! sender's mailbox, which consume no receive); a sender without
 //! credit gets [`MsgError::WouldBlock`] from `try_send`, waits in `send`, or is woken by
 //! the endpoint's notifier thread in `send_async`. A full pool is the same back-pressure
 //! one step earlier ([`SendPool::try_alloc`] / [`SendPool::alloc`] /
@@ -38,8 +39,9 @@
 //! ## Threading
 //!
 //! An [`Endpoint`] is `Send + Sync`; all its state is behind one mutex. Each endpoint has
-//! one notifier thread blocked on its completion channel, which processes completions
-//! when nobody polls and wakes blocked calls and futures ([`block_on`] runs one without an
+//! one notifier thread blocked on its completion channel (armed only while someone
+//! waits), which processes completions when nobody polls and wakes blocked calls and
+//! futures ([`block_on`] runs one without an
 //! executor). Calls from the application also process completions (busy polling).
 
 pub mod endpoint;
