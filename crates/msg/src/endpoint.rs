@@ -36,8 +36,8 @@ use std::time::{Duration, Instant};
 use uroce_verbs::mem::ExclusiveGuard;
 use uroce_verbs::{
     AccessFlags, AttrMask, CompChannel, Context, Cq, MemBlock, Mr, Pd, Qp, QpAttr, QpCap,
-    QpInitAttr, QpState, QpType, RcConnect, RdmaInfo, RecvWr, SendFlags, SendWr, Sge, WcFlags,
-    WcOpcode, WcStatus, WrOpcode,
+    QpInitAttr, QpState, QpType, RcConnect, RdmaInfo, RecvWr, SendFlags, SendOpcode, SendWr, Sge,
+    WcFlags, WcOpcode, WcStatus,
 };
 use uroce_wire::pmtu::Pmtu;
 use uroce_wire::psn::Psn;
@@ -564,7 +564,7 @@ impl Shared {
         let (remote_addr, rkey) = inner.peer_mailbox;
         let wr = SendWr {
             wr_id: TAG_CTRL,
-            opcode: WrOpcode::RdmaWrite,
+            opcode: SendOpcode::RdmaWrite,
             flags: SendFlags::SIGNALED | SendFlags::INLINE,
             inline_data: inner.posted.to_le_bytes().to_vec(),
             rdma: RdmaInfo { remote_addr, rkey },
@@ -633,7 +633,7 @@ impl Shared {
             };
             let wr = SendWr {
                 wr_id: TAG_SEND | u64::from(slot.index),
-                opcode: WrOpcode::SendWithImm,
+                opcode: SendOpcode::SendWithImm,
                 flags: SendFlags::SIGNALED,
                 sg_list: vec![Sge {
                     addr: slot.mr.iova(),
