@@ -21,6 +21,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use uroce_wire::icrc_ident::Ipv4Ident;
 use uroce_wire::ip::{self, Endpoints, ETHERNET_HEADER_LEN, UDP_HEADER_LEN};
 use uroce_wire::pcap::{mac_for, PcapWriter};
 
@@ -91,22 +92,23 @@ impl Capture {
         self.record_at(now, src, dst, roce)
     }
 
-    /// [`Capture::record`] of a packet whose IPv4 header carried Identification `id`
-    /// (segment `id` of a GSO train; ignored for IPv6).
+    /// [`Capture::record`] of a packet whose IPv4 header carried the Identification and
+    /// DF flag of `ident` (segment k of a GSO train, a Soft-RoCE peer's packet; ignored
+    /// for IPv6).
     ///
     /// # Errors
     /// As [`Capture::record_at`].
-    pub fn record_with_id(
+    pub fn record_with_ident(
         &mut self,
         src: SocketAddr,
         dst: SocketAddr,
         roce: &[u8],
-        id: u16,
+        ident: Ipv4Ident,
     ) -> Result<(), NetError> {
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or(Duration::ZERO);
-        self.record_frame(now, src, dst, roce, id)
+        self.record_frame(now, src, dst, roce, ident)
     }
 
     /// Writes one datagram from `src` to `dst` carrying `roce`, stamped `ts` (time since
@@ -122,7 +124,7 @@ impl Capture {
         dst: SocketAddr,
         roce: &[u8],
     ) -> Result<(), NetError> {
-        self.record_frame(ts, src, dst, roce, 0)
+        self.record_frame(ts, src, dst, roce, Ipv4Ident::UROCE)
     }
 
     fn record_frame(
@@ -131,7 +133,7 @@ impl Capture {
         src: SocketAddr,
         dst: SocketAddr,
         roce: &[u8],
-        id: u16,
+        ident: Ipv4Ident,
     ) -> Result<(), NetError> {
         let ep = Endpoints {
             src: src.ip(),
@@ -153,7 +155,8 @@ impl Capture {
         eth[6..12].copy_from_slice(&mac_for(ep.src));
         eth[12..14].copy_from_slice(&ethertype.to_be_bytes());
         let fields = ip::IpFields {
-            identification: id,
+            identification: ident.identification,
+            dont_fragment: ident.dont_fragment,
             ..ip::IpFields::LINUX_UDP_SOCKET
         };
         let (ip_len, _) =

@@ -65,13 +65,24 @@ counters! {
     eagain,
     /// Received datagrams longer than their buffer (`MSG_TRUNC`); dropped.
     truncated,
-    /// Received packets whose ICRC did not match the header the sender's kernel emits
-    /// under the uroce convention; dropped.
+    /// Received packets whose ICRC matched the header for IPv4 Identification 0 with DF
+    /// (a uroce peer's single datagram) or the IPv6 header: the fast path, one CRC.
+    icrc_exact,
+    /// Received IPv4 packets whose ICRC matched another Identification with DF set (the
+    /// segments of a uroce peer's GSO train, a Linux Soft-RoCE peer); accepted.
+    icrc_id_df,
+    /// Received IPv4 packets whose ICRC matched some Identification with DF clear;
+    /// accepted (not under [`crate::IcrcPolicy::Strict`]).
+    icrc_id_no_df,
+    /// Received packets whose ICRC matched no header the [`crate::IcrcPolicy`] accepts;
+    /// dropped.
     bad_icrc,
-    /// Received IPv4 packets whose ICRC did not match but that were accepted anyway
-    /// under [`crate::IcrcPolicy::AcceptUnverified`], plus packets whose ICRC could not
-    /// be computed at all (too short; dropped).
+    /// Received IPv4 packets whose ICRC matched no header but that were accepted anyway
+    /// under [`crate::IcrcPolicy::AcceptUnverified`].
     unverified_icrc,
+    /// Received packets whose ICRC could not be computed at all (shorter than a BTH and
+    /// an ICRC, unusable addresses); dropped.
+    icrc_unverifiable,
     /// Received packets with a good ICRC that are not valid RoCEv2 transport packets
     /// (`uroce_wire::PacketRepr::parse` failed); dropped.
     parse_errors,

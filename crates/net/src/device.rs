@@ -109,7 +109,8 @@ pub struct NetConfig {
     /// Run a background progress thread (default). Without it, progress happens only
     /// when the application polls CQs or calls [`NetDevice::progress`].
     pub progress_thread: bool,
-    /// What to do with packets whose ICRC does not verify.
+    /// Which received packets to accept by their ICRC (default
+    /// [`IcrcPolicy::AnyIdentification`], or `UROCE_ICRC`).
     pub icrc: IcrcPolicy,
     /// Send trains of equal-size packets with UDP GSO when the kernel supports it (and
     /// neither faults nor a capture need individual packets); default true.
@@ -117,8 +118,9 @@ pub struct NetConfig {
 }
 
 impl NetConfig {
-    /// A device on `addr`, port 4791, named `uroce0`, with faults from `UROCE_FAULTS` (if
-    /// it is set and parses; see [`NetConfig::from_env`] for the checked form).
+    /// A device on `addr`, port 4791, named `uroce0`, with faults from `UROCE_FAULTS` and
+    /// the ICRC policy from `UROCE_ICRC` (each if it is set and parses; see
+    /// [`NetConfig::from_env`] for the checked form).
     pub fn new(addr: IpAddr) -> NetConfig {
         NetConfig {
             addr,
@@ -127,17 +129,18 @@ impl NetConfig {
             faults: FaultConfig::from_env().ok().flatten(),
             capture: None,
             progress_thread: true,
-            icrc: IcrcPolicy::Strict,
+            icrc: IcrcPolicy::from_env().ok().flatten().unwrap_or_default(),
             gso: true,
         }
     }
 
     /// A device on the address in `UROCE_ADDR` (default 127.0.0.1), with faults from
-    /// `UROCE_FAULTS`.
+    /// `UROCE_FAULTS` and the ICRC policy from `UROCE_ICRC`.
     ///
     /// # Errors
     /// [`NetError::BadAddr`] if `UROCE_ADDR` is not an IP address, [`NetError::Faults`] if
-    /// `UROCE_FAULTS` does not parse.
+    /// `UROCE_FAULTS` does not parse, [`NetError::BadIcrcPolicy`] if `UROCE_ICRC` does
+    /// not.
     pub fn from_env() -> Result<NetConfig, NetError> {
         let addr = match std::env::var(ADDR_ENV) {
             Ok(v) if !v.trim().is_empty() => {
@@ -150,6 +153,7 @@ impl NetConfig {
         };
         let mut cfg = NetConfig::new(addr);
         cfg.faults = FaultConfig::from_env()?;
+        cfg.icrc = IcrcPolicy::from_env()?.unwrap_or_default();
         Ok(cfg)
     }
 }

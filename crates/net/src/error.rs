@@ -114,6 +114,12 @@ pub enum NetError {
         /// Its value.
         value: String,
     },
+    /// `UROCE_ICRC` is not one of the policy names.
+    #[error("UROCE_ICRC={value:?}: expected strict, any-id or unverified")]
+    BadIcrcPolicy {
+        /// Its value.
+        value: String,
+    },
     /// Creating the verbs device or context failed.
     #[error("device: {0}")]
     Device(String),

@@ -17,7 +17,7 @@
 //!   `IP_PMTUDISC_DO`, large buffers, batched send ([`RoceSocket::send_batch`], one
 //!   `sendmmsg` per 64 packets) and receive ([`RoceSocket::recv_batch`], one `recvmmsg`
 //!   into a preallocated [`RecvBatch`]), ICRC sealing ([`seal_for`]) and checking
-//!   ([`verify_icrc`], [`IcrcPolicy`]).
+//!   ([`verify_icrc`], [`verify_icrc_with`], [`IcrcPolicy`]).
 //! * Trains of equal-size packets to one destination ([`RoceSocket::send_train`]) go out
 //!   with UDP segmentation offload (`UDP_SEGMENT`, many packets per system call), and
 //!   received datagrams the kernel coalesced (`UDP_GRO`) are split back into packets by
@@ -29,16 +29,19 @@
 //!   UDP headers the kernel emits.
 //! * [`counters`]: per-socket packet, byte, error and fault counters.
 //!
-//! ## The ICRC / IP-header contract (roce-spec.md §2.3)
+//! ## The ICRC / IP-header contract
 //! The RoCEv2 ICRC covers most of the IP header, including the IPv4 Identification and
 //! flags, which a UDP socket does not control. For an **unconnected** socket with
 //! `IP_MTU_DISCOVER = IP_PMTUDISC_DO`, bound to a specific address and sending without IP
 //! options, Linux emits IPv4 Identification 0 with DF set (and k for the k-th datagram of
 //! a GSO message); so the sender seals the ICRC for exactly that header (addresses, ports
-//! and lengths included) and the receiver checks it against the same reconstruction. IPv6 has nothing unpredictable that the ICRC
-//! covers. A peer that does not follow this convention on IPv4 (Linux rxe sends changing
-//! Identifications) cannot be verified from a UDP socket: see [`IcrcPolicy`]. Sockets are
-//! therefore never connected and never bound to the unspecified address.
+//! and lengths included), and the receiver checks it against the same reconstruction
+//! first. A peer with other Identifications (Linux Soft-RoCE counts them per
+//! destination) is recognised by solving for the Identification and DF flag its ICRC is
+//! valid for (`uroce_wire::icrc_ident`; [`IcrcPolicy`], `UROCE_ICRC`); `docs/ICRC.md` has
+//! the details and the cost in error detection. IPv6 has nothing unpredictable that the
+//! ICRC covers. Sockets are therefore never connected and never bound to the unspecified
+//! address.
 //!
 //! ## Unsafe policy
 //! `unsafe` is denied in the whole crate except the private `sys` module, which wraps the
@@ -69,6 +72,8 @@ pub use device::{DeviceCounters, NetConfig, NetDevice, QpCounters, ADDR_ENV, DEF
 pub use error::NetError;
 pub use faults::{FaultConfig, FaultInjector, FaultParseError};
 pub use socket::{
-    seal_for, verify_icrc, BufferSizes, IcrcCheck, IcrcPolicy, OutPacket, Received, RecvBatch,
-    RecvDatagram, RecvStatus, RoceSocket, SocketConfig, BATCH_MAX, DEFAULT_BUFFER_BYTES,
+    seal_for, verify_icrc, verify_icrc_with, BufferSizes, IcrcCheck, IcrcPolicy, OutPacket,
+    Received, RecvBatch, RecvDatagram, RecvStatus, RoceSocket, SocketConfig, BATCH_MAX,
+    DEFAULT_BUFFER_BYTES, ICRC_ENV,
 };
+pub use uroce_wire::icrc_ident::Ipv4Ident;

@@ -7,27 +7,22 @@
 //! for (the kernel caps them at `net.core.rmem_max` / `wmem_max`; [`RoceSocket::buffer_sizes`]
 //! says what it granted).
 //!
-//! # The ICRC contract (roce-spec.md §2.3)
-//! The ICRC covers the IPv4 Identification, flags and total length, the addresses and the
-//! UDP ports and length. A UDP socket does not choose these, the kernel does; for an
+//! # The ICRC contract
+//! The ICRC covers the IPv4 Identification and flags, the total length, the addresses and
+//! the UDP ports and length, none of which a UDP socket chooses or sees. For an
 //! unconnected socket with `IP_PMTUDISC_DO` Linux sends every IPv4 datagram with
-//! Identification 0 and DF set (and a connected socket would use a per-socket counter,
-//! which is why these sockets are never connected). So the sender can compute the ICRC
-//! for exactly the header its kernel will emit: [`seal_for`] does, from the socket's own
-//! address and the destination. Fields the ICRC masks (TOS, TTL, header and UDP
-//! checksums; IPv6 traffic class, flow label, hop limit) may be anything.
-//!
-//! A receiver sees no IP header, so [`verify_icrc`] reconstructs the one the sender's
-//! kernel emitted *under the same convention* (DF, and an Identification of 0, or below
-//! [`TRAIN_ID_SPAN`] for the segments of a GSO train: see below). What happens to a
-//! packet whose ICRC fails under that assumption is the socket's [`IcrcPolicy`]:
-//! * [`IcrcPolicy::Strict`] (default): dropped and counted (`bad_icrc`).
-//! * [`IcrcPolicy::AcceptUnverified`]: an IPv4 packet is accepted anyway and counted
-//!   (`unverified_icrc`), because a peer that sends non-zero IPv4 Identifications (Linux
-//!   rxe does) produces ICRCs a UDP socket cannot check: the Identification it covered is
-//!   not visible to the receiver. Such a packet is protected only by the UDP checksum.
-//!   IPv6 has no such field (everything variable is masked), so an IPv6 packet with a bad
-//!   ICRC is dropped under either policy.
+//! Identification 0 and DF (segment k of a GSO message: Identification k), so a sender
+//! can compute the ICRC for the header its kernel emits: [`seal_for`] does. A receiver
+//! rebuilds the sender's header for Identification 0 with DF and compares (the fast path:
+//! one CRC, as for any uroce peer); on a mismatch, an IPv4 packet's ICRC may still be
+//! valid for another Identification (a GSO segment, a Linux Soft-RoCE peer, which numbers
+//! its datagrams with a per-destination counter) or DF clear. The CRC is affine in those
+//! 17 bits, so `uroce_wire::icrc_ident` finds the one header that makes it valid, if any,
+//! by elimination. The [`IcrcPolicy`] says which headers are accepted (default: any
+//! Identification, DF set or clear; `UROCE_ICRC`), the counters say which path every
+//! packet took, and [`Received::ident`] carries the Identification found. IPv6 has no
+//! Identification: its ICRC is checked exactly. `docs/ICRC.md` has the algebra, the
+//! false-accept rates, and the kernel measurements behind the Identifications.
 //!
 //! Because of `IP_PMTUDISC_DO` the kernel never fragments: a datagram larger than the path
 //! MTU is refused (`EMSGSIZE`, counted in `send_errors`), so the transport's PMTU must fit
@@ -52,30 +47,13 @@
 //! for both is probed when the socket is bound ([`RoceSocket::gso_supported`],
 //! [`RoceSocket::gro_supported`]).
 //!
-//! **The IPv4 Identification of a segment.** Measured on Linux 6.18, and checked again by
-//! `tests/gso.rs` wherever it may create a network namespace: the kernel gives the
-//! *k*-th datagram of a GSO
-//! message (k = 0, 1, …) the Identification of the message plus k, i.e. **k** for these
-//! sockets (the message itself gets 0 like any datagram of an unconnected
-//! `IP_PMTUDISC_DO` socket), with DF set on every one. Evidence: a message of 5 segments
-//! (4 × 4124 + 1000 bytes) sent twice over a veth pair whose `gso_max_segs` is 1, and over
-//! the loopback device of a private network namespace with `gso_max_segs` 1 (both force
-//! the segmentation to happen in software before the packet capture point), was captured
-//! as IDs 0, 1, 2, 3, 4 with DF, twice. Where the device takes the message whole (the
-//! loopback device by default, a veth pair by default), a capture shows one datagram of
-//! the whole message with ID 0, and the receiving kernel cuts it up (giving the same IDs)
-//! or, with `UDP_GRO` on the receiving socket, delivers it whole with its segment size;
-//! a NIC with segmentation offload numbers the segments the same way. So segment k is
-//! sealed for Identification k, the header every observer that sees it as a datagram
-//! sees (a strict peer such as Linux rxe, a capture of the wire), and a receiving uroce
-//! socket accepts an ICRC that matches any Identification below [`TRAIN_ID_SPAN`] (128,
-//! the kernel's limit on segments per message). It finds that Identification without
-//! recomputing the CRC: the CRC is linear, so the difference between the ICRC computed
-//! for ID 0 and the one received is a fixed linear function of the ID bits, shifted
-//! through the bytes that follow; comparing it with the 127 candidates costs a few
-//! hundred instructions. The price is a false-accept probability of 127 in 2³² for a
-//! corrupted packet (against 1 in 2³² for ID 0 alone), on top of the UDP checksum.
-//! IPv6 has no Identification, so nothing changes there.
+//! **The IPv4 Identification of a segment.** Linux gives the *k*-th datagram of a GSO
+//! message the Identification k (the message's own 0 plus k), with DF, whether it cuts
+//! the message in software, on the receiving side, or in a NIC (measured on loopback and
+//! veth; `docs/ICRC.md`, checked by `tests/gso.rs`). So segment k is sealed for
+//! Identification k, the header every observer that sees it as a datagram sees, and a
+//! receiving uroce socket finds k from the ICRC (even under [`IcrcPolicy::Strict`], which
+//! accepts Identifications below [`TRAIN_ID_SPAN`] with DF).
 //!
 //! Fault injection and packet capture see individual packets, each sealed for ID 0, so
 //! with either of them on [`RoceSocket::send_train`] sends packet by packet; so it does
@@ -101,6 +79,7 @@ use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::Arc;
 use std::time::Duration;
 
+use uroce_wire::icrc_ident::{IdentSolver, Ipv4Ident};
 use uroce_wire::ip::{self, Endpoints, IpFields, IPV4_HEADER_LEN, IPV6_HEADER_LEN, UDP_HEADER_LEN};
 use uroce_wire::{icrc, HeaderKind, PacketRepr, WireError, ICRC_LEN, ROCEV2_UDP_PORT};
 
@@ -145,27 +124,90 @@ pub struct OutPacket<'a> {
     pub roce: &'a [u8],
 }
 
-/// What a receiver does with a packet whose ICRC does not match the header it
-/// reconstructs (see the module docs).
+/// Which received packets a socket accepts by their ICRC (see the module docs and
+/// `docs/ICRC.md`). Whatever the policy, a packet whose ICRC matches the header for
+/// IPv4 Identification 0 with DF (or the IPv6 header) is accepted at the cost of one CRC
+/// (counted in `icrc_exact`); the policies differ in what they do on a mismatch.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub enum IcrcPolicy {
-    /// Drop it and count it (`bad_icrc`).
-    #[default]
+    /// Only the uroce convention: an IPv4 ICRC must be valid for DF and an
+    /// Identification below [`TRAIN_ID_SPAN`] (a GSO segment; `icrc_id_df`). Everything
+    /// else is dropped (`bad_icrc`). `UROCE_ICRC=strict`.
     Strict,
-    /// Accept IPv4 packets anyway (counted as `unverified_icrc`); IPv6 packets are still
-    /// dropped.
+    /// An IPv4 ICRC may be valid for any Identification, with DF set (`icrc_id_df`) or
+    /// clear (`icrc_id_no_df`), as a Linux Soft-RoCE peer sends; anything else is dropped
+    /// (`bad_icrc`). A corrupted packet passes with probability 2⁻¹⁵ instead of 2⁻³²
+    /// (`docs/ICRC.md`). The default; `UROCE_ICRC=any-id`.
+    #[default]
+    AnyIdentification,
+    /// As [`IcrcPolicy::AnyIdentification`], and an IPv4 packet whose ICRC is valid for
+    /// no header is accepted anyway (`unverified_icrc`), protected only by the UDP
+    /// checksum; IPv6 packets with a bad ICRC are still dropped.
+    /// `UROCE_ICRC=unverified`.
     AcceptUnverified,
 }
 
-/// The result of checking a received packet's ICRC under the uroce convention.
+/// The environment variable [`IcrcPolicy::from_env`] reads.
+pub const ICRC_ENV: &str = "UROCE_ICRC";
+
+impl IcrcPolicy {
+    /// Parses `strict`, `any-id` or `unverified` (surrounding blanks and case ignored).
+    ///
+    /// # Errors
+    /// [`NetError::BadIcrcPolicy`] for anything else.
+    pub fn parse(value: &str) -> Result<IcrcPolicy, NetError> {
+        match value.trim().to_ascii_lowercase().as_str() {
+            "strict" => Ok(IcrcPolicy::Strict),
+            "any-id" => Ok(IcrcPolicy::AnyIdentification),
+            "unverified" => Ok(IcrcPolicy::AcceptUnverified),
+            _ => Err(NetError::BadIcrcPolicy {
+                value: value.to_owned(),
+            }),
+        }
+    }
+
+    /// The policy in `UROCE_ICRC`: `None` when it is unset or blank.
+    ///
+    /// # Errors
+    /// [`NetError::BadIcrcPolicy`] if it is set to something else than the three names.
+    pub fn from_env() -> Result<Option<IcrcPolicy>, NetError> {
+        match std::env::var(ICRC_ENV) {
+            Ok(v) if !v.trim().is_empty() => IcrcPolicy::parse(&v).map(Some),
+            Ok(_) | Err(std::env::VarError::NotPresent) => Ok(None),
+            Err(std::env::VarError::NotUnicode(v)) => Err(NetError::BadIcrcPolicy {
+                value: v.to_string_lossy().into_owned(),
+            }),
+        }
+    }
+
+    /// The name `UROCE_ICRC` takes for it.
+    pub fn name(self) -> &'static str {
+        match self {
+            IcrcPolicy::Strict => "strict",
+            IcrcPolicy::AnyIdentification => "any-id",
+            IcrcPolicy::AcceptUnverified => "unverified",
+        }
+    }
+
+    /// Whether a packet whose ICRC is valid for `ident` (not the uroce header) is
+    /// accepted.
+    fn accepts(self, ident: Ipv4Ident) -> bool {
+        match self {
+            IcrcPolicy::Strict => ident.dont_fragment && ident.identification < TRAIN_ID_SPAN,
+            IcrcPolicy::AnyIdentification | IcrcPolicy::AcceptUnverified => true,
+        }
+    }
+}
+
+/// The result of checking a received packet's ICRC against the headers an
+/// [`IcrcPolicy`] accepts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum IcrcCheck {
-    /// The ICRC matches the header the sender's kernel emitted (IPv4: DF and an
-    /// Identification below [`TRAIN_ID_SPAN`]: 0 for a single datagram, k for the k-th
-    /// segment of a GSO message).
+    /// The ICRC matches an accepted header (IPv4: the Identification and DF flag are
+    /// reported with it; IPv6: the one header).
     Ok,
-    /// It does not: the packet was corrupted, or (IPv4 only) its sender's kernel used
-    /// an Identification of [`TRAIN_ID_SPAN`] or more, or no DF.
+    /// It does not: the packet was corrupted, or (IPv4 only) its sender's kernel used a
+    /// header the policy does not accept.
     Mismatch,
     /// No ICRC could be computed: the packet is shorter than a BTH and an ICRC, too long
     /// for a datagram, or the addresses are unusable (mixed families, unspecified,
@@ -178,7 +220,9 @@ pub enum IcrcCheck {
 pub struct SocketConfig {
     /// `SO_RCVBUF` and `SO_SNDBUF` to ask for, in bytes.
     pub buffer_bytes: usize,
-    /// What to do with packets whose ICRC fails.
+    /// Which packets to accept by their ICRC (default
+    /// [`IcrcPolicy::AnyIdentification`]; [`SocketConfig::with_env_icrc`] reads
+    /// `UROCE_ICRC`).
     pub icrc_policy: IcrcPolicy,
     /// Faults to inject into outgoing packets, if any.
     pub faults: Option<FaultConfig>,
@@ -194,7 +238,7 @@ impl Default for SocketConfig {
     fn default() -> SocketConfig {
         SocketConfig {
             buffer_bytes: DEFAULT_BUFFER_BYTES,
-            icrc_policy: IcrcPolicy::Strict,
+            icrc_policy: IcrcPolicy::AnyIdentification,
             faults: None,
             gso: true,
             gro: true,
@@ -211,6 +255,19 @@ impl SocketConfig {
     pub fn with_env_faults(mut self) -> Result<SocketConfig, NetError> {
         if let Some(f) = FaultConfig::from_env()? {
             self.faults = Some(f);
+        }
+        Ok(self)
+    }
+
+    /// This configuration with `icrc_policy` taken from `UROCE_ICRC` (unchanged when the
+    /// variable is unset or blank).
+    ///
+    /// # Errors
+    /// [`NetError::BadIcrcPolicy`] if the variable is not `strict`, `any-id` or
+    /// `unverified`.
+    pub fn with_env_icrc(mut self) -> Result<SocketConfig, NetError> {
+        if let Some(p) = IcrcPolicy::from_env()? {
+            self.icrc_policy = p;
         }
         Ok(self)
     }
@@ -316,199 +373,81 @@ pub fn seal_for(local: SocketAddr, dst: SocketAddr, roce: &mut [u8]) -> Result<u
 }
 
 /// Checks the ICRC of `roce` (BTH..ICRC) received from `src` by a socket bound to
-/// `local`, against the header the sender's kernel emitted under the uroce convention
-/// (DF and an IPv4 Identification below [`TRAIN_ID_SPAN`]; see the module docs for what
-/// a mismatch can mean).
+/// `local`, against the headers the uroce convention allows ([`IcrcPolicy::Strict`]: DF
+/// and an IPv4 Identification below [`TRAIN_ID_SPAN`]).
 pub fn verify_icrc(src: SocketAddr, local: SocketAddr, roce: &[u8]) -> IcrcCheck {
-    check_icrc(src, local, roce, &mut IdBasis::default()).0
+    verify_icrc_with(IcrcPolicy::Strict, src, local, roce).0
+}
+
+/// Checks the ICRC of `roce` (BTH..ICRC) received from `src` by a socket bound to
+/// `local` as a socket with `policy` does: [`IcrcCheck::Ok`] when it is valid for a
+/// header the policy accepts (for [`IcrcPolicy::AcceptUnverified`], the headers of
+/// [`IcrcPolicy::AnyIdentification`]), with that header's IPv4 Identification and DF
+/// flag (`None` for IPv6).
+pub fn verify_icrc_with(
+    policy: IcrcPolicy,
+    src: SocketAddr,
+    local: SocketAddr,
+    roce: &[u8],
+) -> (IcrcCheck, Option<Ipv4Ident>) {
+    let (check, ident) = check_icrc(src, local, roce, &mut IdentSolver::new());
+    match (check, ident) {
+        (IcrcCheck::Ok, Some(found)) if found != Ipv4Ident::UROCE && !policy.accepts(found) => {
+            (IcrcCheck::Mismatch, None)
+        }
+        other => other,
+    }
 }
 
 /// For a packet whose ICRC verifies ([`verify_icrc`] gives [`IcrcCheck::Ok`]), the IPv4
 /// Identification of the header it was sealed for: 0 for a single datagram, k for the
 /// k-th segment of a GSO message. `None` for IPv6 and for a packet that does not verify.
 pub fn verified_identification(src: SocketAddr, local: SocketAddr, roce: &[u8]) -> Option<u16> {
-    match check_icrc(src, local, roce, &mut IdBasis::default()) {
-        (IcrcCheck::Ok, id) if src.is_ipv4() => Some(id),
+    match verify_icrc_with(IcrcPolicy::Strict, src, local, roce) {
+        (IcrcCheck::Ok, Some(ident)) => Some(ident.identification),
         _ => None,
     }
 }
 
-/// [`verify_icrc`] with a reusable [`IdBasis`]; also returns the Identification found
-/// (0 unless the packet is an IPv4 one that verifies with another).
+/// Checks the ICRC of `roce` against every header: the fast path for Identification 0
+/// with DF (one CRC), then, for IPv4, the header found by elimination
+/// (`uroce_wire::icrc_ident`). Returns [`IcrcCheck::Ok`] with the IPv4 header found
+/// (`None` for IPv6), whatever it is: the caller applies the policy.
 fn check_icrc(
     src: SocketAddr,
     local: SocketAddr,
     roce: &[u8],
-    ids: &mut IdBasis,
-) -> (IcrcCheck, u16) {
+    solver: &mut IdentSolver,
+) -> (IcrcCheck, Option<Ipv4Ident>) {
     if check_pair(src, local).is_err() || roce.len() < MIN_PACKET_LEN {
-        return (IcrcCheck::Unverifiable, 0);
+        return (IcrcCheck::Unverifiable, None);
     }
     let mut headers = [0u8; MAX_HEADERS_LEN];
     let Ok(ip_len) = kernel_headers(src, local, roce.len(), 0, &mut headers) else {
-        return (IcrcCheck::Unverifiable, 0);
+        return (IcrcCheck::Unverifiable, None);
     };
     let (ip_header, rest) = headers.split_at(ip_len);
     let udp_header = rest.get(..UDP_HEADER_LEN).unwrap_or_default();
     let Some((body, trailer)) = roce.split_at_checked(roce.len() - ICRC_LEN) else {
-        return (IcrcCheck::Unverifiable, 0);
+        return (IcrcCheck::Unverifiable, None);
     };
     let (Ok(computed), Ok(on_wire)) = (
         icrc::compute(ip_header, udp_header, body),
         <[u8; ICRC_LEN]>::try_from(trailer),
     ) else {
-        return (IcrcCheck::Unverifiable, 0);
+        return (IcrcCheck::Unverifiable, None);
     };
     let on_wire = u32::from_le_bytes(on_wire);
+    let v4 = src.is_ipv4();
     if computed == on_wire {
-        return (IcrcCheck::Ok, 0);
+        return (IcrcCheck::Ok, v4.then_some(Ipv4Ident::UROCE));
     }
-    if src.is_ipv4() {
-        if let Some(id) = ids.find(roce.len(), computed ^ on_wire) {
-            return (IcrcCheck::Ok, id);
+    if v4 {
+        if let Some(ident) = solver.solve(roce.len(), computed ^ on_wire) {
+            return (IcrcCheck::Ok, Some(ident));
         }
     }
-    (IcrcCheck::Mismatch, 0)
-}
-
-/// Recognising an IPv4 Identification from an ICRC mismatch, by the linearity of the CRC.
-///
-/// The ICRC is a CRC-32: over messages of one length, `crc(m ⊕ e) = crc(m) ⊕ lin(e)`,
-/// where `lin` is the CRC register's response (no initial or final XOR) to `e` alone.
-/// Changing the Identification from 0 to `id` changes two bytes of the CRC input (bytes
-/// 12 and 13: 8 stand-in bytes for the LRH, then byte 4 of the IPv4 header), so
-/// `received ⊕ computed_for_0 = lin(id at those bytes) = (effect of the two bytes) ·
-/// x^(8·t) mod P`, with `t` the number of input bytes after them. Both factors are linear
-/// in the bits of `id`, so the seven values for ids 1, 2, 4, …, 64 span every candidate
-/// below [`TRAIN_ID_SPAN`]; they depend only on the packet length and are kept for the
-/// last few lengths seen.
-///
-/// Arithmetic is on polynomials over GF(2) modulo the CRC-32 polynomial, in the
-/// bit-reflected form the CRC register uses: the coefficient of x^0 is the top bit, that
-/// of x^31 bit 0, and multiplying by x is a right shift that folds the polynomial in.
-#[derive(Debug, Clone, Default)]
-struct IdBasis {
-    /// `(packet length, the difference each Identification bit makes)`; length 0 = unused.
-    cache: [(usize, [u32; ID_BITS]); 4],
-    /// The entry to replace next.
-    next: usize,
-}
-
-/// Bits of an Identification below [`TRAIN_ID_SPAN`].
-const ID_BITS: usize = TRAIN_ID_SPAN.trailing_zeros() as usize;
-/// The CRC-32 polynomial without its x^32 term, bit-reflected.
-const CRC_POLY: u32 = 0xEDB8_8320;
-/// The polynomial 1 (x^0) in the reflected form.
-const POLY_ONE: u32 = 1 << 31;
-/// Bytes of the ICRC input in front of the end of the IPv4 Identification: 8 LRH
-/// stand-in bytes and bytes 0..6 of the IPv4 header.
-const ID_END_IN_ICRC_INPUT: usize = 8 + 6;
-/// Bytes of the ICRC input in front of the BTH for IPv4: LRH stand-in, IPv4, UDP.
-const V4_PSEUDO_LEN: usize = 8 + IPV4_HEADER_LEN + UDP_HEADER_LEN;
-
-/// `v · x mod P`.
-const fn times_x(v: u32) -> u32 {
-    if v & 1 == 0 {
-        v >> 1
-    } else {
-        (v >> 1) ^ CRC_POLY
-    }
-}
-
-/// `a · b mod P`: `b · x^i` summed over the terms `x^i` of `a`.
-const fn mul_mod(a: u32, b: u32) -> u32 {
-    let mut product = 0;
-    let mut b_times_xi = b;
-    let mut i = 0;
-    while i < 32 {
-        if a & (POLY_ONE >> i) != 0 {
-            product ^= b_times_xi;
-        }
-        b_times_xi = times_x(b_times_xi);
-        i += 1;
-    }
-    product
-}
-
-/// `x^(2^k) mod P` for k = 0..64.
-const X_POW_POW2: [u32; 64] = {
-    let mut table = [0u32; 64];
-    table[0] = POLY_ONE >> 1; // x^1
-    let mut k = 1;
-    while k < 64 {
-        table[k] = mul_mod(table[k - 1], table[k - 1]);
-        k += 1;
-    }
-    table
-};
-
-/// `x^(8·bytes) mod P`: what `bytes` zero bytes do to the CRC register.
-fn x_pow_8n(bytes: usize) -> u32 {
-    let mut result = POLY_ONE;
-    // Square-and-multiply over the bits of 8·bytes; X_POW_POW2[k + 3] = x^(8·2^k).
-    for (k, power) in X_POW_POW2
-        .iter()
-        .skip(3)
-        .enumerate()
-        .take(usize::BITS as usize)
-    {
-        if (bytes >> k) & 1 == 1 {
-            result = mul_mod(*power, result);
-        }
-    }
-    result
-}
-
-/// The CRC register after feeding `byte` into a zero register (no initial XOR).
-const fn feed_byte(byte: u8) -> u32 {
-    let mut r = byte as u32;
-    let mut i = 0;
-    while i < 8 {
-        r = times_x(r);
-        i += 1;
-    }
-    r
-}
-
-impl IdBasis {
-    /// The Identification in 1..[`TRAIN_ID_SPAN`] that explains an ICRC difference
-    /// `delta` (computed for ID 0 XOR received) of an IPv4 packet of `roce_len` bytes.
-    fn find(&mut self, roce_len: usize, delta: u32) -> Option<u16> {
-        let basis = self.basis(roce_len);
-        // Walk the ids in Gray-code order: consecutive codes differ in one bit, the
-        // lowest set bit of the counter, so each step is one XOR.
-        let mut diff = 0u32;
-        for counter in 1..TRAIN_ID_SPAN {
-            let bit = counter.trailing_zeros() as usize;
-            diff ^= basis.get(bit).copied().unwrap_or(0);
-            if diff == delta {
-                return Some(counter ^ (counter >> 1));
-            }
-        }
-        None
-    }
-
-    /// The differences made by Identification bits 0..ID_BITS for packets of `roce_len`
-    /// bytes (`roce_len` >= 16).
-    fn basis(&mut self, roce_len: usize) -> [u32; ID_BITS] {
-        if let Some((_, basis)) = self.cache.iter().find(|(len, _)| *len == roce_len) {
-            return *basis;
-        }
-        // ICRC input: pseudo header and BTH, then the rest of the packet without the ICRC.
-        let input_len = V4_PSEUDO_LEN + roce_len.saturating_sub(ICRC_LEN);
-        let shift = x_pow_8n(input_len.saturating_sub(ID_END_IN_ICRC_INPUT));
-        let mut basis = [0u32; ID_BITS];
-        for (bit, b) in basis.iter_mut().enumerate() {
-            // Identification 1 << bit (< 256): high byte 0, low byte 1 << bit; the zero
-            // high byte leaves a zero register unchanged.
-            *b = mul_mod(shift, feed_byte(1 << bit));
-        }
-        if let Some(slot) = self.cache.get_mut(self.next) {
-            *slot = (roce_len, basis);
-        }
-        self.next = (self.next + 1) % self.cache.len();
-        basis
-    }
+    (IcrcCheck::Mismatch, None)
 }
 
 /// What became of one received packet.
@@ -526,7 +465,7 @@ pub enum RecvStatus {
     /// Dropped: the ICRC does not match (`bad_icrc`).
     BadIcrc,
     /// Dropped: no ICRC could be computed, e.g. shorter than BTH + ICRC
-    /// (`unverified_icrc`).
+    /// (`icrc_unverifiable`).
     Unverifiable,
     /// Dropped: the ICRC is fine but the packet is not a valid RoCEv2 transport packet
     /// (`parse_errors`).
@@ -544,6 +483,8 @@ struct PacketSlot {
     len: usize,
     /// What became of it.
     status: RecvStatus,
+    /// The IPv4 header its ICRC was found valid for (accepted IPv4 packets).
+    ident: Option<Ipv4Ident>,
 }
 
 impl PacketSlot {
@@ -552,6 +493,7 @@ impl PacketSlot {
         start: 0,
         len: 0,
         status: RecvStatus::Truncated,
+        ident: None,
     };
 }
 
@@ -583,6 +525,11 @@ pub struct Received<'a> {
     pub roce: &'a [u8],
     /// The ICRC check result.
     pub icrc: IcrcCheck,
+    /// IPv4: the Identification and DF flag of the header the ICRC is valid for
+    /// ([`Ipv4Ident::UROCE`] for a uroce peer's single datagram; `None` for IPv6 and for
+    /// a packet accepted unverified). With the addresses and the length this is the
+    /// sender's IPv4 header, e.g. for the GRH area of a UD receive.
+    pub ident: Option<Ipv4Ident>,
     /// The parsed transport packet.
     pub packet: PacketRepr<'a>,
 }
@@ -597,6 +544,8 @@ pub struct RecvDatagram<'a> {
     pub bytes: &'a [u8],
     /// What became of it.
     pub status: RecvStatus,
+    /// As [`Received::ident`] (accepted IPv4 packets only).
+    pub ident: Option<Ipv4Ident>,
 }
 
 impl RecvBatch {
@@ -684,6 +633,7 @@ impl RecvBatch {
                     src,
                     roce: d.bytes,
                     icrc,
+                    ident: d.ident,
                     packet,
                 })
             }
@@ -700,6 +650,7 @@ impl RecvBatch {
                 .get(p.start..p.start.saturating_add(p.len))
                 .unwrap_or_default(),
             status: p.status,
+            ident: p.ident,
         })
     }
 }
@@ -743,8 +694,8 @@ pub struct RoceSocket {
     gro: Offload,
     /// Whether `UDP_GRO` is on on the socket now.
     gro_on: bool,
-    /// Recognises the Identifications of GSO segments in received ICRCs.
-    ids: IdBasis,
+    /// Finds the IPv4 Identification a received ICRC was computed for.
+    ids: IdentSolver,
 }
 
 /// The state of one offload (GSO or GRO) of a socket.
@@ -900,7 +851,7 @@ impl RoceSocket {
                 refused: false,
             },
             gro_on: false,
-            ids: IdBasis::default(),
+            ids: IdentSolver::new(),
         })
     }
 
@@ -1466,6 +1417,8 @@ impl RoceSocket {
         }
         let mut filled = 0;
         let mut bytes_in = 0;
+        // Packets that took the fast path, counted once per batch.
+        let mut exact = 0u64;
         for (datagram, meta) in bufs.meta.iter().enumerate().take(got) {
             let base = datagram * slot_len;
             let entries = bufs
@@ -1480,40 +1433,53 @@ impl RoceSocket {
                     .storage
                     .get(entry.start..entry.start + entry.len)
                     .unwrap_or_default();
-                entry.status = self.receive_one(meta.src, entry.status, bytes);
+                let (status, ident) = self.receive_one(meta.src, entry.status, bytes);
+                entry.status = status;
+                entry.ident = ident;
+                exact += u64::from(
+                    status == RecvStatus::Accepted(IcrcCheck::Ok)
+                        && ident.is_none_or(|i| i == Ipv4Ident::UROCE),
+                );
             }
             filled += used;
         }
         Counters::add(&self.counters.rx_packets, filled as u64);
+        Counters::add(&self.counters.icrc_exact, exact);
         Counters::add(&self.counters.rx_bytes, bytes_in as u64);
         bufs.filled = filled;
         bufs.datagrams = got;
         Ok(filled)
     }
 
-    /// Classifies, counts (drops only; the caller counts packets and bytes) and captures
-    /// one received packet; `status` is `Truncated` for a piece that was cut short,
-    /// anything else otherwise.
+    /// Classifies, counts (drops and the slow ICRC paths; the caller counts packets,
+    /// bytes and the fast path) and captures one received packet; `status` is
+    /// `Truncated` for a piece that was cut short, anything else otherwise. Returns what
+    /// became of it and the IPv4 header its ICRC was found valid for.
     fn receive_one(
         &mut self,
         src: Option<SocketAddr>,
         status: RecvStatus,
         bytes: &[u8],
-    ) -> RecvStatus {
+    ) -> (RecvStatus, Option<Ipv4Ident>) {
         let c = &*self.counters;
-        let (status, id) = if status == RecvStatus::Truncated {
-            (status, 0)
+        let (status, ident) = if status == RecvStatus::Truncated {
+            (status, None)
         } else {
             classify(self.policy, self.local, src, bytes, &mut self.ids)
         };
-        let counter = match status {
-            RecvStatus::Accepted(IcrcCheck::Ok) => None,
-            RecvStatus::Accepted(_) => Some(&c.unverified_icrc),
-            RecvStatus::Truncated => Some(&c.truncated),
-            RecvStatus::BadSource => Some(&c.bad_source),
-            RecvStatus::BadIcrc => Some(&c.bad_icrc),
-            RecvStatus::Unverifiable => Some(&c.unverified_icrc),
-            RecvStatus::ParseError => Some(&c.parse_errors),
+        let counter = match (status, ident) {
+            (RecvStatus::Accepted(IcrcCheck::Ok), None) => None,
+            (RecvStatus::Accepted(IcrcCheck::Ok), Some(i)) if i == Ipv4Ident::UROCE => None,
+            (RecvStatus::Accepted(IcrcCheck::Ok), Some(i)) if i.dont_fragment => {
+                Some(&c.icrc_id_df)
+            }
+            (RecvStatus::Accepted(IcrcCheck::Ok), Some(_)) => Some(&c.icrc_id_no_df),
+            (RecvStatus::Accepted(_), _) => Some(&c.unverified_icrc),
+            (RecvStatus::Truncated, _) => Some(&c.truncated),
+            (RecvStatus::BadSource, _) => Some(&c.bad_source),
+            (RecvStatus::BadIcrc, _) => Some(&c.bad_icrc),
+            (RecvStatus::Unverifiable, _) => Some(&c.icrc_unverifiable),
+            (RecvStatus::ParseError, _) => Some(&c.parse_errors),
         };
         if let Some(counter) = counter {
             Counters::add(counter, 1);
@@ -1521,13 +1487,18 @@ impl RoceSocket {
         if let (Some(capture), Some(src), false) =
             (self.capture.as_mut(), src, status == RecvStatus::Truncated)
         {
-            // Recorded with the Identification the sender sealed it for (a segment of a
-            // GSO train), so the capture shows the header as it was on the wire.
-            if capture.record_with_id(src, self.local, bytes, id).is_err() {
+            // Recorded with the header the sender sealed it for (a segment of a GSO
+            // train, a Soft-RoCE peer's counter), so the capture shows it as it was on
+            // the wire.
+            let ident = ident.unwrap_or(Ipv4Ident::UROCE);
+            if capture
+                .record_with_ident(src, self.local, bytes, ident)
+                .is_err()
+            {
                 Counters::add(&c.capture_errors, 1);
             }
         }
-        status
+        (status, ident)
     }
 }
 
@@ -1554,6 +1525,7 @@ fn split_datagram(meta: &RecvMeta, base: usize, entries: &mut [PacketSlot]) -> u
                 } else {
                     pending
                 },
+                ident: None,
             };
             return 1;
         }
@@ -1575,6 +1547,7 @@ fn split_datagram(meta: &RecvMeta, base: usize, entries: &mut [PacketSlot]) -> u
                 start: base + offset,
                 len,
                 status: pending,
+                ident: None,
             };
         }
         used += 1;
@@ -1587,6 +1560,7 @@ fn split_datagram(meta: &RecvMeta, base: usize, entries: &mut [PacketSlot]) -> u
                 start: base + offset,
                 len: meta.len - offset,
                 status: RecvStatus::Truncated,
+                ident: None,
             };
             used += 1;
         }
@@ -1594,30 +1568,35 @@ fn split_datagram(meta: &RecvMeta, base: usize, entries: &mut [PacketSlot]) -> u
     used
 }
 
-/// Decides what becomes of one received packet.
+/// Decides what becomes of one received packet; also returns the IPv4 header its ICRC
+/// is valid for, when it was accepted for one.
 fn classify(
     policy: IcrcPolicy,
     local: SocketAddr,
     src: Option<SocketAddr>,
     bytes: &[u8],
-    ids: &mut IdBasis,
-) -> (RecvStatus, u16) {
+    ids: &mut IdentSolver,
+) -> (RecvStatus, Option<Ipv4Ident>) {
     let Some(src) = src else {
-        return (RecvStatus::BadSource, 0);
+        return (RecvStatus::BadSource, None);
     };
-    let (check, id) = check_icrc(src, local, bytes, ids);
+    let (check, ident) = match check_icrc(src, local, bytes, ids) {
+        (IcrcCheck::Ok, Some(found)) if found != Ipv4Ident::UROCE && !policy.accepts(found) => {
+            (IcrcCheck::Mismatch, None)
+        }
+        other => other,
+    };
     let accept = match check {
         IcrcCheck::Ok => true,
         IcrcCheck::Mismatch => policy == IcrcPolicy::AcceptUnverified && src.is_ipv4(),
-        IcrcCheck::Unverifiable => return (RecvStatus::Unverifiable, 0),
+        IcrcCheck::Unverifiable => return (RecvStatus::Unverifiable, None),
     };
     if !accept {
-        return (RecvStatus::BadIcrc, 0);
+        return (RecvStatus::BadIcrc, None);
     }
-    let id = if check == IcrcCheck::Ok { id } else { 0 };
     match PacketRepr::parse(bytes) {
-        Ok(_) => (RecvStatus::Accepted(check), id),
-        Err(_) => (RecvStatus::ParseError, id),
+        Ok(_) => (RecvStatus::Accepted(check), ident),
+        Err(_) => (RecvStatus::ParseError, ident),
     }
 }
 

@@ -9,8 +9,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::time::Duration;
 
 use uroce_net::{
-    seal_for, verify_icrc, Capture, IcrcCheck, IcrcPolicy, NetError, OutPacket, RecvBatch,
-    RecvStatus, RoceSocket,
+    seal_for, verify_icrc, verify_icrc_with, Capture, IcrcCheck, IcrcPolicy, Ipv4Ident, NetError,
+    OutPacket, RecvBatch, RecvStatus, RoceSocket,
 };
 use uroce_wire::ip::{self, Endpoints, IpFields};
 use uroce_wire::opcode::{self, op};
@@ -373,53 +373,111 @@ fn truncated_short_and_garbage_datagrams_are_dropped_and_counted() {
     let c = b.counters();
     assert_eq!(c.rx_packets, 5);
     assert_eq!(c.truncated, 1);
-    assert_eq!(c.unverified_icrc, 1);
+    assert_eq!(c.icrc_unverifiable, 1);
+    assert_eq!(c.unverified_icrc, 0);
     assert_eq!(c.bad_icrc, 1);
     assert_eq!(c.parse_errors, 1);
+    assert_eq!(c.icrc_exact, 1);
+    assert_eq!((c.icrc_id_df, c.icrc_id_no_df), (0, 0));
 }
 
 /// A peer whose kernel puts a non-zero IPv4 Identification in the header (as Linux rxe
-/// does) produces an ICRC the receiver cannot reproduce: Strict drops it,
-/// AcceptUnverified takes it (IPv4 only) and counts it.
+/// does) produces an ICRC the uroce convention does not reproduce: the default policy
+/// finds the Identification (DF set or clear) and counts the path, Strict drops it,
+/// AcceptUnverified takes what matches no header at all (IPv4 only) and counts it.
 #[test]
 fn icrc_policies() {
     let mut b = RoceSocket::bind_port(V4_B, 0).unwrap();
+    assert_eq!(b.icrc_policy(), IcrcPolicy::AnyIdentification);
     let lb = b.local_addr();
     let raw = UdpSocket::bind((V4_A, 0)).unwrap();
     let la = raw.local_addr().unwrap();
     let mut rng = Rng::new(0x6e65_7403);
-    let mut pkt = packets(&mut rng, 1, 40).remove(0);
-    // Sealed for a header with Identification 0x1234 (what an rxe peer might send).
     let ep = Endpoints {
         src: la.ip(),
         dst: lb.ip(),
         src_port: la.port(),
         dst_port: lb.port(),
     };
-    let fields = IpFields {
-        identification: 0x1234,
-        ..IpFields::LINUX_UDP_SOCKET
+    // Sealed for a header with Identification `id` and DF as given (what an rxe peer
+    // sends).
+    let mut sealed_for = |id: u16, df: bool| {
+        let mut pkt = packets(&mut rng, 1, 40).remove(0);
+        let fields = IpFields {
+            identification: id,
+            dont_fragment: df,
+            ..IpFields::LINUX_UDP_SOCKET
+        };
+        let mut dg = vec![0u8; 28 + pkt.len()];
+        ip::build_datagram(&ep, &fields, &pkt, &mut dg).unwrap();
+        pkt.copy_from_slice(&dg[28..]);
+        pkt
     };
-    let mut dg = vec![0u8; 28 + pkt.len()];
-    ip::build_datagram(&ep, &fields, &pkt, &mut dg).unwrap();
-    pkt.copy_from_slice(&dg[28..]);
-    assert_eq!(verify_icrc(la, lb, &pkt), IcrcCheck::Mismatch);
+    let with_df = sealed_for(0x1234, true);
+    let without_df = sealed_for(0xbeef, false);
+    assert_eq!(verify_icrc(la, lb, &with_df), IcrcCheck::Mismatch);
+    let any = IcrcPolicy::AnyIdentification;
+    let ident = |id, df| Ipv4Ident {
+        identification: id,
+        dont_fragment: df,
+    };
+    assert_eq!(
+        verify_icrc_with(any, la, lb, &with_df),
+        (IcrcCheck::Ok, Some(ident(0x1234, true)))
+    );
+    assert_eq!(
+        verify_icrc_with(any, la, lb, &without_df),
+        (IcrcCheck::Ok, Some(ident(0xbeef, false)))
+    );
+    let mut corrupt = with_df.clone();
+    corrupt[20] ^= 0x10;
+    assert_eq!(
+        verify_icrc_with(any, la, lb, &corrupt),
+        (IcrcCheck::Mismatch, None)
+    );
 
+    // Default: both accepted, with their Identifications.
     let mut batch = RecvBatch::default();
-    raw.send_to(&pkt, lb).unwrap();
+    raw.send_to(&with_df, lb).unwrap();
+    raw.send_to(&without_df, lb).unwrap();
+    let got = support::recv_until(&mut b, &mut batch, 2, Duration::from_secs(5));
+    assert!(got
+        .iter()
+        .all(|g| g.status == RecvStatus::Accepted(IcrcCheck::Ok)));
+    let accepted: Vec<_> = batch.iter().map(|r| (r.roce.to_vec(), r.ident)).collect();
+    assert_eq!(
+        accepted,
+        [
+            (with_df.clone(), Some(ident(0x1234, true))),
+            (without_df.clone(), Some(ident(0xbeef, false)))
+        ]
+    );
+    let c = b.counters();
+    assert_eq!((c.icrc_exact, c.icrc_id_df, c.icrc_id_no_df), (0, 1, 1));
+
+    // Strict: dropped.
+    b.set_icrc_policy(IcrcPolicy::Strict);
+    raw.send_to(&with_df, lb).unwrap();
     let got = support::recv_until(&mut b, &mut batch, 1, Duration::from_secs(5));
     assert_eq!(got[0].status, RecvStatus::BadIcrc);
 
+    // AcceptUnverified: a matching one is still solved, a corrupted one taken unverified.
     b.set_icrc_policy(IcrcPolicy::AcceptUnverified);
-    raw.send_to(&pkt, lb).unwrap();
-    let got = support::recv_until(&mut b, &mut batch, 1, Duration::from_secs(5));
-    assert_eq!(got[0].status, RecvStatus::Accepted(IcrcCheck::Mismatch));
+    raw.send_to(&with_df, lb).unwrap();
+    raw.send_to(&corrupt, lb).unwrap();
+    let got = support::recv_until(&mut b, &mut batch, 2, Duration::from_secs(5));
+    assert_eq!(got[0].status, RecvStatus::Accepted(IcrcCheck::Ok));
+    assert_eq!(got[1].status, RecvStatus::Accepted(IcrcCheck::Mismatch));
     let accepted: Vec<_> = batch.iter().collect();
-    assert_eq!(accepted.len(), 1);
-    assert_eq!(accepted[0].icrc, IcrcCheck::Mismatch);
-    assert_eq!(accepted[0].roce, &pkt[..]);
+    assert_eq!(accepted.len(), 2);
+    assert_eq!(accepted[1].icrc, IcrcCheck::Mismatch);
+    assert_eq!(accepted[1].ident, None);
+    assert_eq!(accepted[1].roce, &corrupt[..]);
     let c = b.counters();
-    assert_eq!((c.bad_icrc, c.unverified_icrc, c.rx_packets), (1, 1, 2));
+    assert_eq!(
+        (c.bad_icrc, c.unverified_icrc, c.icrc_id_df, c.rx_packets),
+        (1, 1, 2, 5)
+    );
 
     // IPv6 is always verifiable: a bad ICRC is dropped under either policy.
     let Some((mut s6, mut r6)) = ipv6_pair() else {

@@ -38,6 +38,7 @@ pub mod xrceth;
 pub mod packet;
 
 pub mod icrc;
+pub mod icrc_ident;
 pub mod ip;
 pub mod pcap;
 
