@@ -517,6 +517,24 @@ def check_capture(pcap, uroce, ends):
     return problems, len(lines)
 
 
+def checker_catches_corruption(step, rundir, uroce):
+    """The capture check must be able to fail: one bit flipped in the last byte of the
+    first packet of a passing capture (inside its ICRC) must be reported."""
+    pcap = sorted(rundir.glob(f"{step.number:02d}-*.pcap"))[0]
+    data = bytearray(pcap.read_bytes())
+    # pcap: 24-byte file header, 16-byte record header (incl_len at offset 8), the frame.
+    incl = int.from_bytes(data[24 + 8:24 + 12], "little")
+    data[24 + 16 + incl - 1] ^= 0x01
+    bad = rundir / "corrupted.pcapx"
+    bad.write_bytes(data)
+    problems, _ = check_capture(bad, uroce, set())
+    bad.unlink()
+    if not any("uroce decode" in p for p in problems):
+        log(f"FAILED: a capture with a corrupted ICRC passed the check ({pcap.name})")
+        return False
+    return True
+
+
 @dataclasses.dataclass
 class Step:
     number: int
@@ -641,6 +659,8 @@ def inside(args):
         threading.Thread(target=echo_consoles, args=(guests,), daemon=True).start()
     results = run_steps(steps, guests, lib, uroce, rundir)
     failed = [r for r in results if not r[1]]
+    if results and not failed and not checker_catches_corruption(results[0][0], rundir, uroce):
+        return 1
     log(f"{len(results) - len(failed)}/{len(results)} steps passed; captures and logs in {rundir}")
     return 1 if failed or len(results) != len(steps) else 0
 
