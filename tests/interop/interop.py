@@ -46,6 +46,7 @@ SUBNET = "198.18.0"  # RFC 2544 benchmarking block, only ever inside our own nam
 HOST_IP = f"{SUBNET}.1"
 GATE_PORT = 8790  # the guests poll http://HOST_IP:GATE_PORT/gate (see guest-init.sh)
 STEP_LIMIT = 150  # seconds one program may run (TCG is slow)
+VANISH_CLIENT_LIMIT = 8  # seconds a client whose server vanished may run
 BOOT_LIMIT = 120  # seconds until a guest reports rxe0 up
 
 
@@ -55,6 +56,9 @@ BOOT_LIMIT = 120  # seconds until a guest reports rxe0 up
 # index of the side running it (uroce: 0, rxe: its RoCE v2 IPv4 GID), {peer} the server's
 # address. `port` is the TCP port the server listens on (0: rdma_cm, no TCP socket).
 # `uroce=False` keeps a scenario guest to guest until uroce implements its transport.
+# `vanish=S`: the server is killed S seconds after it starts, in the middle of the
+# exchange, and the client's transport retries are judged instead of exit statuses (see
+# judge_vanish and docs/INTEROP.md).
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,6 +68,7 @@ class Scenario:
     port: int = 18515
     client: str = ""
     uroce: bool = True
+    vanish: int = 0
 
     def argv(self, role, gid, peer):
         text = self.server if role == "server" else (self.client or self.server + " {peer}")
@@ -82,6 +87,9 @@ SCENARIOS = [
     Scenario("write_bw", f"ib_write_bw {PT} -n 20"),
     Scenario("read_bw", f"ib_read_bw {PT} -n 20"),
     Scenario("atomic_bw", f"ib_atomic_bw {PT} -n 20"),
+    Scenario("atomic_cs_bw", f"ib_atomic_bw {PT} -n 20 -A CMP_AND_SWAP"),
+    Scenario("write_peer_vanishes", f"ib_write_bw {PT} -s 1024 -t 4 -n 100000 --rate_limit=200 --rate_units=p "
+             "--rate_limit_type=SW", vanish=4),
     Scenario("uc_pingpong", "ibv_uc_pingpong -g {gid} -n 20", uroce=False),
     Scenario("ud_pingpong", "ibv_ud_pingpong -g {gid} -n 20", uroce=False),
     Scenario("rping", "rping -s -a {peer} -C 5 -v", 0, "rping -c -a {peer} -C 5 -v", uroce=False),
@@ -355,12 +363,12 @@ class Gate(http.server.BaseHTTPRequestHandler):
 class Proc:
     """A process of ours, its output in a file, ended by its PID when it overstays."""
 
-    def __init__(self, argv, out, env=None):
+    def __init__(self, argv, out, env=None, limit=STEP_LIMIT):
         self.out = out
         with open(out, "w") as f:
             self.p = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                       env=env, start_new_session=True)
-        self.deadline = time.monotonic() + STEP_LIMIT
+        self.deadline = time.monotonic() + limit
 
     def poll(self):
         rc = self.p.poll()
@@ -391,11 +399,11 @@ class Guest:
 
     def serve(self, step, scen, peer):
         words = " ".join(shlex.quote(w) for w in scen.argv("server", "@GID@", peer)).replace("@GID@", "$GID")
-        self.plan.append(f"serve {step} {scen.port} {STEP_LIMIT} {words}")
+        self.plan.append(f"serve {step} {scen.port} {scen.vanish or STEP_LIMIT} {words}")
 
     def connect(self, step, scen, peer):
         words = " ".join(shlex.quote(w) for w in scen.argv("client", "@GID@", peer)).replace("@GID@", "$GID")
-        self.plan.append(f"connect {step} {STEP_LIMIT} {words}")
+        self.plan.append(f"connect {step} {VANISH_CLIENT_LIMIT if scen.vanish else STEP_LIMIT} {words}")
 
     def boot(self):
         vmlinux, initrd, _ = self.image
@@ -532,6 +540,7 @@ def checker_catches_corruption(step, rundir, uroce):
     if not any("uroce decode" in p for p in problems):
         log(f"FAILED: a capture with a corrupted ICRC passed the check ({pcap.name})")
         return False
+    log(f"check of the checks: one bit flipped in {pcap.name} is reported ({problems[-1][:60]}...)")
     return True
 
 
@@ -594,7 +603,8 @@ def run_step(s, env, lib, uroce, rundir, ip_of):
     host_procs, why = {}, []
     peer = ip_of(s.server)
     if s.server == "host":
-        host_procs["server"] = Proc(s.scen.argv("server", "0", peer), rundir / f"{name}.server.out", env)
+        host_procs["server"] = Proc(s.scen.argv("server", "0", peer), rundir / f"{name}.server.out", env,
+                                    s.scen.vanish or STEP_LIMIT)
         end = time.monotonic() + 30
         while not listening(s.scen.port) and host_procs["server"].p.poll() is None and time.monotonic() < end:
             time.sleep(0.02)
@@ -602,7 +612,8 @@ def run_step(s, env, lib, uroce, rundir, ip_of):
         why.append("the rxe server never listened")
     if not why:
         if s.client == "host":
-            host_procs["client"] = Proc(s.scen.argv("client", "0", peer), rundir / f"{name}.client.out", env)
+            host_procs["client"] = Proc(s.scen.argv("client", "0", peer), rundir / f"{name}.client.out", env,
+                                        VANISH_CLIENT_LIMIT if s.scen.vanish else STEP_LIMIT)
         else:
             Gate.step = s.number
     rcs = {}
@@ -619,23 +630,53 @@ def run_step(s, env, lib, uroce, rundir, ip_of):
             rcs[role] = int(m.group(1).split("=")[-1]) if m else "no result"
     Gate.step = None
     cap.stop()
-    for role, rc in rcs.items():
-        if rc != 0:
-            why.append(f"{role} exit {rc}")
     problems, packets = check_capture(cap.pcap, uroce, {ip_of(s.server), ip_of(s.client)})
     why += problems
     outputs = {}
     for role, side in (("server", s.server), ("client", s.client)):
         outputs[role] = host_procs[role].text() if side == "host" and role in host_procs else (
             side.output(s.number) if side != "host" else "")
+    if s.scen.vanish:
+        verdict, problem = judge_vanish(s, rcs, outputs["client"], cap.pcap, ip_of(s.client))
+        why += [problem] if problem else []
+    else:
+        verdict = ""
+        why += [f"{role} exit {rc}" for role, rc in rcs.items() if rc != 0]
     (rundir / f"{name}.log").write_text("".join(f"--- {r}:\n{t}\n" for r, t in outputs.items()))
     secs = time.monotonic() - t0
     status = "ok  " if not why else "FAIL"
-    log(f"{status} {s.label}: {secs:.1f} s, {packets} packets{'; ' + '; '.join(why) if why else ''}")
+    log(f"{status} {s.label}: {secs:.1f} s, {packets} packets{verdict}{'; ' + '; '.join(why) if why else ''}")
     if why:
         for role, text in outputs.items():
             print(f"    --- {role} output:\n" + "\n".join("    " + l for l in text.splitlines()[-20:]), flush=True)
     return s, not why, secs, packets, why
+
+
+RETRY_CNT = 7  # what ibv_rc_pingpong sets (and perftest); IBA: 7 retries, then an error
+
+
+def judge_vanish(s, rcs, client_out, pcap, client_ip):
+    """The server died mid-stream. uroce (IBA: retry_cnt counts retries; 7 is seven) must
+    send the first unacknowledged packet exactly 1 + 7 times and then fail (the work
+    request completes with IBV_WC_RETRY_EXC_ERR, perftest exits 1); Linux rxe is known to
+    treat retry_cnt 7 as infinite and must still be retransmitting when its time limit
+    kills it (more than 1 + 7 times)."""
+    rows = sh("tshark", "-n", "-r", str(pcap), "-Y", f"ip.src == {client_ip} && infiniband.bth.opcode != 17",
+              "-T", "fields", "-e", "infiniband.bth.psn").split()
+    most = max((rows.count(p) for p in set(rows)), default=0)
+    verdict = f", a packet sent {most} times"
+    rc = rcs.get("client")
+    if s.client == "host":
+        if rc in (0, "timeout"):
+            return verdict, f"uroce client: exit {rc}, expected a failure before its limit"
+        if most != 1 + RETRY_CNT:
+            return verdict, f"uroce sent a packet {most} times with retry_cnt {RETRY_CNT}, expected {1 + RETRY_CNT}"
+        return verdict + " (uroce: retry_cnt 7 = seven retries, then RETRY_EXC_ERR)", None
+    if rc not in (124, 143):
+        return verdict, f"rxe client: exit {rc}, expected to be still retrying when its limit killed it"
+    if most <= 1 + RETRY_CNT:
+        return verdict, f"rxe sent a packet only {most} times: does it no longer retry forever?"
+    return verdict + " (rxe: retry_cnt 7 = forever, killed by its limit)", None
 
 
 def inside(args):
@@ -727,22 +768,39 @@ def outside(mode, names):
     return rc
 
 
+# What `record` keeps: rxe to rxe for every kind of traffic the guests can make, rxe to
+# uroce for the RC operations (both ways). Files are cut to their first packets (the
+# bandwidth tests' full-MTU packets to fewer) so that the fixtures stay small.
+FIXTURES_RXE = ["rc_pingpong_1", "rc_pingpong", "srq_pingpong", "send_lat", "write_bw", "read_bw", "atomic_bw",
+                "atomic_cs_bw", "uc_pingpong", "ud_pingpong", "rping", "ucmatose", "udaddy"]
+FIXTURES_UROCE = ["rc_pingpong", "write_bw", "read_bw", "atomic_bw", "atomic_cs_bw"]
+
+
+def cut(pcap, out):
+    """The first 300 packets of a capture of small packets, the first 100 otherwise."""
+    size, count = pcap.stat().st_size, int(sh("capinfos", "-M", "-c", "-r", str(pcap)).split()[-1])
+    keep = 300 if size < 200 * max(count, 1) else 100
+    subprocess.run(["editcap", "-r", str(pcap), str(out), f"1-{keep}"], check=True)
+    out.chmod(0o644)
+
+
 def record(dest):
-    """Fixture captures: guest to guest for every scenario, guest to uroce for RC."""
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
     rc = 0
-    for mode, names in (("guests", [s.name for s in SCENARIOS]), ("run", ["rc_pingpong", "write_bw", "read_bw", "atomic_bw"])):
-        before = set((WORK / "runs").glob("*")) if (WORK / "runs").exists() else set()
+    for mode, names, tag in (("guests", FIXTURES_RXE, "rxe-rxe"), ("run", FIXTURES_UROCE, "rxe-uroce")):
+        runs = WORK / "runs"
+        before = set(runs.glob("*")) if runs.exists() else set()
         rc |= outside(mode, names)
-        (run,) = set((WORK / "runs").glob("*")) - before
+        (run,) = set(runs.glob("*")) - before
         for pcap in sorted(run.glob("*.pcap")):
-            tag = "rxe-rxe" if mode == "guests" else "rxe-uroce"
-            m = re.match(r"\d+-(.*)-(uroce|rxe)-server\.pcap", pcap.name)
-            out = dest / (f"{tag}-{m.group(1)}.pcap" if mode == "guests" else f"{tag}-{m.group(1)}-{m.group(2)}-server.pcap")
-            subprocess.run(["editcap", "-r", str(pcap), str(out), "1-300"], check=True)
-    image = sorted(WORK.glob("image-*/manifest.txt"), key=lambda p: p.stat().st_mtime)[-1]
-    shutil.copy(image, dest / "manifest.txt")
+            m = re.match(r"\d+-(.*)-(uroce|rxe)-server\.pcap$", pcap.name)
+            out = dest / (f"{tag}-{m.group(1)}.pcap" if mode == "guests" else
+                          f"{tag}-{m.group(1)}-{m.group(2)}-server.pcap")
+            cut(pcap, out)
+    manifest = sorted(WORK.glob("image-*/manifest.txt"), key=lambda p: p.stat().st_mtime)[-1]
+    shutil.copy(manifest, dest / "manifest.txt")
+    (dest / "manifest.txt").chmod(0o644)
     return rc
 
 
