@@ -48,6 +48,7 @@ GATE_PORT = 8790  # the guests poll http://HOST_IP:GATE_PORT/gate (see guest-ini
 STEP_LIMIT = 150  # seconds one program may run (TCG is slow)
 VANISH_CLIENT_LIMIT = 8  # seconds a client whose server vanished may run
 BOOT_LIMIT = 120  # seconds until a guest reports rxe0 up
+KEEP_RUNS = 5  # earlier runs kept under WORK/runs
 
 
 # --------------------------------------------------------------------------------------
@@ -584,6 +585,7 @@ def run_steps(steps, guests, lib, uroce, rundir):
             results.append(run_step(s, env, lib, uroce, rundir, ip_of))
         for g in guests:
             g.wait("done", 30)
+            (rundir / f"{g.name}.initramfs").unlink(missing_ok=True)
     finally:
         gate.shutdown()
         gate.server_close()
@@ -736,6 +738,9 @@ def outside(mode, names):
             die(f"{f} is missing: cargo build --release -p uroce-ffi -p uroce-cli")
     vmlinux, initrd, _ = build_image()  # outside: apt-get needs the host's network
     ns = f"uroce-interop-{os.getpid()}"
+    old_runs = sorted((WORK / "runs").glob("*")) if (WORK / "runs").exists() else []
+    for old in old_runs[:-KEEP_RUNS]:  # the cache keeps the last few runs' captures and logs
+        shutil.rmtree(old, ignore_errors=True)
     rundir = WORK / "runs" / time.strftime("%Y%m%d-%H%M%S")
     libdir = rundir / "lib"
     libdir.mkdir(parents=True)
