@@ -203,8 +203,8 @@ fn rxe_captures_parse_emit_icrc_and_match_tshark() {
     // Acknowledge, Atomic Acknowledge, Compare&Swap, Fetch&Add, UC SEND First/Middle/Last,
     // UD SEND Only (with and without immediate), and CM MADs.
     let wanted: [u8; 22] = [
-        0x00, 0x01, 0x02, 0x04, 0x06, 0x07, 0x08, 0x0a, 0x0c, 0x0d, 0x0e, 0x0f, 0x10, 0x11,
-        0x12, 0x13, 0x14, 0x20, 0x21, 0x22, 0x64, 0x65,
+        0x00, 0x01, 0x02, 0x04, 0x06, 0x07, 0x08, 0x0a, 0x0c, 0x0d, 0x0e, 0x0f, 0x10, 0x11, 0x12,
+        0x13, 0x14, 0x20, 0x21, 0x22, 0x64, 0x65,
     ];
     let missing: Vec<String> = wanted
         .iter()
@@ -212,7 +212,11 @@ fn rxe_captures_parse_emit_icrc_and_match_tshark() {
         .map(|op| format!("{op:#04x}"))
         .collect();
     if std::env::var_os("UROCE_RXE_CAPTURES").is_none() {
-        assert!(missing.is_empty(), "no packet with opcode {}", missing.join(", "));
+        assert!(
+            missing.is_empty(),
+            "no packet with opcode {}",
+            missing.join(", ")
+        );
         assert!(cm_mads > 0, "no CM MAD in the fixtures");
     }
 }
