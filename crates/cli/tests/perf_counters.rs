@@ -124,9 +124,23 @@ fn check_block(b: &Block, qps: usize) {
             get(dev, "rx_packets") > 0,
             "{what}: {side} got nothing: {dev:?}"
         );
-        for bad in ["bad_icrc", "unverified_icrc", "parse_errors", "truncated"] {
+        for bad in [
+            "bad_icrc",
+            "unverified_icrc",
+            "icrc_unverifiable",
+            "icrc_id_no_df",
+            "parse_errors",
+            "truncated",
+        ] {
             assert_eq!(get(dev, bad), 0, "{what}: {side} {bad}: {dev:?}");
         }
+        // A uroce peer's packets take the exact ICRC path (ID 0) or, as segments of a
+        // GSO train, the solved one with DF: every packet one of the two.
+        assert_eq!(
+            get(dev, "icrc_exact") + get(dev, "icrc_id_df"),
+            get(dev, "rx_packets"),
+            "{what}: {side} ICRC paths: {dev:?}"
+        );
     }
     let (c, s) = (&b.client_dev, &b.server_dev);
     assert!(

@@ -2,10 +2,12 @@
 //!
 //! A UDP socket never sees the IP and UDP headers of its datagrams, so [`Capture`]
 //! rebuilds them: the headers the kernel emits for a uroce socket (unconnected,
-//! `IP_PMTUDISC_DO`; roce-spec.md §2.3): IPv4 Identification 0, DF, TTL 64, TOS 0 and a
+//! `IP_PMTUDISC_DO`; `docs/ICRC.md`): IPv4 Identification 0, DF, TTL 64, TOS 0 and a
 //! correct header checksum, or IPv6 with traffic class 0, flow label 0, hop limit 64;
 //! the real addresses and ports; and a correct UDP checksum, as the kernel computes it.
-//! Each datagram is framed in Ethernet II with made-up locally administered MAC addresses
+//! A received IPv4 packet is recorded with the Identification and DF flag its ICRC was
+//! found valid for ([`Capture::record_with_ident`]: a GSO segment, a Soft-RoCE peer), so
+//! its ICRC checks in the capture too. Each datagram is framed in Ethernet II with made-up locally administered MAC addresses
 //! derived from the IP addresses (`uroce_wire::pcap::mac_for`), so any dissector reads
 //! the file as a normal RoCEv2 capture.
 //!

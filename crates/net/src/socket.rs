@@ -360,8 +360,8 @@ fn check_pair(local: SocketAddr, dst: SocketAddr) -> Result<(), NetError> {
 
 /// Seals the ICRC of `roce` (BTH..pad followed by 4 ICRC bytes, whose value is ignored)
 /// for the datagram a uroce socket bound to `local` sends to `dst`: IPv4 with
-/// Identification 0 and DF, or IPv6, with the real addresses and ports (roce-spec.md
-/// §2.3). Returns the ICRC.
+/// Identification 0 and DF, or IPv6, with the real addresses and ports (IBA Annex A17,
+/// RoCEv2; `docs/ICRC.md`). Returns the ICRC.
 ///
 /// # Errors
 /// [`NetError::UnusableAddress`] for an unspecified or IPv4-mapped address,

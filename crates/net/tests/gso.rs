@@ -21,6 +21,7 @@ use uroce_net::{
     verify_icrc, Capture, FaultConfig, IcrcCheck, IcrcPolicy, NetError, RecvBatch, RecvStatus,
     RoceSocket, SocketConfig,
 };
+use uroce_wire::icrc_ident::{identify, IdentSolver, Ipv4Ident};
 use uroce_wire::ip::{roce_headers_with, Datagram, Endpoints, IpFields};
 use uroce_wire::opcode::op;
 use uroce_wire::pcap::PcapReader;
@@ -45,9 +46,20 @@ fn v4(last: u8) -> IpAddr {
 /// A train: `n` RDMA WRITE MIDDLE packets with random payloads, PSNs `first_psn..`, the
 /// last with `last_payload` bytes of payload instead of 4096. The ICRC bytes are zero.
 fn train(rng: &mut Rng, n: usize, last_payload: usize, first_psn: u32) -> Vec<u8> {
+    train_of(rng, n, PAYLOAD, last_payload, first_psn)
+}
+
+/// [`train`] with `payload` bytes of payload per packet instead of 4096.
+fn train_of(
+    rng: &mut Rng,
+    n: usize,
+    payload: usize,
+    last_payload: usize,
+    first_psn: u32,
+) -> Vec<u8> {
     let mut out = Vec::new();
     for i in 0..n {
-        let len = if i + 1 == n { last_payload } else { PAYLOAD };
+        let len = if i + 1 == n { last_payload } else { payload };
         let payload = rng.bytes(len);
         let repr = PacketRepr {
             bth: bth::Repr {
@@ -715,5 +727,240 @@ fn kernel_segments_in_a_private_namespace() {
     eprintln!(
         "{TEST}: captured {messages} whole GSO messages (ID 0, DF) and {n} kernel-cut \
          segments with IDs 0..{per} (DF); all ICRCs verified by scapy and uroce_wire"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// The same over a veth pair between two network namespaces: the path of a real NIC.
+
+/// Name of the environment variable that makes the veth child test run.
+const VETH_CHILD: &str = "UROCE_GSO_VETH_CHILD";
+/// Name of the veth child test.
+const VETH_CHILD_TEST: &str = "veth_segments_in_private_namespaces";
+
+/// Runs [`veth_segments_in_private_namespaces`] in a new network namespace, which
+/// creates a second one and a veth pair between them.
+#[test]
+fn veth_segments_carry_the_identification_they_were_sealed_for() {
+    if !support::have_tshark(TEST) {
+        return;
+    }
+    let Some(out) = support::run_in_new_netns(TEST, VETH_CHILD_TEST, VETH_CHILD) else {
+        return;
+    };
+    assert!(
+        out.status.success() && out.stdout.contains("1 passed"),
+        "child test failed:\n{}\n{}",
+        out.stdout,
+        out.stderr
+    );
+}
+
+/// A second network namespace, held by a `sleep` process made by `unshare --net`;
+/// killed (and so the namespace and the veth end in it removed) when dropped.
+struct PeerNamespace(std::process::Child);
+
+impl PeerNamespace {
+    fn new() -> PeerNamespace {
+        let child = Command::new("unshare")
+            .args(["--net", "--", "sleep", "300"])
+            .spawn()
+            .expect("unshare --net sleep");
+        // Wait (at most 5 s) until the sleeper is in its own namespace.
+        let own = std::fs::read_link("/proc/self/ns/net").unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let theirs = std::fs::read_link(format!("/proc/{}/ns/net", child.id()));
+            if theirs.is_ok_and(|t| t != own) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the peer namespace did not appear"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        PeerNamespace(child)
+    }
+
+    fn pid(&self) -> u32 {
+        self.0.id()
+    }
+
+    /// Runs `ip ARGS` inside it.
+    fn ip(&self, args: &[&str]) {
+        let mut cmd = Command::new("nsenter");
+        cmd.arg(format!("--net=/proc/{}/ns/net", self.pid()))
+            .args(["--", "ip"])
+            .args(args);
+        let out = support::run(cmd, Duration::from_secs(20)).unwrap();
+        assert!(
+            out.status.success(),
+            "ip {args:?} in the peer: {}",
+            out.stderr
+        );
+    }
+}
+
+impl Drop for PeerNamespace {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn ip(args: &[&str]) {
+    let mut cmd = Command::new("ip");
+    cmd.args(args);
+    let out = support::run(cmd, Duration::from_secs(20)).unwrap();
+    assert!(out.status.success(), "ip {args:?}: {}", out.stderr);
+}
+
+/// Inside a private network namespace (A): a second namespace (B), a veth pair `ua0`
+/// (A, 198.18.0.1/24) – `ub0` (B, 198.18.0.2/24), MTU 1500, and a capture on `ub0` in
+/// B. Trains of RoCE-PMTU-1024 packets go from A to B as GSO messages, twice: with the
+/// veth taking GSO messages whole (its default), and with `gso_max_segs 1` on `ua0`,
+/// which makes A's kernel segment before the device, as for a NIC without segmentation
+/// offload. On the wire, every datagram carrying one packet must have DF, the
+/// Identification k of its place in its message, and an ICRC that is right for the IPv4
+/// header as captured (checked by `uroce_wire` over that header, and found again by
+/// the any-id receive check from a receiver's header); a datagram carrying a whole
+/// message must have ID 0 and DF and hold the packets sealed for 0, 1, 2, ….
+#[test]
+#[ignore = "runs only inside a private network namespace, started by the test above"]
+fn veth_segments_in_private_namespaces() {
+    if std::env::var(VETH_CHILD).as_deref() != Ok("1") {
+        return;
+    }
+    ip(&["link", "set", "lo", "up"]);
+    let peer = PeerNamespace::new();
+    let pid = peer.pid().to_string();
+    ip(&["link", "add", "ua0", "type", "veth", "peer", "name", "ub0"]);
+    ip(&["link", "set", "ub0", "netns", &pid]);
+    ip(&["addr", "add", "198.18.0.1/24", "dev", "ua0"]);
+    ip(&["link", "set", "ua0", "up"]);
+    peer.ip(&["link", "set", "lo", "up"]);
+    peer.ip(&["addr", "add", "198.18.0.2/24", "dev", "ub0"]);
+    peer.ip(&["link", "set", "ub0", "up"]);
+
+    let a = IpAddr::V4(Ipv4Addr::new(198, 18, 0, 1));
+    let dst = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(198, 18, 0, 2)), ROCEV2_UDP_PORT);
+    // Resolve the neighbour first (not port 4791: not captured), so that no packet of a
+    // train waits for ARP.
+    let warm = std::net::UdpSocket::bind((a, 0)).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        warm.send_to(b"warm-up", (dst.ip(), 9)).unwrap();
+        let neigh = Command::new("ip")
+            .args(["neigh", "show", "198.18.0.2", "dev", "ua0"])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&neigh.stdout).into_owned();
+        if text.contains("REACHABLE") || text.contains("STALE") || text.contains("DELAY") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no ARP answer over the veth: {text}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    const SEG: usize = 12 + 1024 + 4;
+    let n: usize = 100;
+    let per = per_message(SEG, true);
+    let messages = n.div_ceil(per);
+    let filter = format!("udp dst port {ROCEV2_UDP_PORT}");
+    let live = LiveCapture::start_on("ub0", &filter, Some(peer.pid())).unwrap();
+    let mut rng = Rng::new(0x6773_6f0a);
+    let mut sent = Vec::new();
+    for round in 0..2 {
+        if round == 1 {
+            ip(&["link", "set", "dev", "ua0", "gso_max_segs", "1"]);
+        }
+        let mut tx = RoceSocket::bind_port(a, 0).unwrap();
+        assert!(tx.gso_active(), "GSO supported");
+        let mut buf = train_of(&mut rng, n, 1024, 600, 5000 * round as u32);
+        send_train_all(&mut tx, dst, &mut buf, SEG);
+        sent.push(expected(tx.local_addr(), dst, &buf, SEG, true));
+        // Let the last message leave before the device changes.
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let file = live.stop().unwrap();
+    let bytes = std::fs::read(file.path()).unwrap();
+    let reader = PcapReader::new(&bytes[..]).unwrap();
+    let link = reader.link_type().unwrap();
+    let captured: Vec<Vec<u8>> = reader
+        .map(|r| {
+            let (_, frame) = r.unwrap();
+            let d = link.datagram(&frame).unwrap();
+            [d.ip_header, d.udp_header, d.payload].concat()
+        })
+        .collect();
+    eprintln!(
+        "{TEST}: veth captured {} datagrams for {} packets in {} messages per round",
+        captured.len(),
+        n,
+        messages
+    );
+
+    // Sort the datagrams into the packets they carry: a whole message (ID 0, its packets
+    // end to end) or one packet.
+    let all_sent: Vec<Vec<u8>> = sent.concat();
+    let mut next = 0;
+    let mut solver = IdentSolver::new();
+    let (mut whole, mut single) = (0, 0);
+    for (i, dg) in captured.iter().enumerate() {
+        let d = Datagram::parse_ip(dg).unwrap();
+        let id = u16::from_be_bytes([d.ip_header[4], d.ip_header[5]]);
+        assert_eq!(d.ip_header[6] & 0xe0, 0x40, "datagram {i}: DF, not MF");
+        if d.payload.len() > SEG {
+            // A GSO message taken whole by the device: ID 0, the packets sealed for
+            // 0, 1, 2, … in their place.
+            assert_eq!(id, 0, "datagram {i}: a whole message has ID 0");
+            let count = d.payload.len().div_ceil(SEG);
+            let want: Vec<u8> = all_sent[next..next + count].concat();
+            assert!(
+                d.payload == &want[..],
+                "datagram {i}: the message's packets"
+            );
+            whole += 1;
+            next += count;
+            continue;
+        }
+        assert!(
+            d.payload == &all_sent[next][..],
+            "datagram {i}: packet {next}"
+        );
+        assert_eq!(
+            id as usize,
+            (next % n) % per,
+            "datagram {i}: Identification = place in its message"
+        );
+        d.verify_icrc()
+            .unwrap_or_else(|e| panic!("datagram {i}: ICRC over the captured header: {e}"));
+        // A receiver, which sees no header, finds the same Identification.
+        let mut receiver_ip = [0u8; 20];
+        receiver_ip.copy_from_slice(d.ip_header);
+        receiver_ip[4..6].copy_from_slice(&[0, 0]);
+        assert_eq!(
+            identify(&mut solver, &receiver_ip, d.udp_header, d.payload),
+            Ok(Some(Ipv4Ident {
+                identification: id,
+                dont_fragment: true
+            })),
+            "datagram {i}"
+        );
+        single += 1;
+        next += 1;
+    }
+    assert_eq!(next, 2 * n, "every packet was captured once");
+    assert!(
+        single >= n,
+        "the second round was segmented before the device"
+    );
+    eprintln!(
+        "{TEST}: veth: {whole} whole messages (ID 0, DF), {single} single-packet datagrams \
+         with ID = place in message (DF), every ICRC right for the header on the wire"
     );
 }

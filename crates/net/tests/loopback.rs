@@ -436,11 +436,27 @@ fn icrc_policies() {
         (IcrcCheck::Mismatch, None)
     );
 
-    // Default: both accepted, with their Identifications.
+    // Default: both accepted, with their Identifications, and captured with the header
+    // they came in.
+    let file = TempFile::new("net-capture-ident", "pcap");
+    b.set_capture(Some(Capture::create(file.path()).unwrap()));
     let mut batch = RecvBatch::default();
     raw.send_to(&with_df, lb).unwrap();
     raw.send_to(&without_df, lb).unwrap();
     let got = support::recv_until(&mut b, &mut batch, 2, Duration::from_secs(5));
+    let mut capture = b.set_capture(None).expect("capture was set");
+    capture.flush().unwrap();
+    let bytes = std::fs::read(file.path()).unwrap();
+    let frames: Vec<_> = PcapReader::new(&bytes[..])
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(frames.len(), 2);
+    for ((_, frame), want) in frames.iter().zip([[0x12, 0x34, 0x40], [0xbe, 0xef, 0]]) {
+        let d = uroce_wire::ip::Datagram::parse_ethernet(frame).unwrap();
+        assert_eq!(&d.ip_header[4..7], &want, "captured ID and DF");
+        d.verify_icrc().unwrap();
+    }
     assert!(got
         .iter()
         .all(|g| g.status == RecvStatus::Accepted(IcrcCheck::Ok)));

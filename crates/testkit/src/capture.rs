@@ -1,4 +1,5 @@
-//! A live packet capture on the loopback interface, running in the background.
+//! A live packet capture (on the loopback interface, or any interface of any network
+//! namespace), running in the background.
 
 use std::fs::File;
 use std::path::PathBuf;
@@ -19,11 +20,31 @@ impl LiveCapture {
     /// waits (at most 30 s) until the capturer reports that it is capturing. `Err` says
     /// why it could not start (tool missing, no permission, timeout).
     pub fn start(filter: &str) -> Result<LiveCapture, String> {
+        LiveCapture::start_on("lo", filter, None)
+    }
+
+    /// [`LiveCapture::start`] on `interface`, in the network namespace of process
+    /// `netns_of` when given (through `nsenter --net`, which runs the capturer itself
+    /// there, so that stopping it by its process id works as for the plain form).
+    pub fn start_on(
+        interface: &str,
+        filter: &str,
+        netns_of: Option<u32>,
+    ) -> Result<LiveCapture, String> {
         let file = TempFile::new("live", "pcap");
         let stderr = TempFile::new("live-stderr", "txt");
         let err = File::create(stderr.path()).map_err(|e| e.to_string())?;
-        let mut cmd = Command::new(tshark());
-        cmd.args(["-i", "lo", "-f", filter, "-F", "pcap", "-w"])
+        let mut cmd = match netns_of {
+            Some(pid) => {
+                let mut c = Command::new("nsenter");
+                c.arg(format!("--net=/proc/{pid}/ns/net"))
+                    .arg("--")
+                    .arg(tshark());
+                c
+            }
+            None => Command::new(tshark()),
+        };
+        cmd.args(["-i", interface, "-f", filter, "-F", "pcap", "-w"])
             .arg(file.path())
             .stdin(Stdio::null())
             .stdout(Stdio::null())

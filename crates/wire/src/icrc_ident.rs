@@ -268,11 +268,12 @@ impl IdentBasis {
     pub fn solve(&self, syndrome: u32) -> Option<Ipv4Ident> {
         let mut s = syndrome;
         let mut tag = 0u32;
+        // Branch-free (syndromes of corrupted packets are random): a row's pivot bit is
+        // set in no other row, so whether it is set in `s` does not depend on the order.
         for (row, pivot, row_tag) in self.rows.iter().take(self.rank) {
-            if s & pivot != 0 {
-                s ^= row;
-                tag ^= row_tag;
-            }
+            let take = 0u32.wrapping_sub(u32::from(s & pivot != 0));
+            s ^= row & take;
+            tag ^= row_tag & take;
         }
         if s != 0 {
             return None;
