@@ -45,7 +45,8 @@ WORK = Path(os.environ.get("UROCE_INTEROP_WORK", "/var/tmp/uroce-interop"))
 SUBNET = "198.18.0"  # RFC 2544 benchmarking block, only ever inside our own namespace
 HOST_IP = f"{SUBNET}.1"
 GATE_PORT = 8790  # the guests poll http://HOST_IP:GATE_PORT/gate (see guest-init.sh)
-STEP_LIMIT = 150  # seconds one program may run (TCG is slow)
+STEP_LIMIT = 60  # seconds one program may run (a step takes 0.5-3 s under TCG on 2 busy cores)
+SUITE_LIMIT = 540  # seconds of steps after which the remaining ones are failed unrun
 VANISH_CLIENT_LIMIT = 8  # seconds a client whose server vanished may run
 BOOT_LIMIT = 120  # seconds until a guest reports rxe0 up
 KEEP_RUNS = 5  # earlier runs kept under WORK/runs
@@ -581,8 +582,13 @@ def run_steps(steps, guests, lib, uroce, rundir):
                 tail = "\n".join(g.lines()[-15:])
                 die(f"guest {g.name} did not bring rxe0 up:\n{tail}")
             log(f"guest {g.name} ({g.ip}, {g.accel}): {m.group(1)} after {time.monotonic() - g.t0:.1f} s")
+        end = time.monotonic() + SUITE_LIMIT
         for s in steps:
-            results.append(run_step(s, env, lib, uroce, rundir, ip_of))
+            if time.monotonic() < end:
+                results.append(run_step(s, env, lib, uroce, rundir, ip_of))
+            else:
+                log(f"FAIL {s.label}: not run, the suite's {SUITE_LIMIT} s are spent")
+                results.append((s, False, 0.0, 0, ["not run"]))
         for g in guests:
             g.wait("done", 30)
             (rundir / f"{g.name}.initramfs").unlink(missing_ok=True)
@@ -591,8 +597,10 @@ def run_steps(steps, guests, lib, uroce, rundir):
         gate.server_close()
         for g in guests:
             if g.proc:
-                if g.proc.p.poll() is None:
-                    g.proc.p.wait(5) if g.marker("done") else None
+                try:  # a guest that is done powers off by itself
+                    g.proc.p.wait(5 if g.marker("done") else 0.1)
+                except subprocess.TimeoutExpired:
+                    pass
                 g.proc.stop()
     return results
 
@@ -610,6 +618,8 @@ def run_step(s, env, lib, uroce, rundir, ip_of):
         end = time.monotonic() + 30
         while not listening(s.scen.port) and host_procs["server"].p.poll() is None and time.monotonic() < end:
             time.sleep(0.02)
+        if not listening(s.scen.port):
+            why.append("the uroce server never listened")
     elif not s.server.wait(rf"step={s.number} listen", STEP_LIMIT):
         why.append("the rxe server never listened")
     if not why:
