@@ -47,6 +47,7 @@ HOST_IP = f"{SUBNET}.1"
 GATE_PORT = 8790  # the guests poll http://HOST_IP:GATE_PORT/gate (see guest-init.sh)
 STEP_LIMIT = 60  # seconds one program may run (a step takes 0.5-3 s under TCG on 2 busy cores)
 SUITE_LIMIT = 540  # seconds of steps after which the remaining ones are failed unrun
+MAX_BOOTS = 3  # guest boots per run: the first, and fresh ones after failed steps
 VANISH_CLIENT_LIMIT = 8  # seconds a client whose server vanished may run
 BOOT_LIMIT = 120  # seconds until a guest reports rxe0 up
 KEEP_RUNS = 5  # earlier runs kept under WORK/runs
@@ -362,6 +363,11 @@ class Gate(http.server.BaseHTTPRequestHandler):
         pass
 
 
+class GateServer(socketserver.ThreadingTCPServer):
+    allow_reuse_address = True  # a later guest boot binds it again
+    daemon_threads = True
+
+
 class Proc:
     """A process of ours, its output in a file, ended by its PID when it overstays."""
 
@@ -559,8 +565,9 @@ class Step:
         return f"{self.scen.name} [{side(self.server)} server, {side(self.client)} client]"
 
 
-def run_steps(steps, guests, lib, uroce, rundir):
-    """Runs the steps in order; returns [(step, ok, seconds, packets, why)]."""
+def run_steps(steps, guests, lib, uroce, rundir, end):
+    """Runs the steps in order until one fails or time `end` comes; returns
+    [(step, ok, seconds, packets, why)] for those it ran."""
     env = dict(os.environ, LD_LIBRARY_PATH=str(lib.parent), UROCE_ADDR=HOST_IP)
     env.pop("UROCE_FAULTS", None)
     ip_of = lambda side: HOST_IP if side == "host" else side.ip
@@ -569,8 +576,7 @@ def run_steps(steps, guests, lib, uroce, rundir):
             s.server.serve(s.number, s.scen, s.server.ip)
         if s.client != "host":
             s.client.connect(s.number, s.scen, ip_of(s.server))
-    gate = socketserver.ThreadingTCPServer((HOST_IP, GATE_PORT), Gate)
-    gate.daemon_threads = True
+    gate = GateServer((HOST_IP, GATE_PORT), Gate)
     threading.Thread(target=gate.serve_forever, daemon=True).start()
     results = []
     try:
@@ -582,13 +588,12 @@ def run_steps(steps, guests, lib, uroce, rundir):
                 tail = "\n".join(g.lines()[-15:])
                 die(f"guest {g.name} did not bring rxe0 up:\n{tail}")
             log(f"guest {g.name} ({g.ip}, {g.accel}): {m.group(1)} after {time.monotonic() - g.t0:.1f} s")
-        end = time.monotonic() + SUITE_LIMIT
         for s in steps:
-            if time.monotonic() < end:
-                results.append(run_step(s, env, lib, uroce, rundir, ip_of))
-            else:
-                log(f"FAIL {s.label}: not run, the suite's {SUITE_LIMIT} s are spent")
-                results.append((s, False, 0.0, 0, ["not run"]))
+            if time.monotonic() > end:
+                break
+            results.append(run_step(s, env, lib, uroce, rundir, ip_of))
+            if not results[-1][1]:
+                return results
         for g in guests:
             g.wait("done", 30)
             (rundir / f"{g.name}.initramfs").unlink(missing_ok=True)
@@ -708,14 +713,49 @@ def inside(args):
         a, b = Guest("rxeA", 2, image, rundir, accel), Guest("rxeB", 3, image, rundir, accel)
         guests = [a, b]
         steps = [Step(i + 1, sc, a, b) for i, sc in enumerate(scens)]
-    if os.environ.get("UROCE_INTEROP_VERBOSE") == "1":
-        threading.Thread(target=echo_consoles, args=(guests,), daemon=True).start()
-    results = run_steps(steps, guests, lib, uroce, rundir)
+    # Steps run in order in one boot until one fails; the rest, that step first, then run
+    # in freshly booted guests (an emulated NIC that stops transmitting under a loaded TCG
+    # host fails every later step). A step fails the suite when it fails twice.
+    pending = [(s.scen, s.server != "host", s.client != "host") for s in steps]
+    results, failed_once, number, boot = [], set(), 0, 0
+    end = time.monotonic() + SUITE_LIMIT
+    while pending and boot < MAX_BOOTS and time.monotonic() < end:
+        boot += 1
+        if mode == "run":
+            guests = [Guest(f"rxe{boot}", 1 + boot, image, rundir, accel)]
+        else:
+            guests = [Guest(f"rxeA{boot}", 2 * boot, image, rundir, accel),
+                      Guest(f"rxeB{boot}", 2 * boot + 1, image, rundir, accel)]
+        steps = []
+        for sc, guest_server, guest_client in pending:
+            number += 1
+            steps.append(Step(number, sc, guests[0] if guest_server else "host",
+                              guests[-1] if guest_client else "host"))
+        if os.environ.get("UROCE_INTEROP_VERBOSE") == "1":
+            threading.Thread(target=echo_consoles, args=(guests,), daemon=True).start()
+        ran = run_steps(steps, guests, lib, uroce, rundir, end)
+        pending = pending[len(ran):]
+        for r in ran:
+            key = (r[0].scen, r[0].server != "host", r[0].client != "host")
+            if r[1] or key in failed_once:
+                results.append(r)
+            else:
+                failed_once.add(key)
+                pending.insert(0, key)
+                log(f"retrying {r[0].label} and the steps after it in a fresh guest")
+    for sc, guest_server, guest_client in pending:
+        log(f"FAIL {sc.name}: not run (time or guest boots spent)")
+        results.append((None, False, 0.0, 0, ["not run"]))
     failed = [r for r in results if not r[1]]
+    retried = [r[0].label for r in results if r[1] and (r[0].scen, r[0].server != "host",
+                                                         r[0].client != "host") in failed_once]
     if results and not failed and not checker_catches_corruption(results[0][0], rundir, uroce):
         return 1
-    log(f"{len(results) - len(failed)}/{len(results)} steps passed; captures and logs in {rundir}")
-    return 1 if failed or len(results) != len(steps) else 0
+    if retried:
+        log(f"WARNING: passed only on a retry in a fresh guest: {', '.join(retried)}")
+    log(f"{len(results) - len(failed)}/{len(results)} steps passed in {boot} guest boot(s); "
+        f"captures and logs in {rundir}")
+    return 1 if failed else 0
 
 
 def echo_consoles(guests):
