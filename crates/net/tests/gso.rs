@@ -4,11 +4,12 @@
 //! Expectations are derived without the socket's own sealing code: every expected ICRC is
 //! computed by `uroce_wire` over the IP and UDP headers the kernel emits, with the IPv4
 //! Identification the kernel gives the k-th segment of a GSO message (k, measured; see
-//! the socket module docs), and the number of packets per GSO message follows from the
+//! `docs/ICRC.md`), and the number of packets per GSO message follows from the
 //! limits the API documents (64 packets, one 64 KiB datagram: 65 507 bytes of UDP payload
-//! over IPv4). The last test checks the Identification rule itself against the kernel: a
+//! over IPv4). The last tests check the Identification rule itself against the kernel: a
 //! live capture, decoded by scapy and by `uroce_wire`, of trains sent in a private network
-//! namespace whose loopback device makes the kernel segment in software.
+//! namespace whose loopback device makes the kernel segment in software, and the same
+//! over a veth pair between two namespaces the test creates (the path of a real NIC).
 
 mod support;
 

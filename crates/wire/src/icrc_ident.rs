@@ -294,7 +294,7 @@ impl IdentBasis {
 /// How many lengths an [`IdentSolver`] keeps the basis of.
 const CACHE_SLOTS: usize = 8;
 
-/// [`IdentBasis`] for any length, keeping the bases of the last [`CACHE_SLOTS`] (8)
+/// [`IdentBasis`] for any length, keeping the bases of the last 8
 /// lengths seen (a basis costs a microsecond or two to build; traffic of one peer comes
 /// in few lengths: full-MTU packets, acknowledgements, the last packet of a message).
 #[derive(Debug, Clone, Default)]
