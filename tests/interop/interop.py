@@ -61,7 +61,8 @@ KEEP_RUNS = 5  # earlier runs kept under WORK/runs
 # `uroce=False` keeps a scenario guest to guest until uroce implements its transport.
 # `vanish=S`: the server is killed S seconds after it starts, in the middle of the
 # exchange, and the client's transport retries are judged instead of exit statuses (see
-# judge_vanish and docs/INTEROP.md).
+# judge_vanish and docs/INTEROP.md). `one_way=True`: only the client sends RoCE packets
+# (UD SEND bandwidth: no ACKs), so the capture must hold packets from the client alone.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,6 +73,7 @@ class Scenario:
     client: str = ""
     uroce: bool = True
     vanish: int = 0
+    one_way: bool = False
 
     def argv(self, role, gid, peer):
         text = self.server if role == "server" else (self.client or self.server + " {peer}")
@@ -93,8 +95,13 @@ SCENARIOS = [
     Scenario("atomic_cs_bw", f"ib_atomic_bw {PT} -n 20 -A CMP_AND_SWAP"),
     Scenario("write_peer_vanishes", f"ib_write_bw {PT} -s 1024 -t 4 -n 100000 --rate_limit=200 --rate_units=p "
              "--rate_limit_type=SW", vanish=4),
-    Scenario("uc_pingpong", "ibv_uc_pingpong -g {gid} -n 20", uroce=False),
-    Scenario("ud_pingpong", "ibv_ud_pingpong -g {gid} -n 20", uroce=False),
+    Scenario("uc_pingpong", "ibv_uc_pingpong -g {gid} -n 20"),
+    Scenario("uc_pingpong_chk", "ibv_uc_pingpong -g {gid} -n 10 -s 4096 -c"),
+    Scenario("ud_pingpong", "ibv_ud_pingpong -g {gid} -n 20"),
+    Scenario("ud_pingpong_1", "ibv_ud_pingpong -g {gid} -n 20 -s 1 -c"),
+    Scenario("send_bw_ud", f"ib_send_bw {PT} -c UD -n 20", one_way=True),
+    Scenario("send_lat_uc", f"ib_send_lat {PT} -c UC -n 20"),
+    Scenario("write_bw_uc", f"ib_write_bw {PT} -c UC -n 20 -s 4096", one_way=True),
     Scenario("rping", "rping -s -a {peer} -C 5 -v", 0, "rping -c -a {peer} -C 5 -v", uroce=False),
     Scenario("ucmatose", "ucmatose -b {peer} -c 1 -C 5", 0, "ucmatose -s {peer} -c 1 -C 5", uroce=False),
     Scenario("udaddy", "udaddy -b {peer} -c 1 -C 5", 0, "udaddy -s {peer} -c 1 -C 5", uroce=False),
@@ -647,7 +654,8 @@ def run_step(s, env, lib, uroce, rundir, ip_of):
             rcs[role] = int(m.group(1).split("=")[-1]) if m else "no result"
     Gate.step = None
     cap.stop()
-    problems, packets = check_capture(cap.pcap, uroce, {ip_of(s.server), ip_of(s.client)})
+    ends = {ip_of(s.client)} if s.scen.one_way else {ip_of(s.server), ip_of(s.client)}
+    problems, packets = check_capture(cap.pcap, uroce, ends)
     why += problems
     outputs = {}
     for role, side in (("server", s.server), ("client", s.client)):
