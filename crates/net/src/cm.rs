@@ -227,11 +227,7 @@ impl CmService {
 
 /// The CM thread (see the module documentation). `progress` runs one progress step on a
 /// device without a progress thread.
-pub(crate) fn cm_thread(
-    svc: &CmService,
-    gsi: &Gsi,
-    progress: Option<&(dyn Fn() + Send + Sync)>,
-) {
+pub(crate) fn cm_thread(svc: &CmService, gsi: &Gsi, progress: Option<&(dyn Fn() + Send + Sync)>) {
     let mut buf = [0u8; 8];
     while !svc.stop.load(Ordering::SeqCst) {
         if let Some(p) = progress {

@@ -1,8 +1,8 @@
 //! Event channels and events (`rdma_event_channel`, `rdma_cm_event`).
 
 use std::collections::VecDeque;
-use std::os::fd::{BorrowedFd, OwnedFd};
 use std::os::fd::AsFd;
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 

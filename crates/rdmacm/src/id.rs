@@ -117,6 +117,8 @@ struct IdState {
     sq_psn: u32,
     /// What we asked for.
     param: ConnParam,
+    /// What the peer's REP said (active side), for the Established event.
+    peer_param: Option<ConnParam>,
     disconnect_reported: bool,
     cm_response_timeout: u8,
     max_cm_retries: u8,
@@ -154,6 +156,7 @@ impl IdInner {
                 req: None,
                 sq_psn: 0,
                 param: ConnParam::new(),
+                peer_param: None,
                 disconnect_reported: false,
                 // As the Linux RDMA CM: 4.096 µs × 2^20 ≈ 4.3 s per try, 15 tries.
                 cm_response_timeout: 20,
@@ -222,7 +225,9 @@ pub struct CmId {
 
 impl std::fmt::Debug for CmId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CmId").field("token", &self.token()).finish()
+        f.debug_struct("CmId")
+            .field("token", &self.token())
+            .finish()
     }
 }
 
@@ -367,12 +372,7 @@ impl CmIdRef {
         st.local_ack_timeout = local_ack_timeout.min(31);
     }
 
-    fn bind_locked(
-        &self,
-        st: &mut IdState,
-        dev: Arc<DevState>,
-        port: u16,
-    ) -> Result<(), CmError> {
+    fn bind_locked(&self, st: &mut IdState, dev: Arc<DevState>, port: u16) -> Result<(), CmError> {
         let port = dev.reserve_port(self.inner.ps, port, self.inner.token)?;
         st.src = Some(SocketAddr::new(dev.ip(), port));
         st.port_reserved = Some(port);
@@ -595,7 +595,12 @@ impl CmIdRef {
         Ok(())
     }
 
-    fn private_with_header(&self, st: &IdState, user: &[u8], max: usize) -> Result<Vec<u8>, CmError> {
+    fn private_with_header(
+        &self,
+        st: &IdState,
+        user: &[u8],
+        max: usize,
+    ) -> Result<Vec<u8>, CmError> {
         if user.len() + HEADER_LEN > max {
             return Err(CmError::PrivateDataTooLong {
                 len: user.len(),
@@ -847,7 +852,8 @@ impl CmIdRef {
                                 let _ = a.stop_listening(conn);
                             }
                             Phase::ReqReceived => {
-                                if a.reject(now, conn, rej_reason::CONSUMER_DEFINED, &[]).is_err()
+                                if a.reject(now, conn, rej_reason::CONSUMER_DEFINED, &[])
+                                    .is_err()
                                 {
                                     let _ = a.disconnect(now, conn, &[]);
                                 }
@@ -968,10 +974,7 @@ impl CmIdRef {
     }
 
     fn on_event(&self, dev: &Arc<DevState>, event: CmEvent) {
-        if let CmEvent::ReqReceived {
-            id, from, req, ..
-        } = &event
-        {
+        if let CmEvent::ReqReceived { id, from, req, .. } = &event {
             self.on_request(dev, *id, *from, req);
             return;
         }
@@ -1006,7 +1009,10 @@ impl CmIdRef {
                             dest_qpn: rep.local_qpn,
                             path_mtu: Pmtu::Mtu1024,
                             rq_psn: Psn::new(rep.starting_psn),
-                            max_dest_rd_atomic: st.param.responder_resources.min(rep.initiator_depth),
+                            max_dest_rd_atomic: st
+                                .param
+                                .responder_resources
+                                .min(rep.initiator_depth),
                             min_rnr_timer: 12,
                             sq_psn: Psn::new(st.sq_psn),
                             timeout: st.local_ack_timeout,
@@ -1016,6 +1022,7 @@ impl CmIdRef {
                         };
                         match to_rts(&q, &c) {
                             Ok(()) => {
+                                st.peer_param = Some(param);
                                 // The RTU leaves; Established follows from the agent.
                                 let _ = dev.cm.with_agent(|a, now| a.establish(now, conn));
                             }
@@ -1036,7 +1043,7 @@ impl CmIdRef {
             CmEvent::Established { .. } => {
                 if matches!(st.phase, Phase::Connecting | Phase::ReqReceived) {
                     st.phase = Phase::Connected;
-                    let param = st.param.clone();
+                    let param = st.peer_param.clone().unwrap_or_else(|| st.param.clone());
                     self.report(EventKind::Established, 0, param, None);
                 }
             }
@@ -1056,7 +1063,12 @@ impl CmIdRef {
             CmEvent::Unreachable { .. } => {
                 self.forget(dev, &mut st);
                 st.phase = Phase::Disconnected;
-                self.report(EventKind::Unreachable, -ETIMEDOUT, ConnParam::default(), None);
+                self.report(
+                    EventKind::Unreachable,
+                    -ETIMEDOUT,
+                    ConnParam::default(),
+                    None,
+                );
             }
             CmEvent::DisconnectRequested { id } => {
                 if let Some(q) = &st.qp {
@@ -1099,7 +1111,12 @@ impl CmIdRef {
                     self.report(EventKind::Established, 0, param, ud);
                 } else {
                     st.phase = Phase::Disconnected;
-                    self.report(EventKind::Rejected, i32::from(status), ConnParam::default(), None);
+                    self.report(
+                        EventKind::Rejected,
+                        i32::from(status),
+                        ConnParam::default(),
+                        None,
+                    );
                 }
             }
             CmEvent::ReqReceived { .. } | CmEvent::SidrReqReceived { .. } => {}

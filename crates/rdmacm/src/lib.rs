@@ -151,7 +151,12 @@ impl DevState {
     }
 
     /// Reserves `port` (0: an ephemeral one) in `ps` for id `token`.
-    pub(crate) fn reserve_port(&self, ps: PortSpace, port: u16, token: u64) -> Result<u16, CmError> {
+    pub(crate) fn reserve_port(
+        &self,
+        ps: PortSpace,
+        port: u16,
+        token: u64,
+    ) -> Result<u16, CmError> {
         let mut ports = lock(&self.ports);
         if port != 0 {
             return match ports.get(&(ps.value(), port)) {
@@ -334,7 +339,9 @@ impl RdmaCm {
         let id = self.create_id(&ch, ps)?;
         match dst {
             None => {
-                let src = src.ok_or(CmError::Invalid("create_ep needs a source or a destination"))?;
+                let src = src.ok_or(CmError::Invalid(
+                    "create_ep needs a source or a destination",
+                ))?;
                 id.bind_addr(src)?;
             }
             Some(dst) => {
