@@ -66,10 +66,10 @@ fn a_qp_destroyed_during_setup_aborts_it() {
         kinds.push(ev.kind);
     }
     assert_eq!(kinds, Vec::<EventKind>::new());
-    // The server hears a REJ: never established.
-    let ev = chs.get_event(T).unwrap();
-    assert_ne!(ev.kind, EventKind::Established);
-    drop(ev);
+    // The server is never established (the client's REJ, or no RTU).
+    if let Ok(ev) = chs.get_event(Duration::from_secs(1)) {
+        assert_ne!(ev.kind, EventKind::Established);
+    }
     drop((sid, cid, l));
     assert_eq!(cm.live_ids(), 0);
 }
