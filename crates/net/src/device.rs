@@ -57,6 +57,7 @@ use uroce_wire::opcode::{self, Operation};
 use uroce_wire::ROCEV2_UDP_PORT;
 
 use crate::capture::Capture;
+use crate::cm::CmService;
 use crate::error::NetError;
 use crate::faults::FaultConfig;
 use crate::gsi::Gsi;
@@ -768,8 +769,13 @@ impl Transport for Hook {
 /// A verbs device bound to a UDP socket, with its opened context and progress engine
 /// (see the module docs).
 pub struct NetDevice {
-    /// QP1 and its resources; `None` only while the device closes.
-    gsi: Option<Gsi>,
+    /// QP1 and its resources; `None` only while the device closes. Shared with the CM
+    /// thread, which the device stops before it closes QP1.
+    gsi: Option<Arc<Gsi>>,
+    /// The connection manager, started by the first [`NetDevice::cm`] call.
+    cm: std::sync::OnceLock<Arc<CmService>>,
+    cm_thread: Mutex<Option<JoinHandle<()>>>,
+    progress_thread: bool,
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
     local: SocketAddr,
@@ -855,6 +861,9 @@ impl NetDevice {
         };
         let mut dev = NetDevice {
             gsi: None,
+            cm: std::sync::OnceLock::new(),
+            cm_thread: Mutex::new(None),
+            progress_thread: cfg.progress_thread,
             shared,
             thread,
             local,
@@ -862,10 +871,45 @@ impl NetDevice {
         // QP1 belongs to the device (see `crate::gsi`). On failure `dev` drops: the
         // progress thread stops and what was created is released.
         let gsi = Gsi::open(&dev.shared.ctx, local.ip(), cfg.progress_thread)?;
-        dev.gsi = Some(gsi);
+        dev.gsi = Some(Arc::new(gsi));
         Ok(dev)
     }
 
+    /// The device's connection manager (see [`crate::cm`]). The first call starts the CM
+    /// thread, which from then on owns QP1's receives.
+    ///
+    /// # Errors
+    /// The doorbell eventfd or the thread could not be created.
+    pub fn cm(&self) -> Result<&Arc<CmService>, NetError> {
+        if let Some(c) = self.cm.get() {
+            return Ok(c);
+        }
+        let mut slot = lock(&self.cm_thread);
+        if let Some(c) = self.cm.get() {
+            return Ok(c);
+        }
+        let svc = Arc::new(CmService::new(self.local.ip()).map_err(NetError::Io)?);
+        let gsi = match &self.gsi {
+            Some(g) => g.clone(),
+            None => return Err(NetError::Device("the device is closing".to_owned())),
+        };
+        let progress: Option<Box<dyn Fn() + Send + Sync>> = if self.progress_thread {
+            None
+        } else {
+            let sh = self.shared.clone();
+            Some(Box::new(move || {
+                let mut io = lock(&sh.io);
+                sh.step(&mut io, false);
+            }))
+        };
+        let s = svc.clone();
+        let handle = std::thread::Builder::new()
+            .name(format!("uroce-cm-{}", self.shared.ctx.device().name()))
+            .spawn(move || crate::cm::cm_thread(&s, &gsi, progress.as_deref()))
+            .map_err(NetError::Io)?;
+        *slot = Some(handle);
+        Ok(self.cm.get_or_init(|| svc))
+    }
     /// The device's GSI QP (QP1): sends and receives MADs (see [`crate::gsi`]).
     pub fn gsi(&self) -> &Gsi {
         match &self.gsi {
@@ -949,8 +993,20 @@ impl NetDevice {
     /// Destroys QP1 (its sends leave first: destroying a QP flushes it to the network)
     /// and its resources, before the rest of the device goes.
     fn close_gsi(&mut self) {
+        // The CM thread goes first: it shares QP1.
+        if let Some(svc) = self.cm.get() {
+            svc.stop.store(true, Ordering::SeqCst);
+            svc.wake();
+        }
+        if let Some(t) = lock(&self.cm_thread).take() {
+            let _ = t.join();
+        }
         if let Some(g) = self.gsi.take() {
-            g.close();
+            match Arc::try_unwrap(g) {
+                Ok(g) => g.close(),
+                // invariant: the CM thread, the only other holder, was joined above.
+                Err(g) => drop(g),
+            }
         }
     }
 

@@ -520,6 +520,24 @@ impl Gsi {
         }
     }
 
+    /// The GSI receive CQ's completion channel (readable once a receive completes after
+    /// an empty [`Gsi::recv_mad`] armed it): the CM thread polls it.
+    pub(crate) fn channel_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.channel.fd()
+    }
+
+    /// Acknowledges the completion notifications pending on the receive channel.
+    pub(crate) fn ack_notifications(&self) {
+        // Bounded: at most one notification per arming, and the CQ is armed once per
+        // empty poll.
+        for _ in 0..GSI_RECV_DEPTH {
+            match self.channel.try_get_cq_event() {
+                Some(ev) => ev.ack(),
+                None => break,
+            }
+        }
+    }
+
     /// Destroys QP1 (waking blocked `recv_mad` callers), then its CQs, buffers and PD.
     pub(crate) fn close(mut self) {
         self.channel.shutdown();

@@ -61,6 +61,7 @@
 compile_error!("uroce-net uses Linux socket behaviour (sendmmsg, recvmmsg, IP_PMTUDISC_DO)");
 
 pub mod capture;
+pub mod cm;
 pub mod counters;
 pub mod device;
 mod error;
@@ -71,6 +72,7 @@ pub mod socket;
 mod sys;
 
 pub use capture::Capture;
+pub use cm::{CmCounters, CmEventSink, CmService};
 pub use counters::{CounterSnapshot, Counters};
 pub use device::{DeviceCounters, NetConfig, NetDevice, QpCounters, ADDR_ENV, DEFAULT_ADDR};
 pub use error::NetError;

@@ -137,6 +137,7 @@
 //! (exhaustive, about 25 s; `LOOM_MAX_PREEMPTIONS=3` bounds it to under a second).
 
 pub mod ah;
+pub mod binding;
 pub mod connect;
 pub mod context;
 pub mod cq;
@@ -156,6 +157,7 @@ pub mod wc;
 pub mod xrcd;
 
 pub use ah::{Ah, AhAttr, AhRef};
+pub use binding::{BindError, BindingOwner};
 pub use connect::{rc_init_attr, uc_init_attr, RcConnect, UcConnect, UdActivate};
 pub use context::{Context, Counters, LiveObjects};
 pub use cq::{CompChannel, Cq, CqEvent, CqRef};

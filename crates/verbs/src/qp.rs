@@ -584,6 +584,8 @@ pub(crate) struct QpCore {
     pub(crate) sq_sig_all: bool,
     pub(crate) inner: Mutex<QpInner>,
     pub(crate) liveness: Liveness,
+    /// The connection endpoint bound to the QP (see [`crate::binding`]).
+    pub(crate) binding: crate::binding::BindSlot<std::sync::Arc<dyn crate::binding::BindingOwner>>,
 }
 
 /// Everything a new QP is made of (validated).
@@ -727,6 +729,7 @@ impl QpCore {
                 xrcd: parts.xrcd.clone(),
                 cap: parts.cap,
                 sq_sig_all: parts.sq_sig_all,
+                binding: crate::binding::BindSlot::new(),
                 inner: Mutex::new(QpInner {
                     attr: QpAttr {
                         cap: parts.cap,
@@ -995,6 +998,33 @@ impl QpRef {
     /// The QP number.
     pub fn qp_num(&self) -> u32 {
         self.core.qpn
+    }
+
+    /// Binds the QP to a connection endpoint (see [`crate::binding`]): the caller holds
+    /// this reference (a clone it keeps) before the binding is published.
+    ///
+    /// # Errors
+    /// [`crate::BindError::AlreadyBound`] when another endpoint holds the QP,
+    /// [`crate::BindError::Destroyed`] once its destroy began.
+    pub fn bind_endpoint(
+        &self,
+        token: u64,
+        owner: std::sync::Arc<dyn crate::binding::BindingOwner>,
+    ) -> Result<(), crate::binding::BindError> {
+        if !self.is_published() {
+            return Err(crate::binding::BindError::Destroyed);
+        }
+        self.core.binding.bind(token, owner)
+    }
+
+    /// Frees the binding made under `token`; returns whether it was bound so.
+    pub fn unbind_endpoint(&self, token: u64) -> bool {
+        self.core.binding.unbind(token)
+    }
+
+    /// The token of the endpoint bound now.
+    pub fn bound_endpoint(&self) -> Option<u64> {
+        self.core.binding.bound_token()
     }
 
     /// The transport type.
@@ -1461,6 +1491,11 @@ impl Qp {
         core.liveness.unpublish();
         // 2. No new lookups; the QPN stays reserved until the release.
         drop(ctx.qps.unpublish(core.qpn));
+        // 2b. No new binding; a bound connection endpoint drops its reference and aborts
+        // (see `crate::binding`), before we wait for the references.
+        if let Some(owner) = core.binding.kill() {
+            owner.qp_destroyed(core.qpn);
+        }
         // 3. Undelivered events go (their references with them).
         ctx.events
             .purge(|e| matches!(e.element(), EventElement::Qp(q) if Arc::ptr_eq(&q.core, core)));

@@ -1,0 +1,1197 @@
+//! Ids (`rdma_cm_id`), their QP binding, and the dispatch of CM events to them.
+
+use std::net::{IpAddr, SocketAddr};
+use std::ops::Deref;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use uroce_proto::cm::{AcceptParams, CmEvent, ConnId, ConnectParams, SidrAnswer, SidrParams};
+use uroce_verbs::binding::{BindError, BindingOwner};
+use uroce_verbs::{
+    AccessFlags, AttrMask, Pd, Qp, QpAttr, QpInitAttr, QpRef, QpState, QpType, RcConnect,
+};
+use uroce_wire::cm::rdma_cm::{self, CmaHeader, PortSpace, HEADER_LEN};
+use uroce_wire::cm::{private_data_len as pdl, rej_reason, PathRepr, ReqRepr};
+use uroce_wire::pmtu::Pmtu;
+use uroce_wire::psn::Psn;
+
+use crate::channel::{ChannelInner, Event, EventKind};
+use crate::{lock, CmError, DevState, EventChannel, Inner, RdmaCm, DESTROY_TIMEOUT, UDP_QKEY};
+
+/// `ETIMEDOUT`, reported negated in the status of [`EventKind::Unreachable`].
+const ETIMEDOUT: i32 = 110;
+
+/// Connection parameters (`rdma_conn_param`): what [`CmIdRef::connect`] and
+/// [`CmIdRef::accept`] ask for, and what a connection request / response event carries.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ConnParam {
+    /// Private data (REQ: at most 56 bytes after the RDMA-CM header; REP 196; REJ 148).
+    pub private_data: Vec<u8>,
+    /// RDMA reads / atomics the peer may have outstanding towards us.
+    pub responder_resources: u8,
+    /// RDMA reads / atomics we issue at once.
+    pub initiator_depth: u8,
+    /// End-to-end flow control (reported only).
+    pub flow_control: bool,
+    /// Transport retry count (0..=7).
+    pub retry_count: u8,
+    /// RNR retry count (7: unlimited).
+    pub rnr_retry_count: u8,
+    /// The QP uses an SRQ.
+    pub srq: bool,
+    /// The QP number when the id has no QP (the caller moves its QP itself); in events,
+    /// the peer's QPN.
+    pub qp_num: u32,
+}
+
+impl ConnParam {
+    /// 1 read/atomic each way, 7 retries, unlimited RNR retries, no private data.
+    pub fn new() -> ConnParam {
+        ConnParam {
+            responder_resources: 1,
+            initiator_depth: 1,
+            retry_count: 7,
+            rnr_retry_count: 7,
+            ..ConnParam::default()
+        }
+    }
+}
+
+/// UD parameters (`rdma_ud_param`) of an established UD id: where its datagrams go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UdParam {
+    /// The remote address (for the address handle).
+    pub ah_ip: IpAddr,
+    /// The remote QPN.
+    pub qp_num: u32,
+    /// The remote Q_Key.
+    pub qkey: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Idle,
+    Bound,
+    AddrResolved,
+    RouteResolved,
+    Listening,
+    Connecting,
+    ReqReceived,
+    Connected,
+    Disconnected,
+    Aborted,
+    Destroyed,
+}
+
+impl Phase {
+    fn name(self) -> &'static str {
+        match self {
+            Phase::Idle => "idle",
+            Phase::Bound => "bound",
+            Phase::AddrResolved => "address resolved",
+            Phase::RouteResolved => "route resolved",
+            Phase::Listening => "listening",
+            Phase::Connecting => "connecting",
+            Phase::ReqReceived => "connect request received",
+            Phase::Connected => "connected",
+            Phase::Disconnected => "disconnected",
+            Phase::Aborted => "aborted (QP destroyed)",
+            Phase::Destroyed => "destroyed",
+        }
+    }
+}
+
+struct IdState {
+    phase: Phase,
+    dev: Option<Arc<DevState>>,
+    src: Option<SocketAddr>,
+    dst: Option<SocketAddr>,
+    port_reserved: Option<u16>,
+    conn: Option<ConnId>,
+    qp: Option<QpRef>,
+    owned_qp: Option<Qp>,
+    /// The REQ received (passive).
+    req: Option<ReqRepr>,
+    /// Our send PSN (sent in the REQ / REP).
+    sq_psn: u32,
+    /// What we asked for.
+    param: ConnParam,
+    /// What the peer's REP said (active side), for the Established event.
+    peer_param: Option<ConnParam>,
+    disconnect_reported: bool,
+    cm_response_timeout: u8,
+    max_cm_retries: u8,
+    local_ack_timeout: u8,
+}
+
+pub(crate) struct IdInner {
+    token: u64,
+    cm: Arc<Inner>,
+    channel: Arc<ChannelInner>,
+    ps: PortSpace,
+    st: Mutex<IdState>,
+    /// Events not acknowledged plus callbacks in flight.
+    refs: Mutex<usize>,
+    refs_cv: Condvar,
+}
+
+impl IdInner {
+    fn new(cm: &Arc<Inner>, channel: &Arc<ChannelInner>, ps: PortSpace) -> Arc<IdInner> {
+        cm.live_ids.fetch_add(1, Ordering::SeqCst);
+        Arc::new(IdInner {
+            token: cm.token(),
+            cm: cm.clone(),
+            channel: channel.clone(),
+            ps,
+            st: Mutex::new(IdState {
+                phase: Phase::Idle,
+                dev: None,
+                src: None,
+                dst: None,
+                port_reserved: None,
+                conn: None,
+                qp: None,
+                owned_qp: None,
+                req: None,
+                sq_psn: 0,
+                param: ConnParam::new(),
+                peer_param: None,
+                disconnect_reported: false,
+                // As the Linux RDMA CM: 4.096 µs × 2^20 ≈ 4.3 s per try, 15 tries.
+                cm_response_timeout: 20,
+                max_cm_retries: 15,
+                local_ack_timeout: 14,
+            }),
+            refs: Mutex::new(0),
+            refs_cv: Condvar::new(),
+        })
+    }
+
+    fn enter(&self) {
+        *lock(&self.refs) += 1;
+    }
+
+    fn exit(&self) {
+        let mut r = lock(&self.refs);
+        *r = r.saturating_sub(1);
+        if *r == 0 {
+            self.refs_cv.notify_all();
+        }
+    }
+}
+
+impl BindingOwner for IdInner {
+    fn qp_destroyed(&self, qpn: u32) {
+        let mut st = lock(&self.st);
+        if st.qp.as_ref().map(QpRef::qp_num) != Some(qpn) {
+            return;
+        }
+        st.qp = None;
+        match st.phase {
+            Phase::Connecting | Phase::ReqReceived | Phase::Connected => {
+                // Abort: the peer hears a REJ (setup) or a DREQ (connected); this id
+                // forgets the connection and reports nothing more for it.
+                if let (Some(dev), Some(conn)) = (st.dev.clone(), st.conn.take()) {
+                    dev.cm.with_agent(|a, now| {
+                        if a.reject(now, conn, rej_reason::NO_QP, &[]).is_err() {
+                            let _ = a.disconnect(now, conn, &[]);
+                        }
+                    });
+                    lock(&dev.ids).remove(&conn.0);
+                }
+                st.phase = Phase::Aborted;
+                let stale = self.channel.purge(self.token);
+                drop(st);
+                drop(stale);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// A counted reference to an id: what events carry; every operation but destroy.
+#[derive(Clone)]
+pub struct CmIdRef {
+    inner: Arc<IdInner>,
+}
+
+/// An id (`rdma_cm_id`): the owner handle. Dropping it destroys it
+/// ([`CmId::destroy`], errors ignored).
+pub struct CmId {
+    r: CmIdRef,
+    destroyed: bool,
+}
+
+impl std::fmt::Debug for CmId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CmId")
+            .field("token", &self.token())
+            .finish()
+    }
+}
+
+impl Deref for CmId {
+    type Target = CmIdRef;
+    fn deref(&self) -> &CmIdRef {
+        &self.r
+    }
+}
+
+fn invalid(call: &'static str, p: Phase) -> CmError {
+    CmError::InvalidState {
+        call,
+        state: p.name(),
+    }
+}
+
+fn verbs<E: std::fmt::Display>(e: E) -> CmError {
+    CmError::Verbs(e.to_string())
+}
+
+fn cm_err<E: std::fmt::Display>(e: E) -> CmError {
+    CmError::Cm(e.to_string())
+}
+
+/// A 24-bit starting PSN that differs per connection.
+fn fresh_psn(token: u64) -> u32 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let x = (token.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) as u32 ^ t;
+    x & 0x00FF_FFFF
+}
+
+fn pmtu_of(v: u8) -> Pmtu {
+    Pmtu::ALL
+        .into_iter()
+        .find(|m| m.enum_value() == v)
+        .unwrap_or(Pmtu::Mtu1024)
+}
+
+impl CmId {
+    pub(crate) fn new(cm: &RdmaCm, ch: &EventChannel, ps: PortSpace) -> Result<CmId, CmError> {
+        if !matches!(ps, PortSpace::Tcp | PortSpace::Udp) {
+            return Err(CmError::Invalid("port space must be TCP or UDP"));
+        }
+        Ok(CmId {
+            r: CmIdRef {
+                inner: IdInner::new(&cm.inner, &ch.inner, ps),
+            },
+            destroyed: false,
+        })
+    }
+
+    /// Destroys the id (`rdma_destroy_id`): a connection is disconnected (connected),
+    /// rejected (request not accepted) or given up (connecting), a listener stops, the QP
+    /// the id created is destroyed and one it was given is unbound; then waits for the id's
+    /// undelivered events to go and its delivered ones to be acknowledged, and for
+    /// callbacks in flight, at most [`DESTROY_TIMEOUT`].
+    ///
+    /// # Errors
+    /// [`CmError::InUse`] (the handle comes back; acknowledge the events and retry).
+    pub fn destroy(mut self) -> Result<(), (CmId, CmError)> {
+        match self.r.retire() {
+            Ok(()) => {
+                self.destroyed = true;
+                Ok(())
+            }
+            Err(e) => Err((self, e)),
+        }
+    }
+}
+
+impl Drop for CmId {
+    fn drop(&mut self) {
+        if !self.destroyed {
+            let _ = self.r.retire();
+            self.destroyed = true;
+        }
+    }
+}
+
+impl CmIdRef {
+    pub(crate) fn token(&self) -> u64 {
+        self.inner.token
+    }
+
+    pub(crate) fn event_out(&self) {
+        self.inner.enter();
+    }
+
+    pub(crate) fn event_acked(&self) {
+        self.inner.exit();
+    }
+
+    fn push(&self, ev: Event) {
+        self.inner.channel.push(ev);
+    }
+
+    /// Whether `other` is the same id.
+    pub fn same_id(&self, other: &CmIdRef) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    /// The port space.
+    pub fn port_space(&self) -> PortSpace {
+        self.inner.ps
+    }
+
+    /// The local address (after bind / resolve).
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        lock(&self.inner.st).src
+    }
+
+    /// The peer's address (after resolve, or from a connection request).
+    pub fn peer_addr(&self) -> Option<SocketAddr> {
+        lock(&self.inner.st).dst
+    }
+
+    /// The device the id is bound to.
+    pub fn device(&self) -> Option<Arc<uroce_net::NetDevice>> {
+        lock(&self.inner.st).dev.as_ref().map(|d| d.dev.clone())
+    }
+
+    /// The bound QP's number.
+    pub fn qp_num(&self) -> Option<u32> {
+        lock(&self.inner.st).qp.as_ref().map(QpRef::qp_num)
+    }
+
+    /// The bound QP.
+    pub fn qp(&self) -> Option<QpRef> {
+        lock(&self.inner.st).qp.clone()
+    }
+
+    /// Sets the CM timeouts of later connects: each try waits 4.096 µs ×
+    /// 2^`response_timeout` (plus packet lifetimes), `max_retries` resends (4 bits); and
+    /// the QP's local ACK timeout exponent put in the REQ's path.
+    pub fn set_cm_timeouts(&self, response_timeout: u8, max_retries: u8, local_ack_timeout: u8) {
+        let mut st = lock(&self.inner.st);
+        st.cm_response_timeout = response_timeout.min(31);
+        st.max_cm_retries = max_retries.min(15);
+        st.local_ack_timeout = local_ack_timeout.min(31);
+    }
+
+    fn bind_locked(&self, st: &mut IdState, dev: Arc<DevState>, port: u16) -> Result<(), CmError> {
+        let port = dev.reserve_port(self.inner.ps, port, self.inner.token)?;
+        st.src = Some(SocketAddr::new(dev.ip(), port));
+        st.port_reserved = Some(port);
+        st.dev = Some(dev);
+        st.phase = Phase::Bound;
+        Ok(())
+    }
+
+    /// Binds the id to a local address (`rdma_bind_addr`): the device with that address;
+    /// port 0 picks an ephemeral port.
+    ///
+    /// # Errors
+    /// [`CmError::NoDevice`], [`CmError::AddrInUse`], [`CmError::InvalidState`].
+    pub fn bind_addr(&self, addr: SocketAddr) -> Result<(), CmError> {
+        let mut st = lock(&self.inner.st);
+        if st.phase != Phase::Idle {
+            return Err(invalid("bind_addr", st.phase));
+        }
+        let dev = self.inner.cm.device_for(addr.ip())?;
+        self.bind_locked(&mut st, dev, addr.port())
+    }
+
+    /// Resolves `dst` to a device (`rdma_resolve_addr`): the one owning `src` when given,
+    /// else the one that reaches `dst`. Reports [`EventKind::AddrResolved`].
+    ///
+    /// # Errors
+    /// [`CmError::NoDevice`], [`CmError::AddrInUse`], [`CmError::InvalidState`].
+    pub fn resolve_addr(
+        &self,
+        src: Option<SocketAddr>,
+        dst: SocketAddr,
+        _timeout: Duration,
+    ) -> Result<(), CmError> {
+        let mut st = lock(&self.inner.st);
+        match st.phase {
+            Phase::Idle => {
+                let (dev, port) = match src {
+                    Some(s) if !s.ip().is_unspecified() => {
+                        (self.inner.cm.device_for(s.ip())?, s.port())
+                    }
+                    Some(s) => (self.inner.cm.device_reaching(dst.ip())?, s.port()),
+                    None => (self.inner.cm.device_reaching(dst.ip())?, 0),
+                };
+                self.bind_locked(&mut st, dev, port)?;
+            }
+            Phase::Bound => {}
+            p => return Err(invalid("resolve_addr", p)),
+        }
+        if st.src.map(|s| s.is_ipv4()) != Some(dst.is_ipv4()) {
+            return Err(CmError::NoDevice(dst.ip()));
+        }
+        st.dst = Some(dst);
+        st.phase = Phase::AddrResolved;
+        self.push(Event::new(EventKind::AddrResolved, self.clone()));
+        Ok(())
+    }
+
+    /// Resolves the route (`rdma_resolve_route`; on RoCE the address is the route).
+    /// Reports [`EventKind::RouteResolved`].
+    ///
+    /// # Errors
+    /// [`CmError::InvalidState`].
+    pub fn resolve_route(&self, _timeout: Duration) -> Result<(), CmError> {
+        let mut st = lock(&self.inner.st);
+        if st.phase != Phase::AddrResolved {
+            return Err(invalid("resolve_route", st.phase));
+        }
+        st.phase = Phase::RouteResolved;
+        self.push(Event::new(EventKind::RouteResolved, self.clone()));
+        Ok(())
+    }
+
+    fn qp_type(&self) -> QpType {
+        match self.inner.ps {
+            PortSpace::Udp => QpType::Ud,
+            _ => QpType::Rc,
+        }
+    }
+
+    /// The binding protocol's step 1 (see `uroce_verbs::binding`): the reference is
+    /// stored under the id's lock before the binding is published.
+    fn bind_qp_locked(&self, st: &mut IdState, qp: QpRef) -> Result<(), CmError> {
+        if st.qp.is_some() {
+            return Err(CmError::QpBound);
+        }
+        st.qp = Some(qp.clone());
+        let owner: Arc<dyn BindingOwner> = self.inner.clone();
+        match qp.bind_endpoint(self.inner.token, owner) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                st.qp = None;
+                Err(match e {
+                    BindError::AlreadyBound => CmError::QpBound,
+                    BindError::Destroyed => CmError::QpDestroyed,
+                })
+            }
+        }
+    }
+
+    fn init_qp(&self, qp: &QpRef) -> Result<(), CmError> {
+        if qp.qp_type() != self.qp_type() {
+            return Err(CmError::Invalid("QP type does not match the port space"));
+        }
+        match (self.inner.ps, qp.state()) {
+            (PortSpace::Udp, QpState::Reset) => qp.activate_ud(UDP_QKEY).map_err(verbs),
+            (PortSpace::Udp, QpState::Rts) => Ok(()),
+            (_, QpState::Reset) => {
+                let (attr, mask) = uroce_verbs::rc_init_attr(
+                    AccessFlags::LOCAL_WRITE
+                        | AccessFlags::REMOTE_READ
+                        | AccessFlags::REMOTE_WRITE
+                        | AccessFlags::REMOTE_ATOMIC,
+                );
+                qp.modify(&attr, mask).map_err(verbs)
+            }
+            (PortSpace::Tcp, QpState::Init) => Ok(()),
+            _ => Err(CmError::Invalid("the QP must be in RESET or INIT")),
+        }
+    }
+
+    /// Creates the id's QP on `pd` (`rdma_create_qp`; RC for TCP ids, UD for UDP ones),
+    /// moves it to INIT (UD: to RTS with [`UDP_QKEY`]) and binds it; the id owns it.
+    ///
+    /// # Errors
+    /// Verbs errors; [`CmError::QpBound`] when the id has a QP.
+    pub fn create_qp(&self, pd: &Pd, attr: &QpInitAttr<'_>) -> Result<QpRef, CmError> {
+        if attr.qp_type != self.qp_type() {
+            return Err(CmError::Invalid("QP type does not match the port space"));
+        }
+        if lock(&self.inner.st).qp.is_some() {
+            return Err(CmError::QpBound);
+        }
+        let qp = pd.create_qp(attr).map_err(verbs)?;
+        self.init_qp(&qp)?;
+        let r: QpRef = (*qp).clone();
+        let mut st = lock(&self.inner.st);
+        self.bind_qp_locked(&mut st, r.clone())?;
+        st.owned_qp = Some(qp);
+        Ok(r)
+    }
+
+    /// Binds a QP the caller owns (moved to INIT if in RESET; UD: to RTS).
+    ///
+    /// # Errors
+    /// [`CmError::QpBound`] (this id has a QP, or the QP has an id),
+    /// [`CmError::QpDestroyed`], verbs errors.
+    pub fn bind_qp(&self, qp: &QpRef) -> Result<(), CmError> {
+        let mut st = lock(&self.inner.st);
+        if matches!(st.phase, Phase::Destroyed | Phase::Aborted) {
+            return Err(invalid("bind_qp", st.phase));
+        }
+        if st.qp.is_some() {
+            return Err(CmError::QpBound);
+        }
+        // Bind first (the QP cannot be taken by another id meanwhile), then INIT.
+        self.bind_qp_locked(&mut st, qp.clone())?;
+        drop(st);
+        if let Err(e) = self.init_qp(qp) {
+            let mut st = lock(&self.inner.st);
+            if st.qp.as_ref().is_some_and(|q| q.same_qp(qp)) {
+                st.qp = None;
+                qp.unbind_endpoint(self.inner.token);
+            }
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Unbinds and destroys the QP the id created (`rdma_destroy_qp`), or unbinds one it
+    /// was given.
+    ///
+    /// # Errors
+    /// [`CmError::NoQp`]; verbs errors from the destroy.
+    pub fn destroy_qp(&self) -> Result<(), CmError> {
+        let (qp, owned) = {
+            let mut st = lock(&self.inner.st);
+            (st.qp.take(), st.owned_qp.take())
+        };
+        let qp = qp.ok_or(CmError::NoQp)?;
+        qp.unbind_endpoint(self.inner.token);
+        drop(qp);
+        if let Some(q) = owned {
+            q.destroy().map_err(|(_, e)| verbs(e))?;
+        }
+        Ok(())
+    }
+
+    /// Listens (`rdma_listen`) on the bound address's port. A UDP id answers SIDR requests
+    /// with its QP, so it needs one first.
+    ///
+    /// # Errors
+    /// [`CmError::InvalidState`] (not bound), [`CmError::NoQp`] (UDP), CM errors.
+    pub fn listen(&self, _backlog: u32) -> Result<(), CmError> {
+        let mut st = lock(&self.inner.st);
+        if st.phase != Phase::Bound {
+            return Err(invalid("listen", st.phase));
+        }
+        let (Some(dev), Some(src)) = (st.dev.clone(), st.src) else {
+            return Err(invalid("listen", st.phase));
+        };
+        let sidr = match self.inner.ps {
+            PortSpace::Udp => Some(SidrAnswer {
+                qpn: st.qp.as_ref().map(QpRef::qp_num).ok_or(CmError::NoQp)?,
+                qkey: UDP_QKEY,
+            }),
+            _ => None,
+        };
+        let sid = self.inner.ps.service_id(src.port());
+        let weak = Arc::downgrade(&self.inner);
+        let conn = dev
+            .cm
+            .with_agent(|a, _| {
+                let c = a.listen(sid, sidr)?;
+                lock(&dev.ids).insert(c.0, weak);
+                Ok(c)
+            })
+            .map_err(cm_err::<uroce_proto::cm::CmError>)?;
+        st.conn = Some(conn);
+        st.phase = Phase::Listening;
+        Ok(())
+    }
+
+    fn private_with_header(
+        &self,
+        st: &IdState,
+        user: &[u8],
+        max: usize,
+    ) -> Result<Vec<u8>, CmError> {
+        if user.len() + HEADER_LEN > max {
+            return Err(CmError::PrivateDataTooLong {
+                len: user.len(),
+                max: max - HEADER_LEN,
+            });
+        }
+        let (Some(src), Some(dst)) = (st.src, st.dst) else {
+            return Err(invalid("connect", st.phase));
+        };
+        let hdr = CmaHeader {
+            version: 0,
+            src_port: src.port(),
+            src_ip: src.ip(),
+            dst_ip: dst.ip(),
+        };
+        let mut out = vec![0u8; HEADER_LEN + user.len()];
+        hdr.emit(&mut out[..HEADER_LEN]).map_err(cm_err)?;
+        out[HEADER_LEN..].copy_from_slice(user);
+        Ok(out)
+    }
+
+    /// Connects (`rdma_connect`): a REQ (TCP) or a SIDR_REQ (UDP) to the resolved
+    /// destination. Reports [`EventKind::Established`] (after moving the id's QP to RTS and
+    /// sending the RTU; UDP: with the remote QPN and Q_Key), [`EventKind::ConnectResponse`]
+    /// (an id without QP), [`EventKind::Rejected`] or [`EventKind::Unreachable`].
+    ///
+    /// # Errors
+    /// [`CmError::InvalidState`] (route not resolved), [`CmError::NoQp`],
+    /// [`CmError::PrivateDataTooLong`], CM errors.
+    pub fn connect(&self, param: &ConnParam) -> Result<(), CmError> {
+        let mut st = lock(&self.inner.st);
+        if st.phase != Phase::RouteResolved {
+            return Err(invalid("connect", st.phase));
+        }
+        let (Some(dev), Some(src), Some(dst)) = (st.dev.clone(), st.src, st.dst) else {
+            return Err(invalid("connect", st.phase));
+        };
+        let weak = Arc::downgrade(&self.inner);
+        let sid = self.inner.ps.service_id(dst.port());
+        let conn = if self.inner.ps == PortSpace::Udp {
+            let p = SidrParams {
+                remote: dst.ip(),
+                service_id: sid,
+                pkey: 0xFFFF,
+                timeout: st.cm_response_timeout,
+                max_retries: st.max_cm_retries,
+                private_data: self.private_with_header(&st, &param.private_data, pdl::SIDR_REQ)?,
+            };
+            dev.cm.with_agent(|a, now| {
+                let c = a.sidr_request(now, &p)?;
+                lock(&dev.ids).insert(c.0, weak);
+                Ok(c)
+            })
+        } else {
+            let local_qpn = match (&st.qp, param.qp_num) {
+                (Some(q), _) => q.qp_num(),
+                (None, n) if n != 0 => n,
+                _ => return Err(CmError::NoQp),
+            };
+            let psn = fresh_psn(self.inner.token);
+            let path = PathRepr {
+                local_lid: 0xFFFF,
+                remote_lid: 0xFFFF,
+                local_gid: rdma_cm::gid_of(src.ip()),
+                remote_gid: rdma_cm::gid_of(dst.ip()),
+                hop_limit: 64,
+                local_ack_timeout: st.local_ack_timeout,
+                ..PathRepr::default()
+            };
+            let p = ConnectParams {
+                remote: dst.ip(),
+                service_id: sid,
+                local_qpn,
+                starting_psn: psn,
+                qkey: 0,
+                responder_resources: param.responder_resources,
+                initiator_depth: param.initiator_depth,
+                transport_service_type: 0,
+                path,
+                pkey: 0xFFFF,
+                path_mtu: Pmtu::Mtu1024.enum_value(),
+                retry_count: param.retry_count.min(7),
+                rnr_retry_count: param.rnr_retry_count.min(7),
+                cm_response_timeout: st.cm_response_timeout,
+                packet_life_time: 0,
+                max_cm_retries: st.max_cm_retries,
+                srq: param.srq,
+                private_data: self.private_with_header(&st, &param.private_data, pdl::REQ)?,
+            };
+            st.sq_psn = psn;
+            dev.cm.with_agent(|a, now| {
+                let c = a.connect(now, &p)?;
+                lock(&dev.ids).insert(c.0, weak);
+                Ok(c)
+            })
+        }
+        .map_err(cm_err::<uroce_proto::cm::CmError>)?;
+        st.param = param.clone();
+        st.conn = Some(conn);
+        st.phase = Phase::Connecting;
+        Ok(())
+    }
+
+    /// Accepts a connection request (`rdma_accept`): moves the id's QP to RTR and RTS from
+    /// the REQ, then sends the REP. [`EventKind::Established`] follows the RTU.
+    ///
+    /// # Errors
+    /// [`CmError::InvalidState`] (not a request), [`CmError::NoQp`], verbs and CM errors.
+    pub fn accept(&self, param: &ConnParam) -> Result<(), CmError> {
+        let mut st = lock(&self.inner.st);
+        if st.phase != Phase::ReqReceived {
+            return Err(invalid("accept", st.phase));
+        }
+        let (Some(dev), Some(conn), Some(req), Some(dst)) =
+            (st.dev.clone(), st.conn, st.req, st.dst)
+        else {
+            return Err(invalid("accept", st.phase));
+        };
+        let psn = fresh_psn(self.inner.token);
+        let responder = param.responder_resources.min(req.initiator_depth);
+        let initiator = param.initiator_depth.min(req.responder_resources);
+        let local_qpn = match (&st.qp, param.qp_num) {
+            (Some(q), _) => {
+                let c = RcConnect {
+                    access: AccessFlags::REMOTE_READ
+                        | AccessFlags::REMOTE_WRITE
+                        | AccessFlags::REMOTE_ATOMIC,
+                    dest_ip: dst.ip(),
+                    dest_qpn: req.local_qpn,
+                    path_mtu: pmtu_of(req.path_mtu),
+                    rq_psn: Psn::new(req.starting_psn),
+                    max_dest_rd_atomic: responder,
+                    min_rnr_timer: 12,
+                    sq_psn: Psn::new(psn),
+                    timeout: req.primary_path.local_ack_timeout,
+                    retry_cnt: req.retry_count,
+                    rnr_retry: req.rnr_retry_count,
+                    max_rd_atomic: initiator,
+                };
+                to_rts(q, &c)?;
+                q.qp_num()
+            }
+            (None, n) if n != 0 => n,
+            _ => return Err(CmError::NoQp),
+        };
+        let p = AcceptParams {
+            local_qpn,
+            starting_psn: psn,
+            qkey: 0,
+            responder_resources: responder,
+            initiator_depth: initiator,
+            target_ack_delay: 0,
+            rnr_retry_count: param.rnr_retry_count.min(7),
+            srq: param.srq,
+            private_data: param.private_data.clone(),
+        };
+        if p.private_data.len() > pdl::REP {
+            return Err(CmError::PrivateDataTooLong {
+                len: p.private_data.len(),
+                max: pdl::REP,
+            });
+        }
+        dev.cm
+            .with_agent(|a, now| a.accept(now, conn, &p))
+            .map_err(cm_err)?;
+        st.sq_psn = psn;
+        st.param = param.clone();
+        Ok(())
+    }
+
+    /// Rejects a connection request (`rdma_reject`) with a consumer-defined REJ carrying
+    /// `private_data` (at most 148 bytes).
+    ///
+    /// # Errors
+    /// [`CmError::InvalidState`], [`CmError::PrivateDataTooLong`], CM errors.
+    pub fn reject(&self, private_data: &[u8]) -> Result<(), CmError> {
+        let mut st = lock(&self.inner.st);
+        if st.phase != Phase::ReqReceived {
+            return Err(invalid("reject", st.phase));
+        }
+        if private_data.len() > pdl::REJ {
+            return Err(CmError::PrivateDataTooLong {
+                len: private_data.len(),
+                max: pdl::REJ,
+            });
+        }
+        let (Some(dev), Some(conn)) = (st.dev.clone(), st.conn.take()) else {
+            return Err(invalid("reject", st.phase));
+        };
+        dev.cm
+            .with_agent(|a, now| a.reject(now, conn, rej_reason::CONSUMER_DEFINED, private_data))
+            .map_err(cm_err)?;
+        lock(&dev.ids).remove(&conn.0);
+        st.phase = Phase::Disconnected;
+        Ok(())
+    }
+
+    /// For an id without QP after [`EventKind::ConnectResponse`]: sends the RTU
+    /// (`rdma_establish`).
+    ///
+    /// # Errors
+    /// [`CmError::InvalidState`], CM errors.
+    pub fn establish(&self) -> Result<(), CmError> {
+        let st = lock(&self.inner.st);
+        let (Some(dev), Some(conn)) = (st.dev.clone(), st.conn) else {
+            return Err(invalid("establish", st.phase));
+        };
+        dev.cm
+            .with_agent(|a, now| a.establish(now, conn))
+            .map_err(cm_err)
+    }
+
+    /// Disconnects (`rdma_disconnect`): the QP goes to ERR and a DREQ leaves (or, while
+    /// connecting, the REQ is given up). [`EventKind::Disconnected`] follows the DREP (or
+    /// its timeout).
+    ///
+    /// # Errors
+    /// [`CmError::InvalidState`], CM errors.
+    pub fn disconnect(&self) -> Result<(), CmError> {
+        let st = lock(&self.inner.st);
+        if !matches!(st.phase, Phase::Connected | Phase::Connecting) {
+            return Err(invalid("disconnect", st.phase));
+        }
+        let (Some(dev), Some(conn)) = (st.dev.clone(), st.conn) else {
+            return Err(invalid("disconnect", st.phase));
+        };
+        if let Some(q) = &st.qp {
+            qp_error(q);
+        }
+        dev.cm
+            .with_agent(|a, now| a.disconnect(now, conn, &[]))
+            .map_err(cm_err)
+    }
+
+    /// Destroy's work (see [`CmId::destroy`]).
+    fn retire(&self) -> Result<(), CmError> {
+        let inner = &self.inner;
+        let (qp, owned) = {
+            let mut st = lock(&inner.st);
+            let prev = st.phase;
+            if prev != Phase::Destroyed {
+                st.phase = Phase::Destroyed;
+                if let Some(dev) = st.dev.clone() {
+                    if let Some(conn) = st.conn.take() {
+                        // Unpublished first: no callback starts for it after this.
+                        lock(&dev.ids).remove(&conn.0);
+                        dev.cm.with_agent(|a, now| match prev {
+                            Phase::Listening => {
+                                let _ = a.stop_listening(conn);
+                            }
+                            Phase::ReqReceived => {
+                                if a.reject(now, conn, rej_reason::CONSUMER_DEFINED, &[])
+                                    .is_err()
+                                {
+                                    let _ = a.disconnect(now, conn, &[]);
+                                }
+                            }
+                            _ => {
+                                let _ = a.disconnect(now, conn, &[]);
+                            }
+                        });
+                    }
+                    if let Some(p) = st.port_reserved.take() {
+                        dev.release_port(inner.ps, p, inner.token);
+                    }
+                }
+                inner.cm.live_ids.fetch_sub(1, Ordering::SeqCst);
+            }
+            (st.qp.take(), st.owned_qp.take())
+        };
+        if let Some(q) = qp {
+            q.unbind_endpoint(inner.token);
+        }
+        if let Some(q) = owned {
+            // Unbound above: the destroy calls no one back.
+            let _ = q.destroy();
+        }
+        drop(inner.channel.purge(inner.token));
+        // Bounded wait for acknowledgements and callbacks in flight.
+        let deadline = Instant::now() + DESTROY_TIMEOUT;
+        let mut r = lock(&inner.refs);
+        while *r > 0 {
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(CmError::InUse(*r));
+            }
+            r = inner
+                .refs_cv
+                .wait_timeout(r, deadline - now)
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .0;
+        }
+        Ok(())
+    }
+}
+
+fn to_rts(q: &QpRef, c: &RcConnect) -> Result<(), CmError> {
+    if q.state() == QpState::Reset {
+        let (a, m) = c.init_attr();
+        q.modify(&a, m).map_err(verbs)?;
+    }
+    let (a, m) = c.rtr_attr();
+    q.modify(&a, m).map_err(verbs)?;
+    let (a, m) = c.rts_attr();
+    q.modify(&a, m).map_err(verbs)
+}
+
+fn qp_error(q: &QpRef) {
+    if !matches!(q.state(), QpState::Err | QpState::Reset) {
+        let attr = QpAttr {
+            qp_state: QpState::Err,
+            ..QpAttr::default()
+        };
+        let _ = q.modify(&attr, AttrMask::STATE);
+    }
+}
+
+/// Routes one CM event to its id (on the CM thread).
+pub(crate) fn dispatch(dev: &Arc<DevState>, event: CmEvent) {
+    let key = match &event {
+        CmEvent::ReqReceived { listener, .. } => *listener,
+        CmEvent::RepReceived { id, .. }
+        | CmEvent::Established { id }
+        | CmEvent::Rejected { id, .. }
+        | CmEvent::DisconnectRequested { id }
+        | CmEvent::Disconnected { id }
+        | CmEvent::TimewaitExit { id }
+        | CmEvent::Unreachable { id }
+        | CmEvent::DisconnectTimeout { id }
+        | CmEvent::SidrReply { id, .. } => *id,
+        // The agent answered from the listener's QP; nothing to report.
+        CmEvent::SidrReqReceived { .. } => return,
+    };
+    let target = {
+        let ids = lock(&dev.ids);
+        let t = ids.get(&key.0).and_then(Weak::upgrade);
+        if let Some(t) = &t {
+            t.enter();
+        }
+        t
+    };
+    let Some(target) = target else {
+        // Nobody wants it: a request for a destroyed listener is refused.
+        if let CmEvent::ReqReceived { id, .. } = event {
+            dev.cm.with_agent(|a, now| {
+                let _ = a.reject(now, id, rej_reason::NO_RESOURCES, &[]);
+            });
+        }
+        return;
+    };
+    let r = CmIdRef {
+        inner: target.clone(),
+    };
+    r.on_event(dev, event);
+    target.exit();
+}
+
+impl CmIdRef {
+    fn report(&self, kind: EventKind, status: i32, param: ConnParam, ud: Option<UdParam>) {
+        let mut ev = Event::new(kind, self.clone());
+        ev.status = status;
+        ev.param = param;
+        ev.ud = ud;
+        self.push(ev);
+    }
+
+    fn forget(&self, dev: &DevState, st: &mut IdState) {
+        if let Some(c) = st.conn.take() {
+            lock(&dev.ids).remove(&c.0);
+        }
+    }
+
+    fn on_event(&self, dev: &Arc<DevState>, event: CmEvent) {
+        if let CmEvent::ReqReceived { id, from, req, .. } = &event {
+            self.on_request(dev, *id, *from, req);
+            return;
+        }
+        let mut st = lock(&self.inner.st);
+        if matches!(st.phase, Phase::Destroyed | Phase::Aborted) {
+            return;
+        }
+        match event {
+            CmEvent::RepReceived { rep, .. } => {
+                if st.phase != Phase::Connecting {
+                    return;
+                }
+                let mut param = ConnParam {
+                    private_data: rep.private_data.to_vec(),
+                    responder_resources: rep.responder_resources,
+                    initiator_depth: rep.initiator_depth,
+                    flow_control: rep.e2e_flow_control,
+                    retry_count: st.param.retry_count,
+                    rnr_retry_count: rep.rnr_retry_count,
+                    srq: rep.srq,
+                    qp_num: rep.local_qpn,
+                };
+                let Some(conn) = st.conn else { return };
+                let Some(dst) = st.dst else { return };
+                match st.qp.clone() {
+                    Some(q) => {
+                        let c = RcConnect {
+                            access: AccessFlags::REMOTE_READ
+                                | AccessFlags::REMOTE_WRITE
+                                | AccessFlags::REMOTE_ATOMIC,
+                            dest_ip: dst.ip(),
+                            dest_qpn: rep.local_qpn,
+                            path_mtu: Pmtu::Mtu1024,
+                            rq_psn: Psn::new(rep.starting_psn),
+                            max_dest_rd_atomic: st
+                                .param
+                                .responder_resources
+                                .min(rep.initiator_depth),
+                            min_rnr_timer: 12,
+                            sq_psn: Psn::new(st.sq_psn),
+                            timeout: st.local_ack_timeout,
+                            retry_cnt: st.param.retry_count.min(7),
+                            rnr_retry: rep.rnr_retry_count,
+                            max_rd_atomic: st.param.initiator_depth.min(rep.responder_resources),
+                        };
+                        match to_rts(&q, &c) {
+                            Ok(()) => {
+                                st.peer_param = Some(param);
+                                // The RTU leaves; Established follows from the agent.
+                                let _ = dev.cm.with_agent(|a, now| a.establish(now, conn));
+                            }
+                            Err(_) => {
+                                dev.cm.with_agent(|a, now| {
+                                    let _ = a.reject(now, conn, rej_reason::NO_QP, &[]);
+                                });
+                                self.forget(dev, &mut st);
+                                st.phase = Phase::Disconnected;
+                                param.private_data.clear();
+                                self.report(EventKind::ConnectError, -22, param, None);
+                            }
+                        }
+                    }
+                    None => self.report(EventKind::ConnectResponse, 0, param, None),
+                }
+            }
+            CmEvent::Established { .. } => {
+                if matches!(st.phase, Phase::Connecting | Phase::ReqReceived) {
+                    st.phase = Phase::Connected;
+                    let param = st.peer_param.clone().unwrap_or_else(|| st.param.clone());
+                    self.report(EventKind::Established, 0, param, None);
+                }
+            }
+            CmEvent::Rejected {
+                reason,
+                private_data,
+                ..
+            } => {
+                self.forget(dev, &mut st);
+                st.phase = Phase::Disconnected;
+                let param = ConnParam {
+                    private_data,
+                    ..ConnParam::default()
+                };
+                self.report(EventKind::Rejected, i32::from(reason), param, None);
+            }
+            CmEvent::Unreachable { .. } => {
+                self.forget(dev, &mut st);
+                st.phase = Phase::Disconnected;
+                self.report(
+                    EventKind::Unreachable,
+                    -ETIMEDOUT,
+                    ConnParam::default(),
+                    None,
+                );
+            }
+            CmEvent::DisconnectRequested { id } => {
+                if let Some(q) = &st.qp {
+                    qp_error(q);
+                }
+                // The DREP leaves at once (the connection is over for us either way).
+                dev.cm.with_agent(|a, now| {
+                    let _ = a.disconnect(now, id, &[]);
+                });
+                self.disconnected(&mut st);
+            }
+            CmEvent::Disconnected { .. } | CmEvent::DisconnectTimeout { .. } => {
+                if let Some(q) = &st.qp {
+                    qp_error(q);
+                }
+                self.disconnected(&mut st);
+            }
+            CmEvent::TimewaitExit { .. } => {
+                self.forget(dev, &mut st);
+                self.report(EventKind::TimewaitExit, 0, ConnParam::default(), None);
+            }
+            CmEvent::SidrReply {
+                status, qpn, qkey, ..
+            } => {
+                self.forget(dev, &mut st);
+                if st.phase != Phase::Connecting {
+                    return;
+                }
+                if status == 0 {
+                    st.phase = Phase::Connected;
+                    let ud = st.dst.map(|d| UdParam {
+                        ah_ip: d.ip(),
+                        qp_num: qpn,
+                        qkey,
+                    });
+                    let param = ConnParam {
+                        qp_num: qpn,
+                        ..ConnParam::default()
+                    };
+                    self.report(EventKind::Established, 0, param, ud);
+                } else {
+                    st.phase = Phase::Disconnected;
+                    self.report(
+                        EventKind::Rejected,
+                        i32::from(status),
+                        ConnParam::default(),
+                        None,
+                    );
+                }
+            }
+            CmEvent::ReqReceived { .. } | CmEvent::SidrReqReceived { .. } => {}
+        }
+    }
+
+    fn disconnected(&self, st: &mut IdState) {
+        st.phase = Phase::Disconnected;
+        if !st.disconnect_reported {
+            st.disconnect_reported = true;
+            self.report(EventKind::Disconnected, 0, ConnParam::default(), None);
+        }
+    }
+
+    /// A REQ for this listener: a new id for the connection, reported on the listener's
+    /// channel.
+    fn on_request(&self, dev: &Arc<DevState>, conn: ConnId, from: IpAddr, req: &ReqRepr) {
+        let st = lock(&self.inner.st);
+        let refuse = |reason| {
+            dev.cm.with_agent(|a, now| {
+                let _ = a.reject(now, conn, reason, &[]);
+            });
+        };
+        if st.phase != Phase::Listening {
+            refuse(rej_reason::NO_RESOURCES);
+            return;
+        }
+        let hdr = CmaHeader::parse(&req.private_data).ok();
+        let Some(hdr) = hdr.filter(|h| h.src_ip == from) else {
+            // Not an RDMA-CM request for this address.
+            refuse(rej_reason::CONSUMER_DEFINED);
+            return;
+        };
+        let child = IdInner::new(&self.inner.cm, &self.inner.channel, self.inner.ps);
+        {
+            let mut cs = lock(&child.st);
+            cs.phase = Phase::ReqReceived;
+            cs.dev = Some(dev.clone());
+            cs.src = st.src.map(|s| SocketAddr::new(hdr.dst_ip, s.port()));
+            cs.dst = Some(SocketAddr::new(hdr.src_ip, hdr.src_port));
+            cs.conn = Some(conn);
+            cs.req = Some(*req);
+            cs.param = ConnParam {
+                responder_resources: req.responder_resources,
+                initiator_depth: req.initiator_depth,
+                retry_count: req.retry_count,
+                rnr_retry_count: req.rnr_retry_count,
+                srq: req.srq,
+                qp_num: req.local_qpn,
+                ..ConnParam::new()
+            };
+        }
+        lock(&dev.ids).insert(conn.0, Arc::downgrade(&child));
+        let new_ref = CmIdRef {
+            inner: child.clone(),
+        };
+        let owner = CmId {
+            r: new_ref.clone(),
+            destroyed: false,
+        };
+        let mut ev = Event::new(EventKind::ConnectRequest, new_ref);
+        self.event_out();
+        ev.listen_id = Some(self.clone());
+        ev.param = ConnParam {
+            private_data: req.private_data[HEADER_LEN..].to_vec(),
+            responder_resources: req.responder_resources,
+            initiator_depth: req.initiator_depth,
+            flow_control: req.e2e_flow_control,
+            retry_count: req.retry_count,
+            rnr_retry_count: req.rnr_retry_count,
+            srq: req.srq,
+            qp_num: req.local_qpn,
+        };
+        let ev = ev.with_new_id(owner);
+        drop(st);
+        self.push(ev);
+    }
+}

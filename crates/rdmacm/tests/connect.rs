@@ -1,0 +1,234 @@
+//! RDMA-CM over real loopback devices: connect / accept / send / disconnect from either
+//! side, reject with private data, no listener, loss, a vanished peer.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use uroce_rdmacm::{CmError, CmId, ConnParam, EventChannel, EventKind, PortSpace, RdmaCm};
+use uroce_verbs::{QpState, QpType};
+
+/// A listener on `server:port` and a client id with its route to it resolved.
+fn setup(
+    cm: &RdmaCm,
+    client: &str,
+    server: &str,
+    port: u16,
+) -> (CmId, EventChannel, CmId, EventChannel) {
+    let chs = cm.create_event_channel().unwrap();
+    let listener = cm.create_id(&chs, PortSpace::Tcp).unwrap();
+    listener.bind_addr(sa(server, port)).unwrap();
+    listener.listen(8).unwrap();
+    let chc = cm.create_event_channel().unwrap();
+    let cid = cm.create_id(&chc, PortSpace::Tcp).unwrap();
+    cid.resolve_addr(Some(sa(client, 0)), sa(server, port), T)
+        .unwrap();
+    chc.expect(EventKind::AddrResolved, T).unwrap();
+    cid.resolve_route(T).unwrap();
+    chc.expect(EventKind::RouteResolved, T).unwrap();
+    (listener, chs, cid, chc)
+}
+
+/// Connects, exchanges one SEND each way, disconnects from the client (`client_ends`) or
+/// the server; both sides see DISCONNECTED, the active closer TIMEWAIT_EXIT.
+fn round_trip(cm: &RdmaCm, client: &str, server: &str, port: u16, client_ends: bool) {
+    let (listener, chs, cid, chc) = setup(cm, client, server, port);
+    let cres = Res::new(&cid);
+    let cqp = cid.create_qp(&cres.pd, &cres.attr(QpType::Rc)).unwrap();
+    assert_eq!(cqp.state(), QpState::Init);
+    cqp.post_recv(cres.recv_wr(0, 256)).unwrap();
+    let mut p = ConnParam::new();
+    p.private_data = b"hello from the client".to_vec();
+    cid.connect(&p).unwrap();
+
+    let mut req = chs.expect(EventKind::ConnectRequest, T).unwrap();
+    assert!(req.listen_id.as_ref().unwrap().same_id(&listener));
+    assert_eq!(&req.private_data()[..21], b"hello from the client");
+    assert_eq!(req.param.qp_num, cqp.qp_num());
+    let sid = req.take_id().unwrap();
+    assert_eq!(sid.peer_addr().unwrap().ip(), ip(client));
+    assert_eq!(
+        sid.peer_addr().unwrap().port(),
+        cid.local_addr().unwrap().port()
+    );
+    drop(req);
+    let sres = Res::new(&sid);
+    let sqp = sid.create_qp(&sres.pd, &sres.attr(QpType::Rc)).unwrap();
+    sqp.post_recv(sres.recv_wr(0, 256)).unwrap();
+    let mut a = ConnParam::new();
+    a.private_data = b"welcome".to_vec();
+    sid.accept(&a).unwrap();
+    assert_eq!(sqp.state(), QpState::Rts);
+
+    let est = chc.expect(EventKind::Established, T).unwrap();
+    assert_eq!(&est.private_data()[..7], b"welcome");
+    assert_eq!(est.param.qp_num, sqp.qp_num());
+    drop(est);
+    assert_eq!(cqp.state(), QpState::Rts);
+    chs.expect(EventKind::Established, T).unwrap();
+
+    cqp.post_send(cres.send_wr(1024, b"ping")).unwrap();
+    ok(&cres.completion());
+    let wc = sres.completion();
+    ok(&wc);
+    assert_eq!(sres.read(0, 4), b"ping");
+    sqp.post_send(sres.send_wr(1024, b"pong")).unwrap();
+    ok(&sres.completion());
+    ok(&cres.completion());
+    assert_eq!(cres.read(0, 4), b"pong");
+
+    let (closer, closer_ch, other_ch) = if client_ends {
+        (&cid, &chc, &chs)
+    } else {
+        (&sid, &chs, &chc)
+    };
+    closer.disconnect().unwrap();
+    closer_ch.expect(EventKind::Disconnected, T).unwrap();
+    other_ch.expect(EventKind::Disconnected, T).unwrap();
+    closer_ch.expect(EventKind::TimewaitExit, T).unwrap();
+    assert_eq!(cqp.state(), QpState::Err);
+    assert_eq!(sqp.state(), QpState::Err);
+    // A second connect on a bound, used id is refused with a typed error.
+    assert!(matches!(
+        cid.connect(&ConnParam::new()),
+        Err(CmError::InvalidState { .. })
+    ));
+    drop((sid, cid, listener));
+    assert_eq!(cm.live_ids(), 0, "ids leaked");
+}
+
+#[test]
+fn connect_send_disconnect_from_the_client() {
+    let cm = cm_with(&["127.0.210.1", "127.0.210.2"], None);
+    round_trip(&cm, "127.0.210.1", "127.0.210.2", 7001, true);
+}
+
+#[test]
+fn connect_send_disconnect_from_the_server() {
+    let cm = cm_with(&["127.0.211.1", "127.0.211.2"], None);
+    round_trip(&cm, "127.0.211.1", "127.0.211.2", 7002, false);
+}
+
+#[test]
+fn reject_with_private_data_reaches_the_client() {
+    let cm = cm_with(&["127.0.212.1", "127.0.212.2"], None);
+    let (_l, chs, cid, chc) = setup(&cm, "127.0.212.1", "127.0.212.2", 7003);
+    let cres = Res::new(&cid);
+    let cqp = cid.create_qp(&cres.pd, &cres.attr(QpType::Rc)).unwrap();
+    cid.connect(&ConnParam::new()).unwrap();
+    let mut req = chs.expect(EventKind::ConnectRequest, T).unwrap();
+    let sid = req.take_id().unwrap();
+    sid.reject(b"go away").unwrap();
+    let ev = chc.expect(EventKind::Rejected, T).unwrap();
+    // IBA Vol 1 §12.6.7.2: 28 = consumer defined.
+    assert_eq!(ev.status, 28);
+    assert_eq!(&ev.private_data()[..7], b"go away");
+    assert_eq!(cqp.state(), QpState::Init, "a rejected QP is not moved");
+}
+
+#[test]
+fn connect_to_a_port_nobody_listens_on_is_rejected() {
+    let cm = cm_with(&["127.0.213.1", "127.0.213.2"], None);
+    let chc = cm.create_event_channel().unwrap();
+    let cid = cm.create_id(&chc, PortSpace::Tcp).unwrap();
+    // No source: the device that reaches the destination (loopback: any of the family).
+    cid.resolve_addr(None, sa("127.0.213.2", 7999), T).unwrap();
+    chc.expect(EventKind::AddrResolved, T).unwrap();
+    cid.resolve_route(T).unwrap();
+    chc.expect(EventKind::RouteResolved, T).unwrap();
+    let cres = Res::new(&cid);
+    cid.create_qp(&cres.pd, &cres.attr(QpType::Rc)).unwrap();
+    cid.connect(&ConnParam::new()).unwrap();
+    let ev = chc.expect(EventKind::Rejected, T).unwrap();
+    // 8 = invalid service ID.
+    assert_eq!(ev.status, 8);
+}
+
+#[test]
+fn a_vanished_peer_ends_in_unreachable_and_a_closed_one_in_disconnected() {
+    // Nobody at the destination: every REQ is lost.
+    let cm = cm_with(&["127.0.214.1"], None);
+    let chc = cm.create_event_channel().unwrap();
+    let cid = cm.create_id(&chc, PortSpace::Tcp).unwrap();
+    cid.set_cm_timeouts(12, 3, 14);
+    cid.resolve_addr(Some(sa("127.0.214.1", 0)), sa("127.0.214.9", 7004), T)
+        .unwrap();
+    chc.expect(EventKind::AddrResolved, T).unwrap();
+    cid.resolve_route(T).unwrap();
+    chc.expect(EventKind::RouteResolved, T).unwrap();
+    let cres = Res::new(&cid);
+    cid.create_qp(&cres.pd, &cres.attr(QpType::Rc)).unwrap();
+    cid.connect(&ConnParam::new()).unwrap();
+    let ev = chc.expect(EventKind::Unreachable, T).unwrap();
+    assert_eq!(ev.status, -110);
+
+    // A connected peer whose device closes: our DREQ is never answered.
+    let client = cm_with(&["127.0.214.2"], None);
+    let server = cm_with(&["127.0.214.3"], None);
+    let chs = server.create_event_channel().unwrap();
+    let l = server.create_id(&chs, PortSpace::Tcp).unwrap();
+    l.bind_addr(sa("127.0.214.3", 7005)).unwrap();
+    l.listen(1).unwrap();
+    let chc = client.create_event_channel().unwrap();
+    let cid = client.create_id(&chc, PortSpace::Tcp).unwrap();
+    cid.set_cm_timeouts(12, 3, 14);
+    cid.resolve_addr(Some(sa("127.0.214.2", 0)), sa("127.0.214.3", 7005), T)
+        .unwrap();
+    cid.resolve_route(T).unwrap();
+    let cres = Res::new(&cid);
+    cid.create_qp(&cres.pd, &cres.attr(QpType::Rc)).unwrap();
+    cid.connect(&ConnParam::new()).unwrap();
+    let mut req = chs.expect(EventKind::ConnectRequest, T).unwrap();
+    let sid = req.take_id().unwrap();
+    drop(req);
+    let sres = Res::new(&sid);
+    sid.create_qp(&sres.pd, &sres.attr(QpType::Rc)).unwrap();
+    sid.accept(&ConnParam::new()).unwrap();
+    chs.expect(EventKind::Established, T).unwrap();
+    chc.expect(EventKind::AddrResolved, T).unwrap();
+    chc.expect(EventKind::RouteResolved, T).unwrap();
+    chc.expect(EventKind::Established, T).unwrap();
+    // The server goes away: its ids (destroying a connected id sends a DREQ),
+    // resources and device. The client ends disconnected, not hanging.
+    drop((sid, l, sres, chs, server));
+    chc.expect(EventKind::Disconnected, T).unwrap();
+    assert!(matches!(
+        cid.disconnect(),
+        Err(CmError::InvalidState { .. })
+    ));
+    std::thread::sleep(Duration::from_millis(1));
+}
+
+#[test]
+fn lost_cm_messages_are_retried() {
+    // 30 % of every packet each device sends is lost, REQ/REP/RTU/DREQ/DREP included.
+    let faults = Some("drop=0.3,seed=11");
+    for (i, port) in (7010u16..7014).enumerate() {
+        let (a, b) = (
+            format!("127.0.215.{}", 2 * i + 1),
+            format!("127.0.215.{}", 2 * i + 2),
+        );
+        let cm = cm_with(&[&a, &b], faults);
+        let (_l, chs, cid, chc) = setup(&cm, &a, &b, port);
+        cid.set_cm_timeouts(14, 15, 14);
+        let cres = Res::new(&cid);
+        cid.create_qp(&cres.pd, &cres.attr(QpType::Rc)).unwrap();
+        cid.connect(&ConnParam::new()).unwrap();
+        let mut req = chs.expect(EventKind::ConnectRequest, T).unwrap();
+        let sid = req.take_id().unwrap();
+        drop(req);
+        let sres = Res::new(&sid);
+        sid.create_qp(&sres.pd, &sres.attr(QpType::Rc)).unwrap();
+        sid.accept(&ConnParam::new()).unwrap();
+        chc.expect(EventKind::Established, T).unwrap();
+        // A lost RTU: the server is established by the REP retry's RTU.
+        chs.expect(EventKind::Established, T).unwrap();
+        cid.disconnect().unwrap();
+        chc.expect(EventKind::Disconnected, T).unwrap();
+        chs.expect(EventKind::Disconnected, T).unwrap();
+        let dev = cid.device().unwrap();
+        let c = dev.cm().unwrap().counters();
+        assert!(c.mads_sent > 0);
+    }
+}
