@@ -5,8 +5,8 @@
 //! handle is one *user* of the domain, and the domain lives until the last user closes
 //! ([`Xrcd::destroy`] or drop). A user that is not the last one always closes at once; the
 //! last one is refused with [`DestroyError::Busy`] while XRC SRQs or target QPs that still
-//! have handles or registrations exist (so the domain is never freed under an SRQ or QP
-//! that uses it), and dropping it destroys the target QPs that only the domain holds.
+//! have handles exist (so the domain is never freed under an SRQ or QP that uses it), and
+//! closing it destroys the target QPs that only the domain holds (registered or not).
 //!
 //! **XRC_RECV QPs are owned by the domain.** In verbs an XRC target QP outlives the user
 //! that created it: other users open it by number and it lives as long as the domain has
@@ -285,16 +285,20 @@ impl Xrcd {
     }
 
     /// Closes this user (`ibv_close_xrcd`). Another user closes at once; the last one gets
-    /// [`DestroyError::Busy`] while XRC SRQs or XRC_RECV QPs other than those only the
-    /// domain holds exist (those it destroys).
+    /// [`DestroyError::Busy`] while XRC SRQs or XRC_RECV QPs with live handles exist; the
+    /// target QPs only the domain holds (handle dropped, or registered) are destroyed.
     pub fn destroy(mut self) -> Result<(), (Xrcd, DestroyError)> {
         {
             let owned = lock(&self.core.owned);
-            let held = owned.qps.len();
+            // Target QPs only the domain holds (without handle, or registered).
+            let mut held: Vec<u32> = owned.qps.iter().map(|q| q.qpn()).collect();
+            held.extend(owned.regs.keys().copied());
+            held.sort_unstable();
+            held.dedup();
             if owned.users <= 1 {
                 let srqs = get(&self.core.srqs);
-                let qps = get(&self.core.qps).saturating_sub(held);
-                if srqs > 0 || qps > 0 || !owned.regs.is_empty() {
+                let qps = get(&self.core.qps).saturating_sub(held.len());
+                if srqs > 0 || qps > 0 {
                     drop(owned);
                     let children = Children {
                         qps: get(&self.core.qps),
@@ -327,22 +331,19 @@ impl Xrcd {
             if owned.users > 0 {
                 return;
             }
-            let mut v = std::mem::take(&mut owned.qps);
-            v.extend(
-                std::mem::take(&mut owned.regs)
-                    .into_values()
-                    .map(|(q, _)| q),
-            );
+            // One reference per QP (a QP both held and registered appears in both).
+            let mut v: BTreeMap<u32, Arc<QpCore>> = std::mem::take(&mut owned.regs)
+                .into_iter()
+                .map(|(n, (q, _))| (n, q))
+                .collect();
+            for q in std::mem::take(&mut owned.qps) {
+                v.insert(q.qpn(), q);
+            }
             v
         };
-        // Each becomes a handle again and is destroyed (a QP both held and registered
-        // appears twice: the second destroy finds it unpublished and only waits).
-        let mut seen: Vec<u32> = Vec::new();
-        for core in orphans {
-            if seen.contains(&core.qpn()) {
-                continue;
-            }
-            seen.push(core.qpn());
+        // Each becomes a handle again and is dropped, which (the domain having no user
+        // left) destroys it.
+        for core in orphans.into_values() {
             drop(Qp::from_core(core));
         }
     }
