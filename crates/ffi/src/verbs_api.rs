@@ -845,7 +845,8 @@ pub unsafe extern "C" fn uroce_ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
 
 /// `create_qp`'s refusal as the C library reports it: `EOPNOTSUPP` for a QP type no
 /// transport engine carries (the verbs layer's typed `UnsupportedType`) or one that needs
-/// an XRC domain (which this library does not open), `EINVAL` for the rest.
+/// an XRC domain (XRC_RECV: created with `ibv_create_qp_ex`, see [`crate::xrc`]),
+/// `EINVAL` for the rest.
 fn create_qp_error(e: CreateQpError) -> FfiError {
     let errno = match e {
         CreateQpError::UnsupportedType(_) | CreateQpError::NeedsXrcDomain(_) => libc::EOPNOTSUPP,
@@ -867,7 +868,21 @@ pub unsafe extern "C" fn uroce_ibv_create_qp(
     init_attr: *mut ibv_qp_init_attr,
 ) -> *mut ibv_qp {
     guard(std::ptr::null_mut(), || {
-        ptr_or_null((|| {
+        // SAFETY: forwarded caller guarantee.
+        ptr_or_null(unsafe { create_qp(pd, init_attr) })
+    })
+}
+
+/// The body of `ibv_create_qp` (also used by `ibv_create_qp_ex`).
+///
+/// # Safety
+/// `init_attr` is NULL or points to a readable and writable `struct ibv_qp_init_attr`.
+pub(crate) unsafe fn create_qp(
+    pd: *mut ibv_pd,
+    init_attr: *mut ibv_qp_init_attr,
+) -> Result<*mut ibv_qp, FfiError> {
+    {
+        (|| {
             if init_attr.is_null() {
                 return Err(FfiError::Invalid("init_attr is NULL"));
             }
@@ -878,8 +893,15 @@ pub unsafe extern "C" fn uroce_ibv_create_qp(
             let mut objs = objects();
             let pd_entry = objs.pd(pd)?;
             let send_cq = objs.cq(ia.send_cq)?;
-            let recv_cq = objs.cq(ia.recv_cq)?;
-            let srq = if ia.srq.is_null() {
+            // An XRC initiator has no receive side: its receive CQ and SRQ are ignored,
+            // as the kernel does.
+            let xrc_send = qp_type == QpType::XrcSend;
+            let recv_cq = if xrc_send {
+                None
+            } else {
+                Some(&objs.cq(ia.recv_cq)?.cq)
+            };
+            let srq = if ia.srq.is_null() || xrc_send {
                 None
             } else {
                 Some(&objs.srq(ia.srq)?.srq)
@@ -887,7 +909,7 @@ pub unsafe extern "C" fn uroce_ibv_create_qp(
             let attr = QpInitAttr {
                 qp_type,
                 send_cq: Some(&send_cq.cq),
-                recv_cq: Some(&recv_cq.cq),
+                recv_cq,
                 srq,
                 cap: cap_from_c(&ia.cap),
                 sq_sig_all: ia.sq_sig_all != 0,
@@ -904,8 +926,10 @@ pub unsafe extern "C" fn uroce_ibv_create_qp(
             c.qp_context = ia.qp_context;
             c.pd = pd;
             c.send_cq = ia.send_cq;
-            c.recv_cq = ia.recv_cq;
-            c.srq = ia.srq;
+            if !xrc_send {
+                c.recv_cq = ia.recv_cq;
+                c.srq = ia.srq;
+            }
             c.handle = qp.qp_num();
             c.qp_num = qp.qp_num();
             c.state = qp.state().as_u32();
@@ -924,8 +948,8 @@ pub unsafe extern "C" fn uroce_ibv_create_qp(
             // SAFETY: caller guarantee: writable init_attr (checked non-NULL).
             unsafe { (*init_attr).cap = cap_to_c(&cap) };
             Ok(p)
-        })())
-    })
+        })()
+    }
 }
 
 /// `ibv_modify_qp(qp, attr, attr_mask)`: 0 or the errno value (`EINVAL`: unknown QP, bad
@@ -948,6 +972,7 @@ pub unsafe extern "C" fn uroce_ibv_modify_qp(
             let a = unsafe { attr.read() };
             let (q, mask) = qp_attr_from_c(&a, attr_mask as u32)?;
             let (r, _) = qp_ref(qp)?;
+            let mask = crate::xrc::strip_xrc_mask(r.qp_type(), mask);
             let res = r
                 .modify(&q, mask)
                 .map_err(|e| refused("ibv_modify_qp", libc::EINVAL, e));
