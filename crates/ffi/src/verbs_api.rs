@@ -881,75 +881,72 @@ pub(crate) unsafe fn create_qp(
     pd: *mut ibv_pd,
     init_attr: *mut ibv_qp_init_attr,
 ) -> Result<*mut ibv_qp, FfiError> {
-    {
-        (|| {
-            if init_attr.is_null() {
-                return Err(FfiError::Invalid("init_attr is NULL"));
-            }
-            // SAFETY: caller guarantee: readable init_attr (checked non-NULL).
-            let ia = unsafe { init_attr.read() };
-            let qp_type =
-                QpType::from_u32(ia.qp_type).ok_or(FfiError::Invalid("unknown QP type"))?;
-            let mut objs = objects();
-            let pd_entry = objs.pd(pd)?;
-            let send_cq = objs.cq(ia.send_cq)?;
-            // An XRC initiator has no receive side: its receive CQ and SRQ are ignored,
-            // as the kernel does.
-            let xrc_send = qp_type == QpType::XrcSend;
-            let recv_cq = if xrc_send {
-                None
-            } else {
-                Some(&objs.cq(ia.recv_cq)?.cq)
-            };
-            let srq = if ia.srq.is_null() || xrc_send {
-                None
-            } else {
-                Some(&objs.srq(ia.srq)?.srq)
-            };
-            let attr = QpInitAttr {
-                qp_type,
-                send_cq: Some(&send_cq.cq),
-                recv_cq,
-                srq,
-                cap: cap_from_c(&ia.cap),
-                sq_sig_all: ia.sq_sig_all != 0,
-            };
-            let qp = pd_entry.pd.create_qp(&attr).map_err(create_qp_error)?;
-            let cap = qp.query().1.cap;
-            let net = Arc::clone(&pd_entry.net);
-            // SAFETY: `pd` is a registered, live PD allocated by uroce (lock held).
-            let context = unsafe { (*pd).context };
-            // SAFETY: ibv_qp is pointers, integers and glibc pthread objects, all valid
-            // zeroed (the pthread ones are then their static initialisers).
-            let mut c: ibv_qp = unsafe { zeroed() };
-            c.context = context;
-            c.qp_context = ia.qp_context;
-            c.pd = pd;
-            c.send_cq = ia.send_cq;
-            if !xrc_send {
-                c.recv_cq = ia.recv_cq;
-                c.srq = ia.srq;
-            }
-            c.handle = qp.qp_num();
-            c.qp_num = qp.qp_num();
-            c.state = qp.state().as_u32();
-            c.qp_type = ia.qp_type;
-            let raw = CBox::new(c);
-            let p = raw.ptr();
-            objs.qps.insert(
-                p as usize,
-                QpEntry {
-                    raw,
-                    qp,
-                    max_inline: cap.max_inline_data,
-                    net,
-                },
-            );
-            // SAFETY: caller guarantee: writable init_attr (checked non-NULL).
-            unsafe { (*init_attr).cap = cap_to_c(&cap) };
-            Ok(p)
-        })()
-    }
+    (|| {
+        if init_attr.is_null() {
+            return Err(FfiError::Invalid("init_attr is NULL"));
+        }
+        // SAFETY: caller guarantee: readable init_attr (checked non-NULL).
+        let ia = unsafe { init_attr.read() };
+        let qp_type = QpType::from_u32(ia.qp_type).ok_or(FfiError::Invalid("unknown QP type"))?;
+        let mut objs = objects();
+        let pd_entry = objs.pd(pd)?;
+        let send_cq = objs.cq(ia.send_cq)?;
+        // An XRC initiator has no receive side: its receive CQ and SRQ are ignored,
+        // as the kernel does.
+        let xrc_send = qp_type == QpType::XrcSend;
+        let recv_cq = if xrc_send {
+            None
+        } else {
+            Some(&objs.cq(ia.recv_cq)?.cq)
+        };
+        let srq = if ia.srq.is_null() || xrc_send {
+            None
+        } else {
+            Some(&objs.srq(ia.srq)?.srq)
+        };
+        let attr = QpInitAttr {
+            qp_type,
+            send_cq: Some(&send_cq.cq),
+            recv_cq,
+            srq,
+            cap: cap_from_c(&ia.cap),
+            sq_sig_all: ia.sq_sig_all != 0,
+        };
+        let qp = pd_entry.pd.create_qp(&attr).map_err(create_qp_error)?;
+        let cap = qp.query().1.cap;
+        let net = Arc::clone(&pd_entry.net);
+        // SAFETY: `pd` is a registered, live PD allocated by uroce (lock held).
+        let context = unsafe { (*pd).context };
+        // SAFETY: ibv_qp is pointers, integers and glibc pthread objects, all valid
+        // zeroed (the pthread ones are then their static initialisers).
+        let mut c: ibv_qp = unsafe { zeroed() };
+        c.context = context;
+        c.qp_context = ia.qp_context;
+        c.pd = pd;
+        c.send_cq = ia.send_cq;
+        if !xrc_send {
+            c.recv_cq = ia.recv_cq;
+            c.srq = ia.srq;
+        }
+        c.handle = qp.qp_num();
+        c.qp_num = qp.qp_num();
+        c.state = qp.state().as_u32();
+        c.qp_type = ia.qp_type;
+        let raw = CBox::new(c);
+        let p = raw.ptr();
+        objs.qps.insert(
+            p as usize,
+            QpEntry {
+                raw,
+                qp,
+                max_inline: cap.max_inline_data,
+                net,
+            },
+        );
+        // SAFETY: caller guarantee: writable init_attr (checked non-NULL).
+        unsafe { (*init_attr).cap = cap_to_c(&cap) };
+        Ok(p)
+    })()
 }
 
 /// `ibv_modify_qp(qp, attr, attr_mask)`: 0 or the errno value (`EINVAL`: unknown QP, bad

@@ -330,10 +330,9 @@ fn under_loss_every_message_arrives_once_in_order_in_its_srq() {
         }
         net.run_until(
             |n| {
-                pairs.iter().all(|(a, _)| {
-                    n.completions(*a)
-                        .map_or(false, |c| c.len() >= MSGS as usize)
-                })
+                pairs
+                    .iter()
+                    .all(|(a, _)| n.completions(*a).is_ok_and(|c| c.len() >= MSGS as usize))
             },
             STEPS,
             TIME,

@@ -4,8 +4,11 @@
 //! In a context with a [`Transport`] installed (every context of a network device), a QP
 //! gets its engine at the INIT→RTR transition from `build_engine`, the one factory that
 //! knows the transports: it builds the engine for the QP's type from the QP's attributes
-//! (RC: [`uroce_proto::rc::RcQp`]; UC: [`uroce_proto::uc::UcQp`]; UD and GSI:
-//! [`uroce_proto::ud::UdQp`], whose largest datagram is the port's active MTU); receive
+//! (RC, and XRC_SEND / XRC_RECV as its two XRC halves: [`uroce_proto::rc::RcQp`]; UC:
+//! [`uroce_proto::uc::UcQp`]; UD and GSI: [`uroce_proto::ud::UdQp`], whose largest
+//! datagram is the port's active MTU). An XRC target QP resolves each request's SRQ number
+//! in the context's SRQ table (only XRC SRQs of its own domain; memory is then checked
+//! against that SRQ's PD) and its receive completions go to that SRQ's CQ. Receive
 //! WRs posted in INIT move into it. Only the types
 //! [`engine_supported`] names can be created on such a context at all (others are refused
 //! by `create_qp` with `CreateQpError::UnsupportedType`), so no QP accepts work that no
