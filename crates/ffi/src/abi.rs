@@ -1098,6 +1098,43 @@ pub struct ibv_srq_init_attr_ex {
     pub tm_cap: ibv_tm_cap,
 }
 
+/// `ibv_srq_init_attr_ex.comp_mask`: `srq_type` is valid.
+pub const IBV_SRQ_INIT_ATTR_TYPE: u32 = 1 << 0;
+/// `ibv_srq_init_attr_ex.comp_mask`: `pd` is valid.
+pub const IBV_SRQ_INIT_ATTR_PD: u32 = 1 << 1;
+/// `ibv_srq_init_attr_ex.comp_mask`: `xrcd` is valid.
+pub const IBV_SRQ_INIT_ATTR_XRCD: u32 = 1 << 2;
+/// `ibv_srq_init_attr_ex.comp_mask`: `cq` is valid.
+pub const IBV_SRQ_INIT_ATTR_CQ: u32 = 1 << 3;
+/// `ibv_xrcd_init_attr.comp_mask`: `fd` is valid.
+pub const IBV_XRCD_INIT_ATTR_FD: u32 = 1 << 0;
+/// `ibv_xrcd_init_attr.comp_mask`: `oflags` is valid.
+pub const IBV_XRCD_INIT_ATTR_OFLAGS: u32 = 1 << 1;
+/// `ibv_qp_open_attr.comp_mask`: `qp_num` is valid.
+pub const IBV_QP_OPEN_ATTR_NUM: u32 = 1 << 0;
+/// `ibv_qp_open_attr.comp_mask`: `xrcd` is valid.
+pub const IBV_QP_OPEN_ATTR_XRCD: u32 = 1 << 1;
+/// `ibv_qp_open_attr.comp_mask`: `qp_context` is valid.
+pub const IBV_QP_OPEN_ATTR_CONTEXT: u32 = 1 << 2;
+/// `ibv_qp_open_attr.comp_mask`: `qp_type` is valid.
+pub const IBV_QP_OPEN_ATTR_TYPE: u32 = 1 << 3;
+
+/// `struct ibv_qp_open_attr`: `ibv_open_qp` input.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_qp_open_attr {
+    /// Which fields are valid (`IBV_QP_OPEN_ATTR_*`).
+    pub comp_mask: u32,
+    /// The QP number to open.
+    pub qp_num: u32,
+    /// Its XRC domain.
+    pub xrcd: *mut ibv_xrcd,
+    /// User context.
+    pub qp_context: *mut c_void,
+    /// QP type (`IBV_QPT_XRC_RECV`).
+    pub qp_type: ibv_qp_type,
+}
+
 /// `struct ibv_xrcd_init_attr`: `ibv_open_xrcd` input.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

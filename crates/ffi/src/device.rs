@@ -234,6 +234,16 @@ impl Registry {
         vctx.context.ops.post_send = Some(crate::verbs_api::ops_post_send);
         vctx.context.ops.post_recv = Some(crate::verbs_api::ops_post_recv);
         vctx.context.ops.post_srq_recv = Some(crate::verbs_api::ops_post_srq_recv);
+        vctx.open_xrcd = Some(crate::xrc::vctx_open_xrcd);
+        vctx.close_xrcd = Some(crate::xrc::vctx_close_xrcd);
+        vctx.create_srq_ex = Some(crate::xrc::vctx_create_srq_ex);
+        vctx.get_srq_num = Some(crate::xrc::vctx_get_srq_num);
+        vctx.create_qp_ex = Some(crate::xrc::vctx_create_qp_ex);
+        // The slot is untyped in the struct; the header casts it back to
+        // `struct ibv_qp *(*)(struct ibv_context *, struct ibv_qp_open_attr *)`.
+        let open_qp: unsafe extern "C" fn(*mut ibv_context, *mut ibv_qp_open_attr) -> *mut ibv_qp =
+            crate::xrc::vctx_open_qp;
+        vctx.open_qp = open_qp as *const std::ffi::c_void;
         vctx.sz = std::mem::size_of::<verbs_context>();
         vctx.context.device = dev;
         vctx.context.cmd_fd = -1;

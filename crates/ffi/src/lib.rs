@@ -13,6 +13,8 @@
 //!   QPs and the data-path slots of `ibv_context.ops`; asynchronous events; helpers that
 //!   need no object. Enough for ibverbs-utils' `ibv_devices`, `ibv_devinfo`,
 //!   `ibv_rc_pingpong`, `ibv_srq_pingpong` and perftest's RC tests.
+//! * [`xrc`]: XRC domains, XRC SRQs, `ibv_create_qp_ex` and `ibv_open_qp` through the
+//!   `verbs_context` slots the header inlines call.
 //! * [`unsupported`]: every other function rdma-core 44 exports, failing cleanly, so that
 //!   every program linked against rdma-core loads.
 //! * [`marshall`]: the kernel-ABI marshalling helpers (`ibv_copy_*_from_kern`,
@@ -37,3 +39,4 @@ pub mod objects;
 pub mod unsupported;
 pub mod utility;
 pub mod verbs_api;
+pub mod xrc;

@@ -133,6 +133,7 @@ pub(crate) struct Objects {
     pub(crate) srqs: HashMap<usize, SrqEntry>,
     pub(crate) qps: HashMap<usize, QpEntry>,
     pub(crate) ahs: HashMap<usize, AhEntry>,
+    pub(crate) xrcds: HashMap<usize, crate::xrc::XrcdEntry>,
 }
 
 static OBJECTS: LazyLock<Mutex<Objects>> = LazyLock::new(|| Mutex::new(Objects::default()));

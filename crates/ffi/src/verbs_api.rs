@@ -845,7 +845,8 @@ pub unsafe extern "C" fn uroce_ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
 
 /// `create_qp`'s refusal as the C library reports it: `EOPNOTSUPP` for a QP type no
 /// transport engine carries (the verbs layer's typed `UnsupportedType`) or one that needs
-/// an XRC domain (which this library does not open), `EINVAL` for the rest.
+/// an XRC domain (XRC_RECV: created with `ibv_create_qp_ex`, see [`crate::xrc`]),
+/// `EINVAL` for the rest.
 fn create_qp_error(e: CreateQpError) -> FfiError {
     let errno = match e {
         CreateQpError::UnsupportedType(_) | CreateQpError::NeedsXrcDomain(_) => libc::EOPNOTSUPP,
@@ -867,65 +868,85 @@ pub unsafe extern "C" fn uroce_ibv_create_qp(
     init_attr: *mut ibv_qp_init_attr,
 ) -> *mut ibv_qp {
     guard(std::ptr::null_mut(), || {
-        ptr_or_null((|| {
-            if init_attr.is_null() {
-                return Err(FfiError::Invalid("init_attr is NULL"));
-            }
-            // SAFETY: caller guarantee: readable init_attr (checked non-NULL).
-            let ia = unsafe { init_attr.read() };
-            let qp_type =
-                QpType::from_u32(ia.qp_type).ok_or(FfiError::Invalid("unknown QP type"))?;
-            let mut objs = objects();
-            let pd_entry = objs.pd(pd)?;
-            let send_cq = objs.cq(ia.send_cq)?;
-            let recv_cq = objs.cq(ia.recv_cq)?;
-            let srq = if ia.srq.is_null() {
-                None
-            } else {
-                Some(&objs.srq(ia.srq)?.srq)
-            };
-            let attr = QpInitAttr {
-                qp_type,
-                send_cq: Some(&send_cq.cq),
-                recv_cq: Some(&recv_cq.cq),
-                srq,
-                cap: cap_from_c(&ia.cap),
-                sq_sig_all: ia.sq_sig_all != 0,
-            };
-            let qp = pd_entry.pd.create_qp(&attr).map_err(create_qp_error)?;
-            let cap = qp.query().1.cap;
-            let net = Arc::clone(&pd_entry.net);
-            // SAFETY: `pd` is a registered, live PD allocated by uroce (lock held).
-            let context = unsafe { (*pd).context };
-            // SAFETY: ibv_qp is pointers, integers and glibc pthread objects, all valid
-            // zeroed (the pthread ones are then their static initialisers).
-            let mut c: ibv_qp = unsafe { zeroed() };
-            c.context = context;
-            c.qp_context = ia.qp_context;
-            c.pd = pd;
-            c.send_cq = ia.send_cq;
+        // SAFETY: forwarded caller guarantee.
+        ptr_or_null(unsafe { create_qp(pd, init_attr) })
+    })
+}
+
+/// The body of `ibv_create_qp` (also used by `ibv_create_qp_ex`).
+///
+/// # Safety
+/// `init_attr` is NULL or points to a readable and writable `struct ibv_qp_init_attr`.
+pub(crate) unsafe fn create_qp(
+    pd: *mut ibv_pd,
+    init_attr: *mut ibv_qp_init_attr,
+) -> Result<*mut ibv_qp, FfiError> {
+    (|| {
+        if init_attr.is_null() {
+            return Err(FfiError::Invalid("init_attr is NULL"));
+        }
+        // SAFETY: caller guarantee: readable init_attr (checked non-NULL).
+        let ia = unsafe { init_attr.read() };
+        let qp_type = QpType::from_u32(ia.qp_type).ok_or(FfiError::Invalid("unknown QP type"))?;
+        let mut objs = objects();
+        let pd_entry = objs.pd(pd)?;
+        let send_cq = objs.cq(ia.send_cq)?;
+        // An XRC initiator has no receive side: its receive CQ and SRQ are ignored,
+        // as the kernel does.
+        let xrc_send = qp_type == QpType::XrcSend;
+        let recv_cq = if xrc_send {
+            None
+        } else {
+            Some(&objs.cq(ia.recv_cq)?.cq)
+        };
+        let srq = if ia.srq.is_null() || xrc_send {
+            None
+        } else {
+            Some(&objs.srq(ia.srq)?.srq)
+        };
+        let attr = QpInitAttr {
+            qp_type,
+            send_cq: Some(&send_cq.cq),
+            recv_cq,
+            srq,
+            cap: cap_from_c(&ia.cap),
+            sq_sig_all: ia.sq_sig_all != 0,
+        };
+        let qp = pd_entry.pd.create_qp(&attr).map_err(create_qp_error)?;
+        let cap = qp.query().1.cap;
+        let net = Arc::clone(&pd_entry.net);
+        // SAFETY: `pd` is a registered, live PD allocated by uroce (lock held).
+        let context = unsafe { (*pd).context };
+        // SAFETY: ibv_qp is pointers, integers and glibc pthread objects, all valid
+        // zeroed (the pthread ones are then their static initialisers).
+        let mut c: ibv_qp = unsafe { zeroed() };
+        c.context = context;
+        c.qp_context = ia.qp_context;
+        c.pd = pd;
+        c.send_cq = ia.send_cq;
+        if !xrc_send {
             c.recv_cq = ia.recv_cq;
             c.srq = ia.srq;
-            c.handle = qp.qp_num();
-            c.qp_num = qp.qp_num();
-            c.state = qp.state().as_u32();
-            c.qp_type = ia.qp_type;
-            let raw = CBox::new(c);
-            let p = raw.ptr();
-            objs.qps.insert(
-                p as usize,
-                QpEntry {
-                    raw,
-                    qp,
-                    max_inline: cap.max_inline_data,
-                    net,
-                },
-            );
-            // SAFETY: caller guarantee: writable init_attr (checked non-NULL).
-            unsafe { (*init_attr).cap = cap_to_c(&cap) };
-            Ok(p)
-        })())
-    })
+        }
+        c.handle = qp.qp_num();
+        c.qp_num = qp.qp_num();
+        c.state = qp.state().as_u32();
+        c.qp_type = ia.qp_type;
+        let raw = CBox::new(c);
+        let p = raw.ptr();
+        objs.qps.insert(
+            p as usize,
+            QpEntry {
+                raw,
+                qp,
+                max_inline: cap.max_inline_data,
+                net,
+            },
+        );
+        // SAFETY: caller guarantee: writable init_attr (checked non-NULL).
+        unsafe { (*init_attr).cap = cap_to_c(&cap) };
+        Ok(p)
+    })()
 }
 
 /// `ibv_modify_qp(qp, attr, attr_mask)`: 0 or the errno value (`EINVAL`: unknown QP, bad
@@ -948,6 +969,7 @@ pub unsafe extern "C" fn uroce_ibv_modify_qp(
             let a = unsafe { attr.read() };
             let (q, mask) = qp_attr_from_c(&a, attr_mask as u32)?;
             let (r, _) = qp_ref(qp)?;
+            let mask = crate::xrc::strip_xrc_mask(r.qp_type(), mask);
             let res = r
                 .modify(&q, mask)
                 .map_err(|e| refused("ibv_modify_qp", libc::EINVAL, e));

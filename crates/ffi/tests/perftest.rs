@@ -3,7 +3,8 @@
 //! `ib_write_bw`, `ib_read_lat`, `ib_read_bw`, `ib_atomic_lat`, `ib_atomic_bw` with a
 //! bounded `-n`, and `ib_write_bw -a` (every size from 2 bytes to 8 MiB); over UD
 //! (`-c UD`) `ib_send_lat` and `ib_send_bw`; over UC (`-c UC`) `ib_send_lat`,
-//! `ib_send_bw`, `ib_write_lat` and `ib_write_bw`.
+//! `ib_send_bw`, `ib_write_lat` and `ib_write_bw`; over XRC (`-c XRC`) `ib_send_lat`,
+//! `ib_send_bw`, `ib_write_bw` and `ib_read_bw`.
 //!
 //! perftest links libmlx5, libefa and librdmacm, which bind rdma-core's provider interface
 //! and kernel-ABI helpers: the programs only load if the library exports those too. The
@@ -227,6 +228,51 @@ fn perftest_uc_write_bw() {
         addr(29),
         addr(30),
         &["-c", "UC"],
+        200,
+        &[65536],
+    );
+}
+
+// XRC (`-c XRC`): the client's QPs are XRC_SEND, the server's XRC_RECV in an XRC domain
+// opened on a file, with one XRC SRQ whose number the client names in every WR (the
+// latency tests have both kinds on each side).
+
+#[test]
+fn perftest_xrc_send_lat() {
+    run_pair("ib_send_lat", addr(31), addr(32), &["-c", "XRC"], 500, &[2]);
+}
+
+#[test]
+fn perftest_xrc_send_bw() {
+    run_pair(
+        "ib_send_bw",
+        addr(33),
+        addr(34),
+        &["-c", "XRC"],
+        200,
+        &[65536],
+    );
+}
+
+#[test]
+fn perftest_xrc_write_bw() {
+    run_pair(
+        "ib_write_bw",
+        addr(35),
+        addr(36),
+        &["-c", "XRC"],
+        200,
+        &[65536],
+    );
+}
+
+#[test]
+fn perftest_xrc_read_bw() {
+    run_pair(
+        "ib_read_bw",
+        addr(37),
+        addr(38),
+        &["-c", "XRC"],
         200,
         &[65536],
     );

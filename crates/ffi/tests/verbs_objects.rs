@@ -267,19 +267,25 @@ fn verbs_objects_and_data_path_behave_like_rdma_core() {
         );
         assert_eq!(qi.qp_type, IBV_QPT_UD);
         assert_eq!(uroce_ibv_destroy_qp(ud), 0);
-        // UC is created too; the types without a transport engine are refused.
-        ia.qp_type = IBV_QPT_UC;
-        let uc = uroce_ibv_create_qp(pd, &mut ia);
-        assert!(!uc.is_null(), "UC created: errno {}", errno());
-        assert_eq!(uroce_ibv_destroy_qp(uc), 0);
-        for t in [IBV_QPT_XRC_SEND, IBV_QPT_XRC_RECV] {
+        // UC and XRC_SEND (its receive CQ ignored) are created too; XRC_RECV needs an
+        // XRC domain (`ibv_create_qp_ex`), so `ibv_create_qp` refuses it.
+        let caps = ia.cap;
+        for t in [IBV_QPT_UC, IBV_QPT_XRC_SEND] {
             ia.qp_type = t;
-            assert!(
-                uroce_ibv_create_qp(pd, &mut ia).is_null(),
-                "type {t} refused"
-            );
-            assert_eq!(errno(), libc::EOPNOTSUPP, "type {t}");
+            ia.cap = caps;
+            let q = uroce_ibv_create_qp(pd, &mut ia);
+            assert!(!q.is_null(), "type {t} created: errno {}", errno());
+            assert_eq!((*q).qp_type, t);
+            assert_eq!(uroce_ibv_destroy_qp(q), 0);
         }
+        ia.qp_type = IBV_QPT_XRC_RECV;
+        assert!(
+            uroce_ibv_create_qp(pd, &mut ia).is_null(),
+            "XRC_RECV refused"
+        );
+        assert_eq!(errno(), libc::EOPNOTSUPP, "XRC_RECV");
+        // (An XRC_SEND QP reports no receive queue in the granted caps.)
+        ia.cap = caps;
         ia.qp_type = IBV_QPT_RC;
         let qp_a = uroce_ibv_create_qp(pd, &mut ia);
         assert!(!qp_a.is_null(), "errno {}", errno());

@@ -1,5 +1,5 @@
-//! The transport-engine interface: what every QP transport (RC, UC, UD and the GSI QP;
-//! XRC later) implements, and the only thing the layers above drive.
+//! The transport-engine interface: what every QP transport (RC and its XRC halves, UC, UD
+//! and the GSI QP) implements, and the only thing the layers above drive.
 //!
 //! The contract follows quinn-proto's sans-IO connection. An engine's methods come in four
 //! groups:
@@ -81,8 +81,9 @@ pub struct Transmit {
 }
 
 /// A QP transport as a sans-IO state machine. See the module doc for the calling
-/// contract. Implemented by [`crate::rc::RcQp`]; UC, UD (with the GSI QP) and XRC engines
-/// implement it too, and `verbs` / the network device drive nothing else.
+/// contract. Implemented by [`crate::rc::RcQp`] (RC, XRC_SEND, XRC_RECV),
+/// [`crate::uc::UcQp`] and [`crate::ud::UdQp`] (UD and the GSI QP); `verbs` and the
+/// network device drive nothing else.
 pub trait Engine: fmt::Debug + Send {
     /// Our QP number (24 bits).
     fn qpn(&self) -> u32;

@@ -273,6 +273,12 @@ pub enum WrError {
     /// The QP the request names does not exist (test harnesses).
     #[error("no such QP")]
     UnknownQp,
+    /// `post_send` on an XRC target (XRC_RECV) QP, which has no send queue.
+    #[error("an XRC target QP has no send queue")]
+    NoSendQueue,
+    /// `post_recv` on an XRC initiator (XRC_SEND) QP, which has no receive queue.
+    #[error("an XRC initiator QP has no receive queue")]
+    NoRecvQueue,
 }
 
 impl SendWr {

@@ -50,7 +50,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use thiserror::Error;
 use uroce_proto::engine::{Arrival, Engine, Transmit};
-use uroce_proto::rc::{CqKind, Env, QpEvent, SharedRecvQueue};
+use uroce_proto::rc::{CqKind, Env, QpEvent, SharedRecvQueue, XrcSrqError, XrcSrqs};
 use uroce_proto::time::Instant;
 use uroce_proto::wr::{RecvWr, WorkCompletion};
 use uroce_wire::ip::{self, Datagram, Endpoints};
@@ -112,10 +112,72 @@ impl SharedRecvQueue for SimSrq {
     }
 }
 
-/// The engine environment over a node: its memory and its SRQ (an engine takes receive
-/// WQEs from the SRQ only when it was configured to use one).
+/// The engine environment over a node: its memory, its SRQ (an engine takes receive
+/// WQEs from the SRQ only when it was configured to use one) and its XRC SRQs (used only
+/// by XRC target QPs).
 fn engine_env<'a>(node: &'a mut NodeEnv<'_>) -> Env<'a> {
-    Env::with_srq(node.mem, &mut *node.srq)
+    Env {
+        mem: node.mem,
+        srq: Some(&mut *node.srq),
+        xrc: Some(&mut *node.xrc),
+    }
+}
+
+/// A node's XRC SRQs (IBA Vol 1 Annex A14), each with the XRC domain it belongs to, and
+/// the domain of the node's XRC target QPs. [`XrcSrqs::select`] refuses an unknown number
+/// and an SRQ of another domain. (The simulator's memory has no protection domains, so
+/// the PD of the selected SRQ is not modelled.)
+#[derive(Debug, Clone, Default)]
+pub struct SimXrc {
+    /// The XRC domain the node's XRC target QPs belong to.
+    pub target_domain: u32,
+    srqs: BTreeMap<u32, (u32, SimSrq)>,
+    current: Option<u32>,
+    /// Successful selections, per SRQ number (tests check where packets were steered).
+    pub selected: BTreeMap<u32, u64>,
+}
+
+impl SimXrc {
+    /// Adds (or replaces) XRC SRQ `srqn` in `domain`.
+    pub fn add_srq(&mut self, srqn: u32, domain: u32) {
+        self.srqs.insert(srqn, (domain, SimSrq::default()));
+    }
+
+    /// Posts a receive WR on XRC SRQ `srqn`; `false` if there is no such SRQ.
+    pub fn post(&mut self, srqn: u32, wr: RecvWr) -> bool {
+        match self.srqs.get_mut(&srqn) {
+            Some((_, q)) => {
+                q.post(wr);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Receive WRs waiting on `srqn` (0 if none exists).
+    pub fn len(&self, srqn: u32) -> usize {
+        self.srqs.get(&srqn).map_or(0, |(_, q)| q.len())
+    }
+}
+
+impl XrcSrqs for SimXrc {
+    fn select(&mut self, srqn: u32) -> Result<(), XrcSrqError> {
+        self.current = None;
+        match self.srqs.get(&srqn) {
+            None => Err(XrcSrqError::Unknown(srqn)),
+            Some((d, _)) if *d != self.target_domain => Err(XrcSrqError::OtherDomain(srqn)),
+            Some(_) => {
+                self.current = Some(srqn);
+                *self.selected.entry(srqn).or_default() += 1;
+                Ok(())
+            }
+        }
+    }
+
+    fn take(&mut self) -> Option<RecvWr> {
+        let srqn = self.current?;
+        self.srqs.get_mut(&srqn).and_then(|(_, q)| q.take())
+    }
 }
 
 impl<E: Engine> Endpoint for E {
@@ -200,6 +262,8 @@ pub struct NodeEnv<'a> {
     pub mem: &'a TestMemory,
     /// The node's shared receive queue.
     pub srq: &'a mut SimSrq,
+    /// The node's XRC SRQs.
+    pub xrc: &'a mut SimXrc,
 }
 
 /// A QP's address in the simulation.
@@ -448,6 +512,7 @@ struct Node<E: Endpoint> {
     addr: IpAddr,
     mem: TestMemory,
     srq: SimSrq,
+    xrc: SimXrc,
     qps: BTreeMap<u32, QpSlot<E>>,
 }
 
@@ -651,6 +716,7 @@ impl<E: Endpoint> SimNet<E> {
             addr,
             mem: TestMemory::with_base(base),
             srq: SimSrq::default(),
+            xrc: SimXrc::default(),
             qps: BTreeMap::new(),
         });
         Ok(index)
@@ -699,6 +765,14 @@ impl<E: Endpoint> SimNet<E> {
     /// [`SimError::UnknownNode`].
     pub fn srq_mut(&mut self, node: usize) -> Result<&mut SimSrq, SimError> {
         Ok(&mut self.node_mut(node)?.srq)
+    }
+
+    /// A node's XRC SRQs and target domain.
+    ///
+    /// # Errors
+    /// [`SimError::UnknownNode`].
+    pub fn xrc_mut(&mut self, node: usize) -> Result<&mut SimXrc, SimError> {
+        Ok(&mut self.node_mut(node)?.xrc)
     }
 
     /// Registers `ep` on `node`, connected to `peer`: the only node it accepts packets
@@ -785,9 +859,11 @@ impl<E: Endpoint> SimNet<E> {
             .nodes
             .get_mut(qp.node)
             .ok_or(SimError::UnknownNode(qp.node))?;
-        let Node { mem, srq, qps, .. } = node;
+        let Node {
+            mem, srq, xrc, qps, ..
+        } = node;
         let slot = qps.get_mut(&qp.qpn).ok_or(SimError::UnknownQp(qp))?;
-        let mut env = NodeEnv { mem, srq };
+        let mut env = NodeEnv { mem, srq, xrc };
         Ok(f(&mut slot.ep, &mut env, now))
     }
 
@@ -1062,9 +1138,11 @@ impl<E: Endpoint> SimNet<E> {
                     .nodes
                     .get_mut(qp.node)
                     .ok_or(SimError::UnknownNode(qp.node))?;
-                let Node { mem, srq, qps, .. } = node;
+                let Node {
+                    mem, srq, xrc, qps, ..
+                } = node;
                 let slot = qps.get_mut(&qp.qpn).ok_or(SimError::UnknownQp(qp))?;
-                let mut env = NodeEnv { mem, srq };
+                let mut env = NodeEnv { mem, srq, xrc };
                 slot.ep.poll_transmit(now, &mut env, &mut buf)
             };
             let result = match sent {
@@ -1407,9 +1485,11 @@ impl<E: Endpoint> SimNet<E> {
             Some(n) => n,
             None => return,
         };
-        let Node { mem, srq, qps, .. } = node;
+        let Node {
+            mem, srq, xrc, qps, ..
+        } = node;
         if let Some(slot) = qps.get_mut(&qpn) {
-            let mut env = NodeEnv { mem, srq };
+            let mut env = NodeEnv { mem, srq, xrc };
             slot.ep.handle_packet(now, &arrival, &pkt, &mut env);
         }
     }

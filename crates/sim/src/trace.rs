@@ -32,6 +32,8 @@ pub struct PacketSummary {
     pub dma_len: Option<u32>,
     /// The original value of an ATOMIC_ACKNOWLEDGE.
     pub atomic_orig: Option<u64>,
+    /// The XRCETH SRQ number, for XRC requests.
+    pub xrc_srqn: Option<u32>,
 }
 
 impl PacketSummary {
@@ -46,6 +48,7 @@ impl PacketSummary {
             aeth: p.aeth,
             dma_len: p.reth.map(|r| r.dma_len),
             atomic_orig: p.atomic_ack_eth.map(|a| a.orig),
+            xrc_srqn: p.xrceth.map(|x| x.srqn),
         }
     }
 

@@ -1013,11 +1013,14 @@ fn run_case(level: f64, seed: u64, n_ops: usize) -> Result<Outcome, String> {
                 // completions to the other direction.
                 let (d, regions) = match kind {
                     CqKind::Send => (&mut dirs[k], if from == a { &ra } else { &rb }),
-                    CqKind::Recv => (&mut dirs[1 - k], if from == a { &ra } else { &rb }),
+                    // RC QPs have no XRC SRQs.
+                    CqKind::Recv | CqKind::XrcSrq(_) => {
+                        (&mut dirs[1 - k], if from == a { &ra } else { &rb })
+                    }
                 };
                 let r = match kind {
                     CqKind::Send => check_send_wc(d, &wc, allow_exhaustion),
-                    CqKind::Recv => {
+                    CqKind::Recv | CqKind::XrcSrq(_) => {
                         let r = check_recv_wc(d, &wc, regions, allow_exhaustion);
                         if r.is_ok() {
                             let delay = rng.random_range(0..=200_000u64);

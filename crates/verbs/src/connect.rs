@@ -121,6 +121,32 @@ impl RcConnect {
         )
     }
 
+    /// INIT→RTR for a QP of type `t`: [`RcConnect::rtr_attr`], without the responder
+    /// attributes (`max_dest_rd_atomic`, `min_rnr_timer`) for an XRC initiator, which has
+    /// no responder (IBA Vol 1 Annex A14; the modify table's XRC_INI row).
+    pub fn rtr_attr_for(&self, t: QpType) -> (QpAttr, AttrMask) {
+        let (attr, mask) = self.rtr_attr();
+        if t == QpType::XrcSend {
+            (
+                attr,
+                mask - (AttrMask::MAX_DEST_RD_ATOMIC | AttrMask::MIN_RNR_TIMER),
+            )
+        } else {
+            (attr, mask)
+        }
+    }
+
+    /// RTR→RTS for a QP of type `t`: [`RcConnect::rts_attr`]; an XRC target, which sends
+    /// only responses, takes just `sq_psn` and `timeout` (the modify table's XRC_TGT row).
+    pub fn rts_attr_for(&self, t: QpType) -> (QpAttr, AttrMask) {
+        let (attr, mask) = self.rts_attr();
+        if t == QpType::XrcRecv {
+            (attr, AttrMask::STATE | AttrMask::SQ_PSN | AttrMask::TIMEOUT)
+        } else {
+            (attr, mask)
+        }
+    }
+
     /// RTR→RTS: first PSN, ACK timeout, retry counts, initiator depth.
     pub fn rts_attr(&self) -> (QpAttr, AttrMask) {
         let attr = QpAttr {
@@ -316,7 +342,8 @@ impl QpRef {
     /// RESET→INIT→RTR→RTS with `c` (three `modify` calls; stops at the first error, which
     /// names the attribute and leaves the QP in the state reached).
     pub fn connect_rc(&self, c: &RcConnect) -> Result<(), ModifyQpError> {
-        for (attr, mask) in [c.init_attr(), c.rtr_attr(), c.rts_attr()] {
+        let t = self.qp_type();
+        for (attr, mask) in [c.init_attr(), c.rtr_attr_for(t), c.rts_attr_for(t)] {
             self.modify(&attr, mask)?;
         }
         Ok(())
@@ -325,7 +352,8 @@ impl QpRef {
     /// INIT→RTR→RTS with `c`, for a QP already moved to INIT (e.g. with [`rc_init_attr`]
     /// before the out-of-band exchange).
     pub fn connect_rc_from_init(&self, c: &RcConnect) -> Result<(), ModifyQpError> {
-        for (attr, mask) in [c.rtr_attr(), c.rts_attr()] {
+        let t = self.qp_type();
+        for (attr, mask) in [c.rtr_attr_for(t), c.rts_attr_for(t)] {
             self.modify(&attr, mask)?;
         }
         Ok(())

@@ -4,8 +4,11 @@
 //! In a context with a [`Transport`] installed (every context of a network device), a QP
 //! gets its engine at the INIT→RTR transition from `build_engine`, the one factory that
 //! knows the transports: it builds the engine for the QP's type from the QP's attributes
-//! (RC: [`uroce_proto::rc::RcQp`]; UC: [`uroce_proto::uc::UcQp`]; UD and GSI:
-//! [`uroce_proto::ud::UdQp`], whose largest datagram is the port's active MTU); receive
+//! (RC, and XRC_SEND / XRC_RECV as its two XRC halves: [`uroce_proto::rc::RcQp`]; UC:
+//! [`uroce_proto::uc::UcQp`]; UD and GSI: [`uroce_proto::ud::UdQp`], whose largest
+//! datagram is the port's active MTU). An XRC target QP resolves each request's SRQ number
+//! in the context's SRQ table (only XRC SRQs of its own domain; memory is then checked
+//! against that SRQ's PD) and its receive completions go to that SRQ's CQ. Receive
 //! WRs posted in INIT move into it. Only the types
 //! [`engine_supported`] names can be created on such a context at all (others are refused
 //! by `create_qp` with `CreateQpError::UnsupportedType`), so no QP accepts work that no
@@ -38,7 +41,7 @@ use uroce_proto::memory::{
 use uroce_proto::qp_state::{QpState, QpType};
 use uroce_proto::rc::{
     CqKind, Env, PostError as EnginePostError, QpEvent, RcConfig, RcQp, RemoteAccess, RtsAttrs,
-    SharedRecvQueue,
+    SharedRecvQueue, XrcSrqError, XrcSrqs,
 };
 use uroce_proto::time::Instant;
 use uroce_proto::uc::{UcConfig, UcQp};
@@ -78,7 +81,10 @@ pub(crate) type TransportSlot = std::sync::OnceLock<StdArc<dyn Transport>>;
 /// [`Transport`] (a network device's) creates. The one place to extend when an engine is
 /// added to `build_engine` (in this module).
 pub const fn engine_supported(qp_type: QpType) -> bool {
-    matches!(qp_type, QpType::Rc | QpType::Uc | QpType::Ud | QpType::Gsi)
+    matches!(
+        qp_type,
+        QpType::Rc | QpType::Uc | QpType::Ud | QpType::Gsi | QpType::XrcSend | QpType::XrcRecv
+    )
 }
 
 /// On a context with a transport, a QP whose type no engine carries would accept work and
@@ -97,7 +103,9 @@ pub(crate) fn refuse_without_engine(
 /// Memory as one QP's engine sees it: the context's MR table, restricted to the QP's PD.
 pub struct QpMemory<'a> {
     ctx: &'a ContextCore,
-    pd_id: u32,
+    /// The PD accesses are checked against: the QP's, or for an XRC target QP the PD of
+    /// the XRC SRQ the current packet named (set by [`DomainSrqs::select`]).
+    pd_id: std::cell::Cell<u32>,
     /// The region of the previous access (one engine call, e.g. a transmit batch of a
     /// large message, mostly touches one region): saves the table lookup.
     last: std::cell::RefCell<Option<Arc<crate::region::MrEntry>>>,
@@ -107,7 +115,7 @@ impl<'a> QpMemory<'a> {
     fn new(ctx: &'a ContextCore, pd_id: u32) -> QpMemory<'a> {
         QpMemory {
             ctx,
-            pd_id,
+            pd_id: std::cell::Cell::new(pd_id),
             last: std::cell::RefCell::new(None),
         }
     }
@@ -169,13 +177,13 @@ fn verbs_op(op: ProtoRemoteOp) -> RemoteOp {
 impl Memory for QpMemory<'_> {
     fn read_local(&self, lkey: u32, addr: u64, dst: &mut [u8]) -> Result<(), LocalAccessError> {
         let r = self.region(lkey).ok_or(LocalAccessError::BadKey { lkey })?;
-        r.mr.local_read(self.pd_id, lkey, addr, dst)
+        r.mr.local_read(self.pd_id.get(), lkey, addr, dst)
             .map_err(|e| local_error(lkey, addr, dst.len(), e))
     }
 
     fn write_local(&self, lkey: u32, addr: u64, src: &[u8]) -> Result<(), LocalAccessError> {
         let r = self.region(lkey).ok_or(LocalAccessError::BadKey { lkey })?;
-        r.mr.local_write(self.pd_id, lkey, addr, src)
+        r.mr.local_write(self.pd_id.get(), lkey, addr, src)
             .map_err(|e| local_error(lkey, addr, src.len(), e))
     }
 
@@ -192,7 +200,7 @@ impl Memory for QpMemory<'_> {
         let r = self
             .region(rkey)
             .ok_or(RemoteAccessError::BadKey { rkey })?;
-        r.mr.check_remote(self.pd_id, rkey, va, len, verbs_op(op))
+        r.mr.check_remote(self.pd_id.get(), rkey, va, len, verbs_op(op))
             .map_err(|e| remote_error(rkey, va, len, op, e))
     }
 
@@ -205,7 +213,7 @@ impl Memory for QpMemory<'_> {
         let r = self
             .region(rkey)
             .ok_or(RemoteAccessError::BadKey { rkey })?;
-        r.mr.remote_write(self.pd_id, rkey, va, src)
+        r.mr.remote_write(self.pd_id.get(), rkey, va, src)
             .map_err(|e| remote_error(rkey, va, len, op, e))
     }
 
@@ -218,7 +226,7 @@ impl Memory for QpMemory<'_> {
         let r = self
             .region(rkey)
             .ok_or(RemoteAccessError::BadKey { rkey })?;
-        r.mr.remote_read(self.pd_id, rkey, va, dst)
+        r.mr.remote_read(self.pd_id.get(), rkey, va, dst)
             .map_err(|e| remote_error(rkey, va, len, op, e))
     }
 
@@ -228,9 +236,9 @@ impl Memory for QpMemory<'_> {
             .region(rkey)
             .ok_or(RemoteAccessError::BadKey { rkey })?;
         let res = match op {
-            AtomicOp::FetchAdd { add } => r.mr.remote_fetch_add(self.pd_id, rkey, va, add),
+            AtomicOp::FetchAdd { add } => r.mr.remote_fetch_add(self.pd_id.get(), rkey, va, add),
             AtomicOp::CompareSwap { compare, swap } => {
-                r.mr.remote_compare_swap(self.pd_id, rkey, va, compare, swap)
+                r.mr.remote_compare_swap(self.pd_id.get(), rkey, va, compare, swap)
             }
         };
         res.map_err(|e| remote_error(rkey, va, 8, rop, e))
@@ -259,6 +267,41 @@ impl SharedRecvQueue for SrqSource<'_> {
     }
 }
 
+/// The XRC SRQs of an XRC target QP's domain, as the engine resolves them per packet
+/// ([`XrcSrqs`]): an SRQ number is looked up in the context's SRQ table (a counted
+/// reference) and accepted only if it is an XRC SRQ of the QP's own domain; selecting it
+/// also points the QP's memory view at the SRQ's PD.
+struct DomainSrqs<'a> {
+    ctx: &'a ContextCore,
+    xrcd: Option<&'a Arc<crate::xrcd::XrcdCore>>,
+    mem: &'a QpMemory<'a>,
+    current: Option<Arc<SrqCore>>,
+}
+
+impl XrcSrqs for DomainSrqs<'_> {
+    fn select(&mut self, srqn: u32) -> Result<(), XrcSrqError> {
+        if self.current.as_ref().is_some_and(|s| s.srqn == srqn) {
+            return Ok(());
+        }
+        self.current = None;
+        let srq = self.ctx.srqs.get(srqn).ok_or(XrcSrqError::Unknown(srqn))?;
+        let same = match (&srq.xrc, self.xrcd) {
+            (Some(x), Some(d)) => Arc::ptr_eq(&x.xrcd, d),
+            _ => false,
+        };
+        if !same {
+            return Err(XrcSrqError::OtherDomain(srqn));
+        }
+        self.mem.pd_id.set(srq.pd.id);
+        self.current = Some(srq);
+        Ok(())
+    }
+
+    fn take(&mut self) -> Option<RecvWr> {
+        self.current.as_ref().and_then(SrqCore::take)
+    }
+}
+
 /// Runs `f` with the engine and an [`Env`] for this QP, then drains completions and
 /// events. Returns `None` when the QP has no engine.
 fn with_engine<R>(
@@ -269,6 +312,16 @@ fn with_engine<R>(
     let engine = inner.engine.as_deref_mut()?;
     let mem = QpMemory::new(&core.ctx, core.pd.as_ref().map_or(0, |pd| pd.id));
     let r = match &core.srq {
+        None if core.qp_type == QpType::XrcRecv => {
+            let mut srqs = DomainSrqs {
+                ctx: &core.ctx,
+                xrcd: core.xrcd.as_ref(),
+                mem: &mem,
+                current: None,
+            };
+            let mut env = Env::with_xrc(&mem, &mut srqs);
+            f(engine, &mut env)
+        }
         Some(srq) => {
             let mut source = SrqSource(srq);
             let mut env = Env::with_srq(&mem, &mut source);
@@ -295,9 +348,20 @@ fn drain(core: &Arc<QpCore>, inner: &mut QpInner) -> usize {
     for _round in 0..2 {
         let mut overrun = false;
         while let Some((kind, wc)) = engine.poll_completion() {
+            let xrc_cq;
             let cq = match kind {
                 CqKind::Send => core.send_cq.as_ref(),
                 CqKind::Recv => core.recv_cq.as_ref(),
+                CqKind::XrcSrq(srqn) => {
+                    // The CQ of the XRC SRQ the WQE came from (it may have been destroyed
+                    // since: the completion is then lost with it).
+                    xrc_cq = core
+                        .ctx
+                        .srqs
+                        .get(srqn)
+                        .and_then(|s| s.xrc.as_ref().map(|x| x.cq.clone()));
+                    xrc_cq.as_ref()
+                }
             };
             if let Some(cq) = cq {
                 if CqCore::push(cq, wc, wc.solicited).is_err() {
@@ -345,8 +409,14 @@ fn build_engine(core: &QpCore, inner: &QpInner) -> Option<Box<dyn Engine>> {
         QpType::Rc => Some(Box::new(RcQp::new_rtr(rc_config(core, inner)))),
         QpType::Ud | QpType::Gsi => Some(Box::new(UdQp::new_rtr(ud_config(core, inner)?))),
         QpType::Uc => Some(Box::new(UcQp::new_rtr(uc_config(core, inner)))),
-        // XRC (M2 later), and the types uroce never creates.
-        QpType::XrcSend | QpType::XrcRecv | QpType::Smi | QpType::RawPacket => None,
+        // XRC: the RC engine on the XRC opcodes, initiator or target half.
+        QpType::XrcSend | QpType::XrcRecv => {
+            let mut cfg = rc_config(core, inner);
+            cfg.qp_type = core.qp_type;
+            Some(Box::new(RcQp::new_rtr(cfg)))
+        }
+        // The types uroce never creates.
+        QpType::Smi | QpType::RawPacket => None,
     }
 }
 

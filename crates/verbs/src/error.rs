@@ -595,9 +595,21 @@ pub enum RegMrError {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum XrcError {
-    /// `open_qp`: no XRC_RECV QP with this number is owned by the domain.
-    #[error("the XRC domain owns no XRC_RECV QP {0:#x}")]
+    /// `open_qp` / `reg_xrc_rcv_qp`: the domain has no XRC_RECV QP with this number.
+    #[error("the XRC domain has no XRC_RECV QP {0:#x}")]
     NoSuchQp(u32),
+    /// `unreg_xrc_rcv_qp`: the QP is not registered.
+    #[error("XRC_RECV QP {0:#x} is not registered")]
+    NotRegistered(u32),
+    /// `create_reg_qp`: the QP could not be created.
+    #[error("creating the XRC_RECV QP: {0}")]
+    Create(#[source] CreateQpError),
+    /// `create_reg_qp`: the QP could not be taken to RTR.
+    #[error("taking the XRC_RECV QP to RTR: {0}")]
+    Modify(#[source] ModifyQpError),
+    /// `unreg_xrc_rcv_qp`: the QP could not be destroyed.
+    #[error("destroying the XRC_RECV QP: {0}")]
+    Destroy(#[source] DestroyError),
 }
 
 /// Why [`crate::AhAttr::from_wc`] cannot answer a received datagram.

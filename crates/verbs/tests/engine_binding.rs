@@ -50,8 +50,15 @@ const CREATED_BY_PD: [QpType; 5] = [
 ];
 
 #[test]
-fn the_supported_set_is_rc_uc_ud_gsi_and_excludes_what_uroce_never_creates() {
-    for t in [QpType::Rc, QpType::Uc, QpType::Ud, QpType::Gsi] {
+fn the_supported_set_is_rc_uc_ud_gsi_xrc_and_excludes_what_uroce_never_creates() {
+    for t in [
+        QpType::Rc,
+        QpType::Uc,
+        QpType::Ud,
+        QpType::Gsi,
+        QpType::XrcSend,
+        QpType::XrcRecv,
+    ] {
         assert!(engine_supported(t), "{t}");
     }
     for t in [QpType::Smi, QpType::RawPacket] {
@@ -79,8 +86,8 @@ fn a_networked_context_creates_exactly_the_types_an_engine_carries() {
             Err(e) => panic!("{t}: unexpected refusal {e}"),
         }
     }
-    // RC, UC, UD and GSI have engines; XRC_SEND does not yet.
-    assert_eq!(refused, 1);
+    // RC, UC, UD, GSI and XRC_SEND have engines.
+    assert_eq!(refused, 0);
     assert_eq!(
         refused,
         CREATED_BY_PD

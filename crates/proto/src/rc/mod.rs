@@ -97,7 +97,7 @@ use uroce_wire::{PacketRepr, Pmtu, Psn};
 
 use crate::build::pkey_match;
 use crate::memory::Memory;
-use crate::qp_state::QpState;
+use crate::qp_state::{QpState, QpType};
 use crate::time::Instant;
 use crate::wr::{
     RecvWr, SendOpcode, SendPayload, SendWr, WcOpcode, WcStatus, WorkCompletion, WrError,
@@ -172,6 +172,13 @@ pub struct RcConfig {
     pub pkey: u16,
     /// The peer's IP address (from the address vector): where every packet goes.
     pub peer: std::net::IpAddr,
+    /// `Rc`, or one of the two halves of XRC (IBA Vol 1 Annex A14), which run the same
+    /// engine on the XRC opcodes: `XrcSend` (initiator: requester and completer only; every
+    /// request packet carries an XRCETH with its WR's `remote_srqn`) and `XrcRecv` (target:
+    /// responder only; each request's XRCETH names the SRQ, resolved through [`Env::xrc`],
+    /// that its receive WQE comes from and whose CQ gets the completion). Other types are
+    /// treated as `Rc`.
+    pub qp_type: QpType,
 }
 
 impl RcConfig {
@@ -198,6 +205,30 @@ impl RcConfig {
             use_srq: false,
             pkey: 0xffff,
             peer: std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+            qp_type: QpType::Rc,
+        }
+    }
+
+    /// The transport of the packets: XRC for the XRC types, RC otherwise.
+    pub fn transport(&self) -> Transport {
+        match self.qp_type {
+            QpType::XrcSend | QpType::XrcRecv => Transport::Xrc,
+            _ => Transport::Rc,
+        }
+    }
+
+    /// Whether this is an XRC target (XRC_RECV) QP.
+    pub fn is_xrc_target(&self) -> bool {
+        self.qp_type == QpType::XrcRecv
+    }
+
+    /// The opcode of this QP's transport with the operation of the RC opcode `rc_op`
+    /// (IBA Vol 1 §9.2: the XRC opcodes 0xA0-0xB7 are the RC ones 0x00-0x17 under the XRC
+    /// transport prefix).
+    pub(crate) fn wire_opcode(&self, rc_op: u8) -> u8 {
+        match self.transport() {
+            Transport::Xrc => (rc_op & 0x1f) | Transport::Xrc as u8,
+            _ => rc_op,
         }
     }
 }
@@ -224,18 +255,53 @@ pub trait SharedRecvQueue {
     fn take(&mut self) -> Option<RecvWr>;
 }
 
+/// Why an XRCETH's SRQ number was refused (IBA Vol 1 Annex A14).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Error)]
+pub enum XrcSrqError {
+    /// No XRC SRQ has this number.
+    #[error("no XRC SRQ {0}")]
+    Unknown(u32),
+    /// The SRQ exists but belongs to another XRC domain than the target QP.
+    #[error("XRC SRQ {0} belongs to another XRC domain")]
+    OtherDomain(u32),
+}
+
+/// The XRC SRQs an XRC target QP may use: those of its XRC domain, by number. The verbs
+/// layer implements it over its SRQ table; tests over plain maps.
+///
+/// Contract: the engine calls [`XrcSrqs::select`] with the XRCETH SRQ number of every
+/// request packet it executes (and of every READ response it builds) before touching
+/// receive WQEs or memory. After a successful `select`, [`XrcSrqs::take`] takes from
+/// that SRQ, and [`Env::mem`] checks remote accesses against the protection domain of
+/// that SRQ (an XRC target QP has no PD of its own: IBA Annex A14 uses the PD of the XRC
+/// SRQ). The completion of a WQE is emitted as [`CqKind::XrcSrq`] with the SRQ number: it
+/// goes to that SRQ's CQ.
+pub trait XrcSrqs {
+    /// Makes `srqn` the current SRQ; an unknown number or an SRQ of another domain is
+    /// refused (the engine NAKs the request with Invalid Request).
+    fn select(&mut self, srqn: u32) -> Result<(), XrcSrqError>;
+    /// Takes the next receive WQE of the current SRQ, if any.
+    fn take(&mut self) -> Option<RecvWr>;
+}
+
 /// What an engine call may touch besides the QP itself.
 pub struct Env<'a> {
     /// Local and remote-accessible memory.
     pub mem: &'a dyn Memory,
     /// The SRQ of a QP created with `use_srq`.
     pub srq: Option<&'a mut dyn SharedRecvQueue>,
+    /// XRC target QPs: the SRQs of the QP's XRC domain, by number (see [`XrcSrqs`]).
+    pub xrc: Option<&'a mut dyn XrcSrqs>,
 }
 
 impl<'a> Env<'a> {
     /// An environment over `mem` without SRQ.
     pub fn new(mem: &'a dyn Memory) -> Env<'a> {
-        Env { mem, srq: None }
+        Env {
+            mem,
+            srq: None,
+            xrc: None,
+        }
     }
 
     /// An environment over `mem` whose receive WQEs come from `srq`.
@@ -243,6 +309,17 @@ impl<'a> Env<'a> {
         Env {
             mem,
             srq: Some(srq),
+            xrc: None,
+        }
+    }
+
+    /// An environment for an XRC target QP: receive WQEs (and the protection domain `mem`
+    /// checks against) come from the XRC SRQ each packet names, resolved by `xrc`.
+    pub fn with_xrc(mem: &'a dyn Memory, xrc: &'a mut dyn XrcSrqs) -> Env<'a> {
+        Env {
+            mem,
+            srq: None,
+            xrc: Some(xrc),
         }
     }
 }
@@ -254,6 +331,8 @@ pub enum CqKind {
     Send,
     /// The receive CQ (receive WRs).
     Recv,
+    /// A receive of an XRC target QP: the CQ of the XRC SRQ with this number.
+    XrcSrq(u32),
 }
 
 /// Asynchronous QP events (IBA Vol 1 §11.6).
@@ -338,6 +417,9 @@ pub struct RcCounters {
     pub dropped_unexpected_responses: u64,
     /// … duplicate READ/atomic requests no responder resource matches.
     pub dropped_unmatched_duplicates: u64,
+    /// XRC target: requests whose XRCETH names no XRC SRQ of the QP's domain (each is
+    /// answered with NAK Invalid Request; counted here, not in `dropped_packets`).
+    pub bad_xrc_srqn: u64,
     /// Responder output (ACKs, responses) discarded because its queue was full.
     pub dropped_responses: u64,
     /// Datagram transports (UD, GSI): … because the DETH Q_Key is not the QP's (IBA
@@ -444,6 +526,9 @@ impl RcQp {
     /// 2^22 PSNs, inline data for READ/atomic, an atomic whose local buffer is not 8 bytes
     /// or whose remote address is not 8-byte aligned, READ/atomic with `max_rd_atomic == 0`.
     pub fn post_send(&mut self, wr: SendWr) -> Result<(), PostError> {
+        if self.cfg.is_xrc_target() {
+            return Err(PostError::InvalidWr(WrError::NoSendQueue));
+        }
         match self.state {
             QpState::Rts | QpState::Sqd | QpState::Err => {}
             s => return Err(PostError::BadState(s)),
@@ -472,6 +557,11 @@ impl RcQp {
     /// Errors: `BadState` in RESET; `QueueFull` at `max_recv_wr` (counting completions not
     /// yet polled); `InvalidWr` on a QP that takes its receive WQEs from an SRQ.
     pub fn post_recv(&mut self, wr: RecvWr) -> Result<(), PostError> {
+        match self.cfg.qp_type {
+            QpType::XrcSend => return Err(PostError::InvalidWr(WrError::NoRecvQueue)),
+            QpType::XrcRecv => return Err(PostError::InvalidWr(WrError::UsesSrq)),
+            _ => {}
+        }
         if self.cfg.use_srq {
             return Err(PostError::InvalidWr(WrError::UsesSrq));
         }
@@ -501,11 +591,21 @@ impl RcQp {
             self.drop_wrong_state();
             return;
         }
-        let Some(info) = opcode::info(pkt.bth.opcode).filter(|i| i.transport == Transport::Rc)
-        else {
+        let transport = self.cfg.transport();
+        let Some(info) = opcode::info(pkt.bth.opcode).filter(|i| i.transport == transport) else {
             self.drop_bad_opcode();
             return;
         };
+        // XRC: an initiator has no responder, a target no requester (Annex A14).
+        let half = match self.cfg.qp_type {
+            QpType::XrcSend => !info.is_request,
+            QpType::XrcRecv => info.is_request,
+            _ => true,
+        };
+        if !half {
+            self.drop_bad_opcode();
+            return;
+        }
         if info.is_request {
             if !matches!(self.state, QpState::Rtr | QpState::Rts | QpState::Sqd) {
                 self.drop_wrong_state();
@@ -586,7 +686,7 @@ impl RcQp {
         let c = self.completions.pop_front()?;
         match c.0 {
             CqKind::Send => self.send_cqes = self.send_cqes.saturating_sub(1),
-            CqKind::Recv => self.recv_cqes = self.recv_cqes.saturating_sub(1),
+            CqKind::Recv | CqKind::XrcSrq(_) => self.recv_cqes = self.recv_cqes.saturating_sub(1),
         }
         Some(c)
     }
@@ -681,7 +781,7 @@ impl RcQp {
     fn push_completion(&mut self, kind: CqKind, wc: WorkCompletion) {
         match kind {
             CqKind::Send => self.send_cqes += 1,
-            CqKind::Recv => self.recv_cqes += 1,
+            CqKind::Recv | CqKind::XrcSrq(_) => self.recv_cqes += 1,
         }
         self.completions.push_back((kind, wc));
     }
@@ -731,7 +831,7 @@ impl RcQp {
             self.complete_recv_error(wr.wr_id, WcStatus::WrFlushErr);
         }
         self.resp.cur = None;
-        if self.cfg.use_srq {
+        if self.cfg.use_srq || self.cfg.is_xrc_target() {
             self.events.push_back(QpEvent::LastWqeReached);
         }
         if keep_resp_output && !self.resp.out.is_empty() {
@@ -767,7 +867,17 @@ impl RcQp {
 
     fn complete_recv_error(&mut self, wr_id: u64, status: WcStatus) {
         let wc = WorkCompletion::new(wr_id, status, WcOpcode::Recv, self.cfg.qpn);
-        self.push_completion(CqKind::Recv, wc);
+        self.push_completion(self.recv_cq_kind(), wc);
+    }
+
+    /// Where receive completions go: the receive CQ, or for an XRC target the CQ of the
+    /// SRQ the current message's WQE came from.
+    fn recv_cq_kind(&self) -> CqKind {
+        if self.cfg.is_xrc_target() {
+            CqKind::XrcSrq(self.resp.xrc_srqn)
+        } else {
+            CqKind::Recv
+        }
     }
 }
 
@@ -822,7 +932,10 @@ impl crate::engine::Engine for RcQp {
     }
 
     fn qp_type(&self) -> crate::qp_state::QpType {
-        crate::qp_state::QpType::Rc
+        match self.cfg.qp_type {
+            t @ (QpType::XrcSend | QpType::XrcRecv) => t,
+            _ => QpType::Rc,
+        }
     }
 
     fn state(&self) -> QpState {

@@ -10,7 +10,7 @@
 use std::collections::VecDeque;
 
 use uroce_wire::opcode::{self, Transport};
-use uroce_wire::{atomic_eth, bth, reth, PacketRepr, Psn};
+use uroce_wire::{atomic_eth, bth, reth, xrceth, PacketRepr, Psn};
 
 use super::wqe::{SendWqe, WqeKind};
 use super::{RcConfig, RcQp, MAX_PKTS_PER_ACKREQ, MAX_READ_PSNS, MAX_UNACKED_PSNS};
@@ -235,7 +235,7 @@ impl RcQp {
         let (offset, len, next_psn) = match wqe.kind() {
             WqeKind::Data => {
                 let p = data_packet(
-                    Transport::Rc,
+                    self.cfg.transport(),
                     self.cfg.pmtu,
                     self.cfg.pkey,
                     self.cfg.dest_qpn,
@@ -254,7 +254,7 @@ impl RcQp {
                 // A partially answered READ is re-issued for the rest: VA advanced past the
                 // responses already placed, PSN of the first missing response.
                 let done = u64::from(wqe.resp_pkts) * pmtu;
-                bth.opcode = opcode::op::RC_RDMA_READ_REQUEST;
+                bth.opcode = self.cfg.wire_opcode(opcode::op::RC_RDMA_READ_REQUEST);
                 bth.psn = first_psn.wrapping_add(wqe.resp_pkts);
                 bth.ack_req = true;
                 hdr.reth = Some(reth::Repr {
@@ -271,7 +271,7 @@ impl RcQp {
                     }
                     _ => (opcode::op::RC_FETCH_ADD, wr.compare_add, 0),
                 };
-                bth.opcode = opcode;
+                bth.opcode = self.cfg.wire_opcode(opcode);
                 bth.ack_req = true;
                 hdr.atomic_eth = Some(atomic_eth::Repr {
                     va: wr.remote_addr,
@@ -283,6 +283,12 @@ impl RcQp {
             }
         };
         hdr.bth = bth;
+        if self.cfg.transport() == Transport::Xrc {
+            // Every XRC request packet names the target's SRQ (Annex A14).
+            hdr.xrceth = Some(xrceth::Repr {
+                srqn: wr.remote_srqn & 0x00ff_ffff,
+            });
+        }
         Some(Plan {
             hdr,
             offset,

@@ -16,7 +16,7 @@
 use std::collections::VecDeque;
 
 use uroce_wire::aeth::{self, NakCode, Syndrome};
-use uroce_wire::opcode::{self, OpcodeInfo, Operation, Position, Transport};
+use uroce_wire::opcode::{self, OpcodeInfo, Operation, Position};
 use uroce_wire::{atomic_ack_eth, bth, PacketRepr, Psn};
 
 use super::{Env, QpEvent, RcConfig, RcQp, RemoteAccess, MAX_MSG_LEN, MAX_READ_PSNS};
@@ -67,6 +67,8 @@ pub(super) struct ReadStream {
     /// Next packet index.
     next: u32,
     msn: u32,
+    /// XRC target: the SRQ the request named (its PD governs the memory read).
+    srqn: u32,
 }
 
 /// A remembered READ/atomic request (responder resource).
@@ -121,6 +123,9 @@ pub(super) struct Responder {
     out_cap: usize,
     /// In ERR after a responder-detected error: `out` (ending with the NAK) is still sent.
     pub drain_in_err: bool,
+    /// XRC target: the SRQ named by the message in progress (or the last one executed);
+    /// its receive completions go to that SRQ's CQ.
+    pub xrc_srqn: u32,
 }
 
 impl Responder {
@@ -128,6 +133,7 @@ impl Responder {
     pub fn new(cfg: &RcConfig) -> Responder {
         Responder {
             epsn: cfg.rq_psn,
+            xrc_srqn: 0,
             msn: 0,
             sent_psn_nak: false,
             rq: VecDeque::new(),
@@ -235,7 +241,24 @@ impl RcQp {
         }
         let psn = pkt.bth.psn;
         let d = psn.diff(self.resp.epsn);
+        // XRC target: the XRCETH (present: the header set matched) names the SRQ.
+        let xrc_srqn = match (self.cfg.is_xrc_target(), pkt.xrceth) {
+            (true, Some(x)) => Some(x.srqn),
+            (true, None) => {
+                self.drop_bad_opcode();
+                return;
+            }
+            (false, _) => None,
+        };
         if d < 0 {
+            if let Some(srqn) = xrc_srqn {
+                // A duplicate is only answered for an SRQ of the domain (READ replays read
+                // memory under that SRQ's PD); otherwise it is dropped.
+                if env.xrc.as_deref_mut().map(|x| x.select(srqn)) != Some(Ok(())) {
+                    self.drop_unmatched_duplicate();
+                    return;
+                }
+            }
             self.duplicate_request(pkt, info, env);
             return;
         }
@@ -258,6 +281,19 @@ impl RcQp {
         if !self.resp.sequence_ok(info) {
             self.invalid_request(psn, None);
             return;
+        }
+        if let Some(srqn) = xrc_srqn {
+            // Annex A14: an SRQ number that is not an XRC SRQ of the target's domain is an
+            // invalid request (NAK, QP → ERR); so is a message whose packets name
+            // different SRQs.
+            let continues = self.resp.cur.is_some();
+            let selected = env.xrc.as_deref_mut().map(|x| x.select(srqn));
+            if selected != Some(Ok(())) || (continues && srqn != self.resp.xrc_srqn) {
+                self.counters.bad_xrc_srqn += 1;
+                self.invalid_request(psn, None);
+                return;
+            }
+            self.resp.xrc_srqn = srqn;
         }
         match info.operation {
             Operation::Send => self.rx_send(pkt, info, env),
@@ -293,7 +329,9 @@ impl RcQp {
     }
 
     fn take_recv(&mut self, env: &mut Env<'_>) -> Option<RecvWr> {
-        if self.cfg.use_srq {
+        if self.cfg.is_xrc_target() {
+            env.xrc.as_deref_mut().and_then(|x| x.take())
+        } else if self.cfg.use_srq {
             env.srq.as_deref_mut().and_then(|s| s.take())
         } else {
             self.resp.rq.pop_front()
@@ -442,7 +480,7 @@ impl RcQp {
                 wc.invalidated_rkey = ieth.rkey;
             }
             self.resp.bump_msn();
-            self.push_completion(super::CqKind::Recv, wc);
+            self.push_completion(self.recv_cq_kind(), wc);
         }
         if pkt.bth.ack_req {
             self.queue_ack(psn);
@@ -532,7 +570,7 @@ impl RcQp {
             if let Some(wr) = taken {
                 // WRITE with immediate: byte_len is the RETH length (docs/INTEROP-NOTES.md §5).
                 let wc = self.recv_completion(wr.wr_id, WcOpcode::RecvRdmaWithImm, len, pkt);
-                self.push_completion(super::CqKind::Recv, wc);
+                self.push_completion(self.recv_cq_kind(), wc);
             }
         }
         if pkt.bth.ack_req {
@@ -585,6 +623,7 @@ impl RcQp {
             npkts,
             next: 0,
             msn,
+            srqn: self.resp.xrc_srqn,
         };
         self.queue_resp(RespOut::Read(stream), false);
         self.resp.epsn = psn.wrapping_add(npkts);
@@ -673,6 +712,7 @@ impl RcQp {
                         npkts: u32::try_from(dpkts).unwrap_or(1),
                         next: 0,
                         msn,
+                        srqn: pkt.xrceth.map_or(0, |x| x.srqn),
                     })
                 });
                 match replay {
@@ -701,7 +741,7 @@ impl RcQp {
         for _ in 0..2 {
             let item = *self.resp.out.front()?;
             let mut bth = bth::Repr {
-                opcode: opcode::op::RC_ACKNOWLEDGE,
+                opcode: self.cfg.wire_opcode(opcode::op::RC_ACKNOWLEDGE),
                 solicited: false,
                 mig_req: false,
                 pad_cnt: 0,
@@ -732,7 +772,7 @@ impl RcQp {
                     return Some(n);
                 }
                 RespOut::AtomicAck { psn, msn, orig } => {
-                    bth.opcode = opcode::op::RC_ATOMIC_ACKNOWLEDGE;
+                    bth.opcode = self.cfg.wire_opcode(opcode::op::RC_ATOMIC_ACKNOWLEDGE);
                     bth.psn = psn;
                     let hdr = PacketRepr {
                         aeth: Some(aeth::Repr {
@@ -755,7 +795,7 @@ impl RcQp {
                     let len = usize::try_from(s.len.saturating_sub(offset).min(pmtu)).unwrap_or(0);
                     let position = Position::from_flags(k == 0, k.saturating_add(1) >= s.npkts);
                     bth.opcode = opcode::opcode_for(
-                        Transport::Rc,
+                        self.cfg.transport(),
                         Operation::RdmaReadResponse,
                         position,
                         false,
@@ -769,8 +809,14 @@ impl RcQp {
                             msn: s.msn,
                         });
                     }
+                    // XRC target: the read runs under the PD of the SRQ the request named.
+                    let selected = !self.cfg.is_xrc_target()
+                        || env.xrc.as_deref_mut().map(|x| x.select(s.srqn)) == Some(Ok(()));
                     let mem = env.mem;
                     let built = build(buf, &hdr, len, |dst| {
+                        if !selected {
+                            return Err(RemoteAccessError::BadKey { rkey: s.rkey });
+                        }
                         if dst.is_empty() {
                             return Ok(());
                         }

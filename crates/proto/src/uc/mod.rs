@@ -694,7 +694,7 @@ impl UcQp {
     fn push_completion(&mut self, kind: CqKind, wc: WorkCompletion) {
         match kind {
             CqKind::Send => self.send_cqes += 1,
-            CqKind::Recv => self.recv_cqes += 1,
+            CqKind::Recv | CqKind::XrcSrq(_) => self.recv_cqes += 1,
         }
         self.completions.push_back((kind, wc));
     }
@@ -866,7 +866,7 @@ impl Engine for UcQp {
         let c = self.completions.pop_front()?;
         match c.0 {
             CqKind::Send => self.send_cqes = self.send_cqes.saturating_sub(1),
-            CqKind::Recv => self.recv_cqes = self.recv_cqes.saturating_sub(1),
+            CqKind::Recv | CqKind::XrcSrq(_) => self.recv_cqes = self.recv_cqes.saturating_sub(1),
         }
         Some(c)
     }

@@ -483,6 +483,7 @@ impl<M: Memory> Pair<M> {
         let mut env = Env {
             mem,
             srq: srq.map(|s| s as &mut dyn SharedRecvQueue),
+            xrc: None,
         };
         f(qp, &mut env)
     }

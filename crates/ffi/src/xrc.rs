@@ -1,0 +1,432 @@
+//! XRC through the `verbs_context` slots the header inlines call (IBA Vol 1 Annex A14):
+//! `open_xrcd` / `close_xrcd` (`ibv_open_xrcd`, `ibv_close_xrcd`), `create_srq_ex`
+//! (`ibv_create_srq_ex`, XRC or basic SRQs), `get_srq_num` (`ibv_get_srq_num`),
+//! `create_qp_ex` (`ibv_create_qp_ex`: XRC_RECV QPs in a domain, every other type through
+//! `ibv_create_qp`) and `open_qp` (`ibv_open_qp`: another handle for a target QP).
+//!
+//! Domains by file: `ibv_open_xrcd` with a file descriptor names the domain by the file's
+//! inode (device and inode number from `fstat`); every open of the same inode in this
+//! process is another user of the same [`uroce_verbs::Xrcd`] domain (`Xrcd::share`), each
+//! with its own `ibv_xrcd` to close. `O_CREAT` creates the domain if the inode has none
+//! (else `EINVAL`, as the kernel answers), `O_EXCL` refuses an inode that has one
+//! (`EINVAL`). With fd -1 the domain is private to this open. The last close frees the
+//! domain; it is refused with `EBUSY` while XRC SRQs or target QPs with handles exist.
+//!
+//! The kernel's modify-QP command drops the responder attributes of an XRC initiator
+//! (`max_dest_rd_atomic`, `min_rnr_timer`) and the requester attributes of an XRC target
+//! (`max_rd_atomic`, `retry_cnt`, `rnr_retry`) from the mask before checking it, and
+//! programs rely on it (perftest sets them for both); [`strip_xrc_mask`] does the same.
+
+use std::ffi::{c_int, c_void};
+use std::sync::Arc;
+
+use uroce_net::NetDevice;
+use uroce_verbs::{AttrMask, CreateQpError, QpType, SrqInitAttr, Xrcd};
+
+use crate::abi::*;
+use crate::device::{FfiError, Registry};
+use crate::entry::*;
+use crate::objects::*;
+
+/// One `ibv_xrcd` handed out: a user of a domain.
+pub(crate) struct XrcdEntry {
+    pub(crate) raw: CBox<ibv_xrcd>,
+    pub(crate) xrcd: Xrcd,
+    /// `(st_dev, st_ino)` of the file that names the domain, if any.
+    inode: Option<(u64, u64)>,
+    net: Arc<NetDevice>,
+}
+
+impl Objects {
+    /// The domain user behind `xrcd`.
+    pub(crate) fn xrcd(&self, xrcd: *const ibv_xrcd) -> Result<&XrcdEntry, FfiError> {
+        self.xrcds
+            .get(&(xrcd as usize))
+            .ok_or(FfiError::BadHandle { what: "xrcd" })
+    }
+}
+
+fn refused(op: &'static str, errno: c_int, e: impl std::fmt::Display) -> FfiError {
+    FfiError::Refused {
+        op,
+        errno,
+        reason: e.to_string(),
+    }
+}
+
+/// The attributes the kernel's modify-QP command ignores for the XRC halves (see the
+/// module doc).
+pub(crate) fn strip_xrc_mask(t: QpType, mask: AttrMask) -> AttrMask {
+    match t {
+        QpType::XrcSend => mask - (AttrMask::MAX_DEST_RD_ATOMIC | AttrMask::MIN_RNR_TIMER),
+        QpType::XrcRecv => {
+            mask - (AttrMask::MAX_QP_RD_ATOMIC | AttrMask::RETRY_CNT | AttrMask::RNR_RETRY)
+        }
+        _ => mask,
+    }
+}
+
+/// The inode identity of an open file descriptor.
+fn inode_of(fd: c_int) -> Result<(u64, u64), FfiError> {
+    // SAFETY: `stat` is plain integers, valid zeroed.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `fstat` writes into the `stat` we own; an invalid fd is reported by -1.
+    let r = unsafe { libc::fstat(fd, &mut st) };
+    if r != 0 {
+        return Err(refused(
+            "ibv_open_xrcd",
+            libc::EBADF,
+            format!("fd {fd} is not an open file"),
+        ));
+    }
+    Ok((st.st_dev, st.st_ino))
+}
+
+/// `verbs_context.open_xrcd(context, attr)`: see the module doc. NULL + `errno`.
+///
+/// # Safety
+/// `attr` is NULL or points to a readable `struct ibv_xrcd_init_attr`.
+pub unsafe extern "C" fn vctx_open_xrcd(
+    context: *mut ibv_context,
+    attr: *mut ibv_xrcd_init_attr,
+) -> *mut ibv_xrcd {
+    guard(std::ptr::null_mut(), || {
+        ptr_or_null((|| {
+            if attr.is_null() {
+                return Err(FfiError::Invalid("xrcd_init_attr is NULL"));
+            }
+            // SAFETY: caller guarantee: readable attr (checked non-NULL).
+            let a = unsafe { attr.read() };
+            if a.comp_mask & !(IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS) != 0 {
+                return Err(FfiError::Invalid("unknown xrcd_init_attr comp_mask bits"));
+            }
+            let fd = if a.comp_mask & IBV_XRCD_INIT_ATTR_FD != 0 {
+                a.fd
+            } else {
+                -1
+            };
+            let oflags = if a.comp_mask & IBV_XRCD_INIT_ATTR_OFLAGS != 0 {
+                a.oflags
+            } else {
+                0
+            };
+            let net = Registry::net(context)?;
+            let inode = if fd == -1 { None } else { Some(inode_of(fd)?) };
+            let mut objs = objects();
+            let existing = inode.and_then(|ino| {
+                objs.xrcds
+                    .values()
+                    .find(|e| e.inode == Some(ino) && Arc::ptr_eq(&e.net, &net))
+            });
+            let xrcd = match existing {
+                Some(_) if oflags & libc::O_EXCL != 0 => {
+                    return Err(refused(
+                        "ibv_open_xrcd",
+                        libc::EINVAL,
+                        "O_EXCL: the file already names a domain",
+                    ))
+                }
+                Some(e) => e.xrcd.share(),
+                None if inode.is_some() && oflags & libc::O_CREAT == 0 => {
+                    return Err(refused(
+                        "ibv_open_xrcd",
+                        libc::EINVAL,
+                        "the file names no domain and O_CREAT is not set",
+                    ))
+                }
+                None => net
+                    .context()
+                    .alloc_xrcd()
+                    .map_err(|e| refused("ibv_open_xrcd", libc::ENOMEM, e))?,
+            };
+            let raw = CBox::new(ibv_xrcd { context });
+            let p = raw.ptr();
+            objs.xrcds.insert(
+                p as usize,
+                XrcdEntry {
+                    raw,
+                    xrcd,
+                    inode,
+                    net,
+                },
+            );
+            Ok(p)
+        })())
+    })
+}
+
+/// `verbs_context.close_xrcd(xrcd)`: closes this user; 0, `EBUSY` (the last user, while
+/// XRC SRQs or target QPs with handles exist) or `EINVAL`.
+///
+/// # Safety
+/// None beyond the C contract: unknown pointers are rejected, never dereferenced.
+pub unsafe extern "C" fn vctx_close_xrcd(xrcd: *mut ibv_xrcd) -> c_int {
+    guard(libc::EIO, || {
+        errno_value((|| {
+            let entry = objects()
+                .xrcds
+                .remove(&(xrcd as usize))
+                .ok_or(FfiError::BadHandle { what: "xrcd" })?;
+            let XrcdEntry {
+                raw,
+                xrcd: x,
+                inode,
+                net,
+            } = entry;
+            // Outside the registry lock: closing the last user destroys the target QPs
+            // only the domain holds, which waits for their references.
+            match x.destroy() {
+                Ok(()) => Ok(()),
+                Err((x, e)) => {
+                    let key = raw.ptr() as usize;
+                    objects().xrcds.insert(
+                        key,
+                        XrcdEntry {
+                            raw,
+                            xrcd: x,
+                            inode,
+                            net,
+                        },
+                    );
+                    Err(refused("ibv_close_xrcd", libc::EBUSY, e))
+                }
+            }
+        })())
+    })
+}
+
+/// `verbs_context.create_srq_ex(context, attr)`: an XRC SRQ (`srq_type` XRC with `pd`,
+/// `xrcd` and `cq`) or a basic one (`pd`); `attr->attr` is updated to the granted sizes.
+/// NULL + `errno` (`EINVAL`, `EOPNOTSUPP` for tag-matching SRQs, `ENOMEM`).
+///
+/// # Safety
+/// `attr` is NULL or points to a readable and writable `struct ibv_srq_init_attr_ex`.
+pub unsafe extern "C" fn vctx_create_srq_ex(
+    context: *mut ibv_context,
+    attr: *mut ibv_srq_init_attr_ex,
+) -> *mut ibv_srq {
+    guard(std::ptr::null_mut(), || {
+        ptr_or_null((|| {
+            if attr.is_null() {
+                return Err(FfiError::Invalid("srq_init_attr_ex is NULL"));
+            }
+            // SAFETY: caller guarantee: readable attr (checked non-NULL).
+            let a = unsafe { attr.read() };
+            let known = IBV_SRQ_INIT_ATTR_TYPE
+                | IBV_SRQ_INIT_ATTR_PD
+                | IBV_SRQ_INIT_ATTR_XRCD
+                | IBV_SRQ_INIT_ATTR_CQ;
+            if a.comp_mask & !known != 0 {
+                return Err(FfiError::Unsupported("tag-matching SRQs"));
+            }
+            let srq_type = if a.comp_mask & IBV_SRQ_INIT_ATTR_TYPE != 0 {
+                a.srq_type
+            } else {
+                IBV_SRQT_BASIC
+            };
+            if a.comp_mask & IBV_SRQ_INIT_ATTR_PD == 0 {
+                return Err(FfiError::Invalid("an SRQ needs a PD"));
+            }
+            let init = SrqInitAttr {
+                max_wr: a.attr.max_wr,
+                max_sge: a.attr.max_sge,
+                srq_limit: a.attr.srq_limit,
+            };
+            let mut objs = objects();
+            let pd = &objs.pd(a.pd)?.pd;
+            let made = match srq_type {
+                IBV_SRQT_BASIC => pd.create_srq(&init),
+                IBV_SRQT_XRC => {
+                    let need = IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ;
+                    if a.comp_mask & need != need {
+                        return Err(FfiError::Invalid("an XRC SRQ needs an XRC domain and a CQ"));
+                    }
+                    let cq = &objs.cq(a.cq)?.cq;
+                    objs.xrcd(a.xrcd)?.xrcd.create_srq(pd, cq, &init)
+                }
+                _ => return Err(FfiError::Unsupported("tag-matching SRQs")),
+            };
+            let srq = made.map_err(|e| {
+                let errno = match e {
+                    uroce_verbs::CreateSrqError::Limit { .. } => libc::ENOMEM,
+                    _ => libc::EINVAL,
+                };
+                refused("ibv_create_srq_ex", errno, e)
+            })?;
+            let granted = srq.query();
+            // SAFETY: ibv_srq is pointers, integers and glibc pthread objects, all valid
+            // zeroed (the pthread ones are then their static initialisers).
+            let mut c: ibv_srq = unsafe { zeroed() };
+            c.context = context;
+            c.srq_context = a.srq_context;
+            c.pd = a.pd;
+            c.handle = srq.srq_num();
+            let raw = CBox::new(c);
+            let p = raw.ptr();
+            objs.srqs.insert(p as usize, SrqEntry { raw, srq });
+            // SAFETY: caller guarantee: writable attr (checked non-NULL).
+            unsafe {
+                (*attr).attr.max_wr = granted.max_wr;
+                (*attr).attr.max_sge = granted.max_sge;
+            }
+            Ok(p)
+        })())
+    })
+}
+
+/// `verbs_context.get_srq_num(srq, srq_num)`: the SRQ's 24-bit number; 0 or the errno
+/// value (`EINVAL`).
+///
+/// # Safety
+/// `srq_num` is NULL or points to a writable `uint32_t`.
+pub unsafe extern "C" fn vctx_get_srq_num(srq: *mut ibv_srq, srq_num: *mut u32) -> c_int {
+    guard(libc::EIO, || {
+        errno_value((|| {
+            if srq_num.is_null() {
+                return Err(FfiError::Invalid("srq_num is NULL"));
+            }
+            let n = srq_ref(srq)?.srq_num();
+            // SAFETY: caller guarantee: writable srq_num (checked non-NULL).
+            unsafe { srq_num.write(n) };
+            Ok(())
+        })())
+    })
+}
+
+/// Registers a target QP handle and returns its `ibv_qp`.
+fn register_target(
+    objs: &mut Objects,
+    qp: uroce_verbs::Qp,
+    context: *mut ibv_context,
+    qp_context: *mut c_void,
+    net: Arc<NetDevice>,
+) -> *mut ibv_qp {
+    // SAFETY: ibv_qp is pointers, integers and glibc pthread objects, all valid zeroed
+    // (the pthread ones are then their static initialisers).
+    let mut c: ibv_qp = unsafe { zeroed() };
+    c.context = context;
+    c.qp_context = qp_context;
+    c.handle = qp.qp_num();
+    c.qp_num = qp.qp_num();
+    c.state = qp.state().as_u32();
+    c.qp_type = IBV_QPT_XRC_RECV;
+    let raw = CBox::new(c);
+    let p = raw.ptr();
+    objs.qps.insert(
+        p as usize,
+        QpEntry {
+            raw,
+            qp,
+            max_inline: 0,
+            net,
+        },
+    );
+    p
+}
+
+/// `verbs_context.create_qp_ex(context, attr)`: an XRC_RECV QP in `attr->xrcd`
+/// (`IBV_QP_INIT_ATTR_XRCD`; no PD, CQs or queues of its own), or any other type on
+/// `attr->pd` as `ibv_create_qp` makes it (creation flags are not supported; the send-ops
+/// flags of the `ibv_wr_*` API are accepted and ignored: that API is not implemented).
+/// NULL + `errno`.
+///
+/// # Safety
+/// `attr` is NULL or points to a readable and writable `struct ibv_qp_init_attr_ex`.
+pub unsafe extern "C" fn vctx_create_qp_ex(
+    context: *mut ibv_context,
+    attr: *mut ibv_qp_init_attr_ex,
+) -> *mut ibv_qp {
+    guard(std::ptr::null_mut(), || {
+        ptr_or_null((|| {
+            if attr.is_null() {
+                return Err(FfiError::Invalid("qp_init_attr_ex is NULL"));
+            }
+            // SAFETY: caller guarantee: readable attr (checked non-NULL).
+            let a = unsafe { attr.read() };
+            let known = IBV_QP_INIT_ATTR_PD
+                | IBV_QP_INIT_ATTR_XRCD
+                | IBV_QP_INIT_ATTR_CREATE_FLAGS
+                | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+            if a.comp_mask & !known != 0
+                || (a.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS != 0 && a.create_flags != 0)
+            {
+                return Err(FfiError::Unsupported(
+                    "ibv_create_qp_ex with creation flags, TSO, RSS or source QPN",
+                ));
+            }
+            if a.qp_type == IBV_QPT_XRC_RECV {
+                if a.comp_mask & IBV_QP_INIT_ATTR_XRCD == 0 {
+                    return Err(FfiError::Invalid("an XRC_RECV QP needs an XRC domain"));
+                }
+                let mut objs = objects();
+                let e = objs.xrcd(a.xrcd)?;
+                let net = Arc::clone(&e.net);
+                let qp = e.xrcd.create_qp().map_err(|e| {
+                    let errno = match e {
+                        CreateQpError::UnsupportedType(_) => libc::EOPNOTSUPP,
+                        CreateQpError::Limit { .. } => libc::ENOMEM,
+                        _ => libc::EINVAL,
+                    };
+                    refused("ibv_create_qp_ex", errno, e)
+                })?;
+                return Ok(register_target(&mut objs, qp, context, a.qp_context, net));
+            }
+            if a.comp_mask & IBV_QP_INIT_ATTR_PD == 0 {
+                return Err(FfiError::Invalid("ibv_create_qp_ex needs a PD"));
+            }
+            let mut ia = ibv_qp_init_attr {
+                qp_context: a.qp_context,
+                send_cq: a.send_cq,
+                recv_cq: a.recv_cq,
+                srq: a.srq,
+                cap: a.cap,
+                qp_type: a.qp_type,
+                sq_sig_all: a.sq_sig_all,
+            };
+            // SAFETY: `ia` is a valid, writable ibv_qp_init_attr on our stack.
+            let qp = unsafe { crate::verbs_api::create_qp(a.pd, &mut ia) }?;
+            // SAFETY: caller guarantee: writable attr (checked non-NULL).
+            unsafe { (*attr).cap = ia.cap };
+            Ok(qp)
+        })())
+    })
+}
+
+/// `verbs_context.open_qp(context, attr)`: another handle for XRC_RECV QP
+/// `attr->qp_num` of `attr->xrcd` (`ibv_open_qp`). NULL + `errno` (`EINVAL`).
+///
+/// # Safety
+/// `attr` is NULL or points to a readable `struct ibv_qp_open_attr`.
+pub unsafe extern "C" fn vctx_open_qp(
+    context: *mut ibv_context,
+    attr: *mut ibv_qp_open_attr,
+) -> *mut ibv_qp {
+    guard(std::ptr::null_mut(), || {
+        ptr_or_null((|| {
+            if attr.is_null() {
+                return Err(FfiError::Invalid("qp_open_attr is NULL"));
+            }
+            // SAFETY: caller guarantee: readable attr (checked non-NULL).
+            let a = unsafe { attr.read() };
+            let need = IBV_QP_OPEN_ATTR_NUM | IBV_QP_OPEN_ATTR_XRCD | IBV_QP_OPEN_ATTR_TYPE;
+            if a.comp_mask & need != need || a.qp_type != IBV_QPT_XRC_RECV {
+                return Err(FfiError::Invalid(
+                    "ibv_open_qp needs qp_num, xrcd and qp_type XRC_RECV",
+                ));
+            }
+            let qp_context = if a.comp_mask & IBV_QP_OPEN_ATTR_CONTEXT != 0 {
+                a.qp_context
+            } else {
+                std::ptr::null_mut()
+            };
+            let mut objs = objects();
+            let e = objs.xrcd(a.xrcd)?;
+            let net = Arc::clone(&e.net);
+            let qp = e
+                .xrcd
+                .open_qp(a.qp_num)
+                .map_err(|e| refused("ibv_open_qp", libc::EINVAL, e))?;
+            Ok(register_target(&mut objs, qp, context, qp_context, net))
+        })())
+    })
+}
