@@ -30,6 +30,8 @@ use support::{
 
 /// Per-process limit.
 const LIMIT: Duration = Duration::from_secs(120);
+/// Per-process limit of a UC run (which gets a second try, see `run_pair`).
+const UC_LIMIT: Duration = Duration::from_secs(45);
 
 /// The result rows of perftest's table: the lines after the `#bytes` header up to the
 /// closing dashes, split into words.
@@ -70,12 +72,37 @@ fn run_pair(
     common.push(port.to_string());
     common.extend(args.iter().map(|s| s.to_string()));
 
-    let srv_cmd = debian_command(&dir, &path, server, &common);
-    let mut cargs = common.clone();
-    cargs.push(server.to_string());
-    let cli_cmd = debian_command(&dir, &path, client, &cargs);
-    let (srv, cli) = run_server_client(&test, srv_cmd, cli_cmd, port, LIMIT);
-    assert_both_succeeded(&test, &srv, &cli);
+    let unreliable = args.contains(&"UC");
+    let attempt = |common: &[String], port: u16| {
+        let srv_cmd = debian_command(&dir, &path, server, common);
+        let mut cargs = common.to_vec();
+        cargs.push(server.to_string());
+        let cli_cmd = debian_command(&dir, &path, client, &cargs);
+        let limit = if unreliable { UC_LIMIT } else { LIMIT };
+        let (srv, cli) = run_server_client(&test, srv_cmd, cli_cmd, port, limit);
+        assert_both_succeeded(&test, &srv, &cli);
+        (srv, cli)
+    };
+    // UC has no retransmission: one datagram lost on an overloaded host (all tests run at
+    // once on two cores) stalls perftest's loop for good. Such a run gets one more try
+    // on a fresh port, and the first failure is printed; two failures fail the test.
+    let (srv, cli) = if unreliable {
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| attempt(&common, port))) {
+            Ok(out) => out,
+            Err(_) => {
+                eprintln!("{test}: first UC run failed (above); trying once more");
+                let port2 = free_tcp_port();
+                let at = common.iter().position(|a| a == "-p").map(|i| i + 1);
+                let mut again = common.clone();
+                if let Some(i) = at {
+                    again[i] = port2.to_string();
+                }
+                attempt(&again, port2)
+            }
+        }
+    } else {
+        attempt(&common, port)
+    };
     let check = |side: &str, out: &str, sizes: &[u64]| -> Vec<Vec<String>> {
         let rows = rows(out);
         assert_eq!(
@@ -95,9 +122,18 @@ fn run_pair(
             // Latency rows: t_min, t_max, t_typical, …; bandwidth rows: BW peak, BW
             // average, message rate. The figures after the iteration count are positive
             // (the bandwidth server's peak column may read 0.00 for a receiver).
-            let figures: Vec<f64> = row[2..]
+            // perftest prints its latency standard deviation (column 6) as "-nan" when
+            // rounding makes the variance negative (seen with one slow iteration among
+            // hundreds of fast ones): that column alone may be NaN.
+            let stdev_nan = |i: usize, w: &str| {
+                program.ends_with("_lat") && i == 6 && w.trim_start_matches('-') == "nan"
+            };
+            let figures: Vec<f64> = row
                 .iter()
-                .map(|w| w.parse().unwrap_or(f64::NAN))
+                .enumerate()
+                .skip(2)
+                .filter(|(i, w)| !stdev_nan(*i, w))
+                .map(|(_, w)| w.parse().unwrap_or(f64::NAN))
                 .collect();
             assert!(
                 figures.iter().all(|f| f.is_finite() && *f >= 0.0)
