@@ -11,7 +11,9 @@ use uroce_wire::opcode::{self, Operation, Position, Transport};
 use uroce_wire::{bth, ieth, immdt, reth, PacketRepr, Pmtu, Psn, ICRC_LEN};
 
 use crate::memory::{gather, Memory, SgError};
-use crate::wr::{SendFlags, SendOpcode, SendPayload, SendWr};
+use crate::wr::{
+    SendFlags, SendOpcode, SendPayload, SendWr, WcFlags, WcOpcode, WcStatus, WorkCompletion,
+};
 
 /// Room for BTH plus the largest extension-header set plus the ICRC placeholder.
 const HEADER_SCRATCH: usize = 128;
@@ -173,4 +175,50 @@ pub(crate) fn data_packet(
         // invariant: plen ≤ PMTU ≤ 4096.
         len: usize::try_from(plen).unwrap_or(0),
     })
+}
+
+/// The completion of a send WR that leaves the send queue with `status`, if it is reported:
+/// always on error, on success when the QP signals every WR or the WR asked for it
+/// (`IBV_SEND_SIGNALED`). `len` is the message length, reported on success; it was checked
+/// against 2^31 at post time.
+pub(crate) fn send_completion(
+    sq_sig_all: bool,
+    qpn: u32,
+    wr: &SendWr,
+    len: u64,
+    status: WcStatus,
+) -> Option<WorkCompletion> {
+    let signaled =
+        sq_sig_all || wr.flags.contains(SendFlags::SIGNALED) || status != WcStatus::Success;
+    if !signaled {
+        return None;
+    }
+    let mut wc = WorkCompletion::new(wr.wr_id, status, wr.opcode.wc_opcode(), qpn);
+    if status == WcStatus::Success {
+        // invariant: len ≤ 2^31 (post-time check), so it fits u32.
+        wc.byte_len = u32::try_from(len).unwrap_or(u32::MAX);
+    }
+    Some(wc)
+}
+
+/// A successful receive completion on a connected QP (RC, UC, XRC): the peer's QPN as the
+/// source, the solicited bit and the immediate data of the message's last packet `pkt`.
+pub(crate) fn connected_recv_completion(
+    qpn: u32,
+    dest_qpn: u32,
+    wr_id: u64,
+    opcode: WcOpcode,
+    byte_len: u64,
+    pkt: &PacketRepr<'_>,
+) -> WorkCompletion {
+    let mut wc = WorkCompletion::new(wr_id, WcStatus::Success, opcode, qpn);
+    // invariant: message lengths are capped at MAX_MSG_LEN = 2^31.
+    wc.byte_len = u32::try_from(byte_len).unwrap_or(u32::MAX);
+    wc.src_qp = dest_qpn;
+    wc.solicited = pkt.bth.solicited;
+    if let Some(imm) = pkt.immdt {
+        wc.imm_data = imm.imm;
+        wc.wc_flags |= WcFlags::WITH_IMM;
+    }
+    wc
 }

@@ -250,16 +250,10 @@ impl UdQp {
 
     /// Completes a send WR: always on error, on success when signalled.
     fn complete_send(&mut self, s: &UdSend, status: WcStatus) {
-        let signaled = self.cfg.sq_sig_all
-            || s.wr.flags.contains(SendFlags::SIGNALED)
-            || status != WcStatus::Success;
-        if signaled {
-            let mut wc =
-                WorkCompletion::new(s.wr.wr_id, status, s.wr.opcode.wc_opcode(), self.cfg.qpn);
-            if status == WcStatus::Success {
-                // invariant: len ≤ PMTU ≤ 4096 (checked at post time).
-                wc.byte_len = u32::try_from(s.len).unwrap_or(u32::MAX);
-            }
+        let qpn = self.cfg.qpn;
+        if let Some(wc) =
+            crate::build::send_completion(self.cfg.sq_sig_all, qpn, &s.wr, s.len, status)
+        {
             self.push_completion(CqKind::Send, wc);
         }
     }

@@ -851,16 +851,10 @@ impl RcQp {
         if w.started && w.wr.opcode.is_read_or_atomic() {
             self.req.rd_atomic_outstanding = self.req.rd_atomic_outstanding.saturating_sub(1);
         }
-        let signaled = self.cfg.sq_sig_all
-            || w.wr.flags.contains(crate::wr::SendFlags::SIGNALED)
-            || status != WcStatus::Success;
-        if signaled {
-            let mut wc =
-                WorkCompletion::new(w.wr.wr_id, status, w.wr.opcode.wc_opcode(), self.cfg.qpn);
-            if status == WcStatus::Success {
-                // invariant: len ≤ MAX_MSG_LEN = 2^31 (checked at post time), fits u32.
-                wc.byte_len = u32::try_from(w.len).unwrap_or(u32::MAX);
-            }
+        let qpn = self.cfg.qpn;
+        if let Some(wc) =
+            crate::build::send_completion(self.cfg.sq_sig_all, qpn, &w.wr, w.len, status)
+        {
             self.push_completion(CqKind::Send, wc);
         }
     }

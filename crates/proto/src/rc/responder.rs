@@ -400,16 +400,8 @@ impl RcQp {
         byte_len: u64,
         pkt: &PacketRepr<'_>,
     ) -> WorkCompletion {
-        let mut wc = WorkCompletion::new(wr_id, WcStatus::Success, opcode, self.cfg.qpn);
-        // invariant: message lengths are capped at MAX_MSG_LEN = 2^31.
-        wc.byte_len = u32::try_from(byte_len).unwrap_or(u32::MAX);
-        wc.src_qp = self.cfg.dest_qpn;
-        wc.solicited = pkt.bth.solicited;
-        if let Some(imm) = pkt.immdt {
-            wc.imm_data = imm.imm;
-            wc.wc_flags |= WcFlags::WITH_IMM;
-        }
-        wc
+        let (qpn, dest) = (self.cfg.qpn, self.cfg.dest_qpn);
+        crate::build::connected_recv_completion(qpn, dest, wr_id, opcode, byte_len, pkt)
     }
 
     fn rx_send(&mut self, pkt: &PacketRepr<'_>, info: &OpcodeInfo, env: &mut Env<'_>) {

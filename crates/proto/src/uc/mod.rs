@@ -75,9 +75,7 @@ use crate::memory::{scatter, sg_total, RemoteOp};
 use crate::qp_state::{QpState, QpType};
 use crate::rc::{CqKind, Env, PostError, QpEvent, RemoteAccess, RtsAttrs, MAX_MSG_LEN};
 use crate::time::Instant;
-use crate::wr::{
-    RecvWr, SendFlags, SendOpcode, SendWr, WcFlags, WcOpcode, WcStatus, WorkCompletion, WrError,
-};
+use crate::wr::{RecvWr, SendOpcode, SendWr, WcOpcode, WcStatus, WorkCompletion, WrError};
 
 /// The attributes of a UC QP the engine uses.
 #[derive(Debug, Clone)]
@@ -641,16 +639,8 @@ impl UcQp {
         byte_len: u64,
         pkt: &PacketRepr<'_>,
     ) -> WorkCompletion {
-        let mut wc = WorkCompletion::new(wr_id, WcStatus::Success, opcode, self.cfg.qpn);
-        // invariant: message lengths are capped at MAX_MSG_LEN = 2^31.
-        wc.byte_len = u32::try_from(byte_len).unwrap_or(u32::MAX);
-        wc.src_qp = self.cfg.dest_qpn;
-        wc.solicited = pkt.bth.solicited;
-        if let Some(imm) = pkt.immdt {
-            wc.imm_data = imm.imm;
-            wc.wc_flags |= WcFlags::WITH_IMM;
-        }
-        wc
+        let (qpn, dest) = (self.cfg.qpn, self.cfg.dest_qpn);
+        crate::build::connected_recv_completion(qpn, dest, wr_id, opcode, byte_len, pkt)
     }
 
     fn take_recv(&mut self, env: &mut Env<'_>) -> Option<RecvWr> {
@@ -704,16 +694,10 @@ impl UcQp {
         let Some(w) = self.sq.pop_front() else {
             return;
         };
-        let signaled = self.cfg.sq_sig_all
-            || w.wr.flags.contains(SendFlags::SIGNALED)
-            || status != WcStatus::Success;
-        if signaled {
-            let mut wc =
-                WorkCompletion::new(w.wr.wr_id, status, w.wr.opcode.wc_opcode(), self.cfg.qpn);
-            if status == WcStatus::Success {
-                // invariant: len ≤ 2^31 (post-time check).
-                wc.byte_len = u32::try_from(w.len).unwrap_or(u32::MAX);
-            }
+        let qpn = self.cfg.qpn;
+        if let Some(wc) =
+            crate::build::send_completion(self.cfg.sq_sig_all, qpn, &w.wr, w.len, status)
+        {
             self.push_completion(CqKind::Send, wc);
         }
     }
