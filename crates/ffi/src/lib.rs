@@ -30,6 +30,7 @@ pub mod abi;
 pub mod ah_wc;
 pub mod async_events;
 pub mod device;
+pub mod device_ex;
 mod entry;
 pub mod exports;
 pub mod marshall;
