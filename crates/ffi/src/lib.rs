@@ -29,6 +29,7 @@
 pub mod abi;
 pub mod ah_wc;
 pub mod async_events;
+pub mod cq_resize;
 pub mod device;
 pub mod device_ex;
 mod entry;

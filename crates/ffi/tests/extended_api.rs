@@ -3,7 +3,7 @@
 //! do: `ibv_query_device_ex` through the `verbs_context.query_device_ex` slot (the port
 //! count, the claimed capability flags, short and long `attr_size`, a non-zero input
 //! `comp_mask`), `ibv_create_cq` with an out-of-range `cqe` or `comp_vector`,
-//! `ibv_query_gid_table` with too small an array, `ibv_query_gid_ex` on an empty entry,
+//! `ibv_resize_cq`, `ibv_query_gid_table` with too small an array, `ibv_query_gid_ex` on an empty entry,
 //! and a GRH flow label with bits above its 20 (masked, not refused).
 //!
 //! Expectations come from the verbs ABI (`verbs.h` values, rdma-core 44's sizes, the
@@ -17,6 +17,7 @@ use std::net::Ipv4Addr;
 use std::ptr::{null, null_mut};
 
 use uroce_ffi::abi::*;
+use uroce_ffi::cq_resize::uroce_ibv_resize_cq;
 use uroce_ffi::device_ex::*;
 use uroce_ffi::exports::*;
 use uroce_ffi::utility::uroce__ibv_query_gid_table;
@@ -138,6 +139,21 @@ fn extended_api_and_argument_checks_behave_like_rdma_core() {
         let cq = uroce_ibv_create_cq(ctx, max_cqe, null_mut(), null_mut(), nvec - 1);
         assert!(!cq.is_null(), "errno {}", errno());
         assert_eq!(uroce_ibv_destroy_cq(cq), 0);
+
+        // --- ibv_resize_cq: cq->cqe follows; out-of-range sizes and stale CQs: EINVAL.
+        let cq = uroce_ibv_create_cq(ctx, 4, null_mut(), null_mut(), 0);
+        assert!(!cq.is_null(), "errno {}", errno());
+        assert_eq!(uroce_ibv_resize_cq(cq, 64), 0);
+        assert!((*cq).cqe >= 64);
+        assert_eq!(uroce_ibv_resize_cq(cq, 1), 0);
+        assert!((*cq).cqe >= 1);
+        for bad in [0, -1, max_cqe + 1] {
+            assert_eq!(uroce_ibv_resize_cq(cq, bad), libc::EINVAL, "cqe {bad}");
+        }
+        assert!((*cq).cqe >= 1 && (*cq).cqe < 64, "unchanged by refusals");
+        assert_eq!(uroce_ibv_resize_cq(null_mut(), 8), libc::EINVAL);
+        assert_eq!(uroce_ibv_destroy_cq(cq), 0);
+        assert_eq!(uroce_ibv_resize_cq(cq, 8), libc::EINVAL, "stale CQ");
 
         // --- ibv_query_gid_table: one populated entry (GID 0); 0 entries is too small.
         let mut entries: [ibv_gid_entry; 4] = std::mem::zeroed();
