@@ -35,6 +35,7 @@ pub mod device_ex;
 mod entry;
 pub mod exports;
 pub mod marshall;
+pub mod mr_rereg;
 pub mod objects;
 pub mod unsupported;
 pub mod utility;

@@ -3,7 +3,7 @@
 //! do: `ibv_query_device_ex` through the `verbs_context.query_device_ex` slot (the port
 //! count, the claimed capability flags, short and long `attr_size`, a non-zero input
 //! `comp_mask`), `ibv_create_cq` with an out-of-range `cqe` or `comp_vector`,
-//! `ibv_resize_cq`, `ibv_query_gid_table` with too small an array, `ibv_query_gid_ex` on an empty entry,
+//! `ibv_resize_cq`, `ibv_rereg_mr`, `ibv_query_gid_table` with too small an array, `ibv_query_gid_ex` on an empty entry,
 //! and a GRH flow label with bits above its 20 (masked, not refused).
 //!
 //! Expectations come from the verbs ABI (`verbs.h` values, rdma-core 44's sizes, the
@@ -20,6 +20,7 @@ use uroce_ffi::abi::*;
 use uroce_ffi::cq_resize::uroce_ibv_resize_cq;
 use uroce_ffi::device_ex::*;
 use uroce_ffi::exports::*;
+use uroce_ffi::mr_rereg::*;
 use uroce_ffi::utility::uroce__ibv_query_gid_table;
 use uroce_ffi::verbs_api::*;
 
@@ -248,7 +249,80 @@ fn extended_api_and_argument_checks_behave_like_rdma_core() {
 
         assert_eq!(uroce_ibv_destroy_qp(qp), 0);
         assert_eq!(uroce_ibv_destroy_cq(cq), 0);
-        assert_eq!(uroce_ibv_dealloc_pd(pd), 0);
+
+        // --- ibv_rereg_mr: access, translation and PD changed in place, keys kept;
+        // refused arguments (IBV_REREG_MR_ERR_INPUT = -1, EINVAL) leave the MR usable.
+        let (mut buf1, mut buf2) = (vec![0u8; 256], vec![0u8; 512]);
+        let lw = IBV_ACCESS_LOCAL_WRITE as c_int;
+        let rw = (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE) as c_int;
+        let mr = uroce_ibv_reg_mr(pd, buf1.as_mut_ptr().cast(), 256, lw);
+        assert!(!mr.is_null(), "errno {}", errno());
+        let (lkey, rkey) = ((*mr).lkey, (*mr).rkey);
+        let pd2 = uroce_ibv_alloc_pd(ctx);
+        assert!(!pd2.is_null());
+        let none = null_mut::<c_void>();
+        for (flags, p, addr, len, access, why) in [
+            (0, null_mut(), none, 0, 0, "no flags"),
+            (8, null_mut(), none, 0, 0, "KEEP_VALID"),
+            (16, null_mut(), none, 0, 0, "unknown flag"),
+            (
+                IBV_REREG_MR_CHANGE_TRANSLATION,
+                null_mut(),
+                none,
+                64,
+                0,
+                "NULL address",
+            ),
+            (IBV_REREG_MR_CHANGE_PD, null_mut(), none, 0, 0, "NULL PD"),
+            (
+                IBV_REREG_MR_CHANGE_ACCESS,
+                null_mut(),
+                none,
+                0,
+                IBV_ACCESS_REMOTE_WRITE as c_int,
+                "REMOTE_WRITE alone",
+            ),
+        ] {
+            assert_eq!(
+                uroce_ibv_rereg_mr(mr, flags, p, addr, len, access),
+                -1,
+                "{why}"
+            );
+            assert_eq!(errno(), libc::EINVAL, "{why}");
+        }
+        assert_eq!(
+            uroce_ibv_rereg_mr(null_mut(), 4, null_mut(), none, 0, lw),
+            -1
+        );
+        assert_eq!(
+            ((*mr).lkey, (*mr).rkey, (*mr).pd),
+            (lkey, rkey, pd),
+            "unchanged"
+        );
+
+        assert_eq!(
+            uroce_ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, null_mut(), none, 0, rw),
+            0
+        );
+        let p2 = buf2.as_mut_ptr().cast::<c_void>();
+        let both = IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_PD;
+        assert_eq!(
+            uroce_ibv_rereg_mr(mr, both, pd2, p2, 512, 0),
+            0,
+            "errno {}",
+            errno()
+        );
+        assert_eq!(((*mr).addr, (*mr).length, (*mr).pd), (p2, 512, pd2));
+        assert_eq!(((*mr).lkey, (*mr).rkey), (lkey, rkey), "keys kept");
+        assert_eq!(uroce_ibv_dealloc_pd(pd), 0, "the MR left the first PD");
+        assert_eq!(
+            uroce_ibv_dealloc_pd(pd2),
+            libc::EBUSY,
+            "and is in the second"
+        );
+        assert_eq!(uroce_ibv_dereg_mr(mr), 0);
+        assert_eq!(uroce_ibv_dealloc_pd(pd2), 0);
+        drop((buf1, buf2));
         assert_eq!(uroce_ibv_close_device(ctx), 0);
     }
 }

@@ -113,6 +113,15 @@ impl CqCore {
         })
     }
 
+    /// Removes the queued completions of QP `qpn` (the QP moved to RESET); the others keep
+    /// their order. Returns how many were removed.
+    pub(crate) fn purge_qp(&self, qpn: u32) -> usize {
+        let mut st = lock(&self.state);
+        let before = st.entries.len();
+        st.entries.retain(|wc| wc.qp_num != qpn);
+        before - st.entries.len()
+    }
+
     /// Stores `wc`; `solicited` says whether it may satisfy a solicited-only arm (receives
     /// whose packet carried SE). Error completions always may.
     pub(crate) fn push(
