@@ -229,6 +229,7 @@ impl Registry {
         // field is therefore valid when zeroed.
         let mut vctx: Box<verbs_context> = unsafe { Box::new(std::mem::zeroed()) };
         vctx.query_port = Some(crate::exports::vctx_query_port);
+        vctx.query_device_ex = crate::device_ex::vctx_query_device_ex as *const std::ffi::c_void;
         vctx.context.ops.poll_cq = Some(crate::verbs_api::ops_poll_cq);
         vctx.context.ops.req_notify_cq = Some(crate::verbs_api::ops_req_notify_cq);
         vctx.context.ops.post_send = Some(crate::verbs_api::ops_post_send);
@@ -250,7 +251,7 @@ impl Registry {
         // The uroce context's event queue (see `async_events`); it lives as long as `net`,
         // which this context keeps.
         vctx.context.async_fd = net.context().async_fd().as_raw_fd();
-        vctx.context.num_comp_vectors = 1;
+        vctx.context.num_comp_vectors = NUM_COMP_VECTORS;
         vctx.context.mutex = libc::PTHREAD_MUTEX_INITIALIZER;
         vctx.context.abi_compat = VERBS_ABI_IS_EXTENDED;
         let raw = Box::into_raw(vctx);
@@ -301,6 +302,11 @@ impl Registry {
     }
 }
 
+/// `ibv_context.num_comp_vectors`: one completion vector (the device's progress thread);
+/// `ibv_create_cq` refuses a `comp_vector` at or above it with `EINVAL`, as the kernel's
+/// uverbs does.
+pub const NUM_COMP_VECTORS: i32 = 1;
+
 /// Firmware version string reported by `ibv_query_device`.
 pub const FW_VER: &str = concat!("uroce ", env!("CARGO_PKG_VERSION"));
 
@@ -319,7 +325,7 @@ pub fn device_attr(net: &NetDevice) -> ibv_device_attr {
         hw_ver: 0,
         max_qp: sat(a.max_qp),
         max_qp_wr: sat(a.max_qp_wr),
-        device_cap_flags: 0,
+        device_cap_flags: crate::device_ex::DEVICE_CAP_FLAGS,
         max_sge: sat(a.max_sge),
         max_sge_rd: sat(a.max_sge_rd),
         max_cq: sat(a.max_cq),

@@ -345,7 +345,17 @@ pub unsafe extern "C" fn uroce__ibv_query_gid_ex(
     entry_size: usize,
 ) -> c_int {
     guard(libc::EIO, || {
-        if entry.is_null() || flags != 0 || entry_size < size_of::<ibv_gid_entry>() {
+        let bad = if entry.is_null() {
+            Some("ibv_query_gid_ex: entry is NULL")
+        } else if flags != 0 {
+            Some("ibv_query_gid_ex: flags is not 0")
+        } else if entry_size < size_of::<ibv_gid_entry>() {
+            Some("ibv_query_gid_ex: entry_size is below sizeof(struct ibv_gid_entry)")
+        } else {
+            None
+        };
+        if let Some(why) = bad {
+            crate::entry::report(&FfiError::Invalid(why));
             set_errno(libc::EINVAL);
             return libc::EINVAL;
         }

@@ -31,10 +31,13 @@
 pub mod abi;
 pub mod ah_wc;
 pub mod async_events;
+pub mod cq_resize;
 pub mod device;
+pub mod device_ex;
 mod entry;
 pub mod exports;
 pub mod marshall;
+pub mod mr_rereg;
 pub mod objects;
 pub mod unsupported;
 pub mod utility;

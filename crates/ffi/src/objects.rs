@@ -9,6 +9,7 @@
 //! an object that waits for its references to drain).
 
 use std::collections::HashMap;
+use std::io::Write as _;
 use std::ptr::NonNull;
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError};
 
@@ -204,13 +205,27 @@ pub(crate) fn mr_access(access: i32) -> Result<AccessFlags, FfiError> {
     AccessFlags::from_bits(bits).ok_or(FfiError::Invalid("unknown access flag bits"))
 }
 
-/// `ibv_ah_attr` → [`AhAttr`].
+/// The 20 bits of a GRH flow label (IBA Vol 1 §8.3.1; the IPv6 flow label of RoCEv2).
+pub const FLOW_LABEL_MASK: u32 = 0x000f_ffff;
+
+/// `ibv_ah_attr` → [`AhAttr`]. A flow label with bits above the 20 is masked, not
+/// refused (programs written for other NICs set all ones; only 20 bits reach the wire);
+/// `UROCE_DEBUG` says so.
 pub(crate) fn ah_from_c(a: &ibv_ah_attr) -> AhAttr {
     // SAFETY: every bit pattern of the 16-byte GID union is a valid `[u8; 16]`.
     let dgid = unsafe { a.grh.dgid.raw };
+    let flow_label = a.grh.flow_label & FLOW_LABEL_MASK;
+    if flow_label != a.grh.flow_label && crate::entry::debug_enabled() {
+        // A failed write to stderr is ignored: diagnostics must not fail the call.
+        let _ = writeln!(
+            std::io::stderr(),
+            "uroce: GRH flow label {:#x} masked to its 20 bits ({flow_label:#x})",
+            a.grh.flow_label
+        );
+    }
     AhAttr {
         dgid: Gid(dgid),
-        flow_label: a.grh.flow_label,
+        flow_label,
         sgid_index: a.grh.sgid_index,
         hop_limit: a.grh.hop_limit,
         traffic_class: a.grh.traffic_class,

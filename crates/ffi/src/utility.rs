@@ -10,7 +10,7 @@ use std::ffi::{c_char, c_int, c_void, CStr};
 use std::mem::size_of;
 
 use crate::abi::*;
-use crate::device::{self, Registry};
+use crate::device::{self, FfiError, Registry};
 use crate::entry::*;
 
 symver!("uroce_ibv_node_type_str", "ibv_node_type_str@@IBVERBS_1.1");
@@ -376,8 +376,9 @@ pub unsafe extern "C" fn uroce_ibv_get_pkey_index(
 /// `_ibv_query_gid_table(context, entries, max_entries, flags, entry_size)` (behind the
 /// header's `ibv_query_gid_table`): writes the non-empty GID entries of every port, each
 /// `entry_size` bytes apart, and returns how many; a negative errno on failure (`-EINVAL`
-/// for non-zero flags, an `entry_size` below 32, a NULL array with room, a bad context;
-/// `-ENOMEM` when `max_entries` is too small).
+/// for non-zero flags, an `entry_size` below 32, a NULL array, a bad context, and — as
+/// rdma-core and the kernel's uverbs report it — when `max_entries` is too small for the
+/// table, 0 included).
 ///
 /// # Safety
 /// `entries` is valid for writing `max_entries * entry_size` bytes.
@@ -389,33 +390,44 @@ pub unsafe extern "C" fn uroce__ibv_query_gid_table(
     flags: u32,
     entry_size: usize,
 ) -> isize {
-    let fail = |e: c_int| {
-        set_errno(e);
-        -(e as isize)
+    let fail = |e: FfiError| {
+        crate::entry::report(&e);
+        set_errno(e.errno());
+        -(e.errno() as isize)
     };
     guard(-(libc::EIO as isize), || {
-        if flags != 0 || entry_size < size_of::<ibv_gid_entry>() || entries.is_null() {
-            return fail(libc::EINVAL);
+        if flags != 0 {
+            return fail(FfiError::Invalid("ibv_query_gid_table: flags is not 0"));
+        }
+        if entry_size < size_of::<ibv_gid_entry>() {
+            return fail(FfiError::Invalid(
+                "ibv_query_gid_table: entry_size is below sizeof(struct ibv_gid_entry)",
+            ));
+        }
+        if entries.is_null() {
+            return fail(FfiError::Invalid("ibv_query_gid_table: entries is NULL"));
         }
         let net = match Registry::net(context) {
             Ok(n) => n,
-            Err(e) => return fail(e.errno()),
+            Err(e) => return fail(e),
         };
         let port_count = device::device_attr(&net).phys_port_cnt;
         let mut written = 0usize;
         for port in 1..=port_count {
             let len = match device::port_attr(&net, port) {
                 Ok(p) => p.gid_tbl_len,
-                Err(e) => return fail(e.errno()),
+                Err(e) => return fail(e),
             };
             for index in 0..u32::try_from(len).unwrap_or(0) {
                 let g = match device::gid(&net, port.into(), index.into()) {
                     Ok(Some(g)) => g,
                     Ok(None) => continue,
-                    Err(e) => return fail(e.errno()),
+                    Err(e) => return fail(e),
                 };
                 if written == max_entries {
-                    return fail(libc::ENOMEM);
+                    return fail(FfiError::Invalid(
+                        "ibv_query_gid_table: max_entries is smaller than the GID table",
+                    ));
                 }
                 let e = ibv_gid_entry {
                     gid: ibv_gid { raw: g.0 },

@@ -433,6 +433,8 @@ pub unsafe extern "C" fn uroce_ibv_destroy_comp_channel(channel: *mut ibv_comp_c
 
 /// `ibv_create_cq(context, cqe, cq_context, channel, comp_vector)`: a CQ of `cqe`
 /// entries, optionally reporting to `channel`; NULL + `errno` (`EINVAL`, `ENOMEM`).
+/// `EINVAL` also for a `cqe` outside 1..=`max_cqe` and a `comp_vector` outside
+/// 0..`num_comp_vectors`, as rdma-core over the kernel's uverbs reports them.
 ///
 /// # Safety
 /// None beyond the C contract: unknown pointers are rejected, never dereferenced.
@@ -450,6 +452,11 @@ pub unsafe extern "C" fn uroce_ibv_create_cq(
             let cqe = u32::try_from(cqe).map_err(|_| FfiError::Invalid("negative cqe"))?;
             let vector =
                 u32::try_from(comp_vector).map_err(|_| FfiError::Invalid("negative vector"))?;
+            if comp_vector >= crate::device::NUM_COMP_VECTORS {
+                return Err(FfiError::Invalid(
+                    "ibv_create_cq: comp_vector is not below the context's num_comp_vectors",
+                ));
+            }
             let mut objs = objects();
             let ch = if channel.is_null() {
                 None

@@ -368,6 +368,39 @@ fn table() -> Vec<Check> {
         IBV_WR_ATOMIC_WRITE, IBV_SEND_FENCE, IBV_SEND_SIGNALED, IBV_SEND_SOLICITED,
         IBV_SEND_INLINE, IBV_SEND_IP_CSUM
     });
+    t.extend(device_ex_table());
+    t
+}
+
+/// The extended device attributes (`uroce_ffi::device_ex`).
+fn device_ex_table() -> Vec<Check> {
+    use uroce_ffi::device_ex::*;
+    let mut t = vec![
+        ty!(struct ibv_query_device_ex_input),
+        ty!(struct ibv_odp_caps),
+        ty!(struct ibv_tso_caps),
+        ty!(struct ibv_rss_caps),
+        ty!(struct ibv_packet_pacing_caps),
+        ty!(struct ibv_tm_caps),
+        ty!(struct ibv_cq_moderation_caps),
+        ty!(struct ibv_pci_atomic_caps),
+    ];
+    t.extend(fields! {struct ibv_odp_caps;
+        general_caps, per_transport_caps.rc_odp_caps, per_transport_caps.uc_odp_caps,
+        per_transport_caps.ud_odp_caps
+    });
+    t.extend(fields! {struct ibv_rss_caps;
+        supported_qpts, max_rwq_indirection_tables, max_rwq_indirection_table_size,
+        rx_hash_fields_mask, rx_hash_function
+    });
+    t.push(ty!(struct ibv_device_attr_ex));
+    t.extend(fields! {struct ibv_device_attr_ex;
+        orig_attr, comp_mask, odp_caps, completion_timestamp_mask, hca_core_clock,
+        device_cap_flags_ex, tso_caps, rss_caps, max_wq_type_rq, packet_pacing_caps,
+        raw_packet_caps, tm_caps, cq_mod_caps, max_dm_size, pci_atomic_caps, xrc_odp_caps,
+        phys_port_cnt_ex
+    });
+    t.extend(consts! {IBV_DEVICE_SYS_IMAGE_GUID, IBV_DEVICE_RC_RNR_NAK_GEN});
     t
 }
 

@@ -1,6 +1,7 @@
 //! Completion queues and completion channels.
 //!
-//! A CQ has a fixed capacity chosen at creation. Completions are pushed by the QPs attached
+//! A CQ has a capacity chosen at creation and changed only by [`CqRef::resize`] (never
+//! below the completions it holds). Completions are pushed by the QPs attached
 //! to it (through the QP's methods) and polled by the application. When a completion finds
 //! the CQ full it is **not** stored: the CQ goes into error, `CQ_ERR` is raised once, and
 //! that push and every later one fail (the transport then moves the QP to ERR,
@@ -21,7 +22,8 @@ use std::time::Duration;
 
 use crate::context::{dec, get, try_inc, ContextCore};
 use crate::error::{
-    AllocError, Children, CreateCqError, DestroyError, NotifyError, ObjectKind, WaitError,
+    AllocError, Children, CreateCqError, DestroyError, NotifyError, ObjectKind, ResizeCqError,
+    WaitError,
 };
 use crate::event::{AsyncEvent, EventElement, EventType, FdQueue, Liveness};
 use crate::sync::{lock, Arc, AtomicUsize, Mutex, Ordering};
@@ -38,6 +40,9 @@ enum Armed {
 }
 
 struct CqState {
+    /// How many completions the CQ holds (`cqe`); under the lock so that a resize and a
+    /// push see one value.
+    capacity: u32,
     entries: VecDeque<WorkCompletion>,
     overrun: bool,
     armed: Option<Armed>,
@@ -55,7 +60,6 @@ pub(crate) enum PushError {
 pub(crate) struct CqCore {
     pub(crate) id: u32,
     pub(crate) ctx: Arc<ContextCore>,
-    capacity: u32,
     comp_vector: u32,
     channel: Option<Arc<ChannelCore>>,
     state: Mutex<CqState>,
@@ -93,10 +97,10 @@ impl CqCore {
                 core: Arc::new(CqCore {
                     id: ctx.next_id(),
                     ctx: ctx.clone(),
-                    capacity: cqe,
                     comp_vector,
                     channel,
                     state: Mutex::new(CqState {
+                        capacity: cqe,
                         entries: VecDeque::new(),
                         overrun: false,
                         armed: None,
@@ -107,6 +111,15 @@ impl CqCore {
             },
             destroyed: false,
         })
+    }
+
+    /// Removes the queued completions of QP `qpn` (the QP moved to RESET); the others keep
+    /// their order. Returns how many were removed.
+    pub(crate) fn purge_qp(&self, qpn: u32) -> usize {
+        let mut st = lock(&self.state);
+        let before = st.entries.len();
+        st.entries.retain(|wc| wc.qp_num != qpn);
+        before - st.entries.len()
     }
 
     /// Stores `wc`; `solicited` says whether it may satisfy a solicited-only arm (receives
@@ -121,7 +134,7 @@ impl CqCore {
             if st.overrun {
                 return Err(PushError::InError);
             }
-            if st.entries.len() >= this.capacity as usize {
+            if st.entries.len() >= st.capacity as usize {
                 st.overrun = true;
                 drop(st);
                 this.ctx.cq_overruns.fetch_add(1, Ordering::Relaxed);
@@ -181,7 +194,27 @@ impl CqRef {
 
     /// The capacity (`cqe`).
     pub fn capacity(&self) -> u32 {
-        self.core.capacity
+        lock(&self.core.state).capacity
+    }
+
+    /// Changes the capacity to `cqe` (`ibv_resize_cq`) and returns it. Completions already
+    /// queued are kept, in order; the new size must hold them all and lie in
+    /// 1..=`max_cqe`. A CQ that overflowed stays in error.
+    ///
+    /// # Errors
+    /// [`ResizeCqError::InvalidSize`], [`ResizeCqError::TooSmall`].
+    pub fn resize(&self, cqe: u32) -> Result<u32, ResizeCqError> {
+        let max = self.core.ctx.attr().max_cqe;
+        if cqe == 0 || cqe > max {
+            return Err(ResizeCqError::InvalidSize { cqe, max });
+        }
+        let mut st = lock(&self.core.state);
+        let pending = st.entries.len();
+        if (cqe as usize) < pending {
+            return Err(ResizeCqError::TooSmall { cqe, pending });
+        }
+        st.capacity = cqe;
+        Ok(cqe)
     }
 
     /// The completion vector given at creation.
@@ -281,7 +314,7 @@ impl fmt::Debug for CqRef {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CqRef")
             .field("id", &self.core.id)
-            .field("capacity", &self.core.capacity)
+            .field("capacity", &self.capacity())
             .finish()
     }
 }

@@ -225,6 +225,28 @@ pub enum CreateCqError {
     },
 }
 
+/// Why [`crate::CqRef::resize`] failed (`ibv_resize_cq`: `EINVAL` for both).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ResizeCqError {
+    /// `cqe` is 0 or above the device's `max_cqe`.
+    #[error("CQ size {cqe} is outside 1..={max}")]
+    InvalidSize {
+        /// The size asked for.
+        cqe: u32,
+        /// `max_cqe`.
+        max: u32,
+    },
+    /// The CQ holds more completions than the new size.
+    #[error("CQ size {cqe} is below the {pending} completions it holds")]
+    TooSmall {
+        /// The size asked for.
+        cqe: u32,
+        /// Completions waiting to be polled.
+        pending: usize,
+    },
+}
+
 /// Why `req_notify` failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]

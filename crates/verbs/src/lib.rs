@@ -124,7 +124,8 @@
 //! `tests/qp_modify.rs` (modify on real QPs through the proto table, unchanged after
 //! rejection, query returns what was set), `tests/mr_checks.rs`, `tests/regions.rs`,
 //! `tests/flush.rs` (N ∈ {0, 1, 7, 64} WRs → exactly N `WR_FLUSH_ERR` in order, SRQ →
-//! `LAST_WQE_REACHED`), `tests/cq.rs`, `tests/srq.rs`, `tests/events.rs`, `tests/objects.rs`,
+//! `LAST_WQE_REACHED`), `tests/cq.rs`, `tests/cq_resize.rs`, `tests/mr_rereg.rs`,
+//! `tests/reset_cleans_cq.rs`, `tests/srq.rs`, `tests/events.rs`, `tests/objects.rs`,
 //! `tests/stress.rs` (concurrent create / raise / destroy: no event after destroy, nothing
 //! leaked), `tests/qpn_reuse.rs` (no QPN reuse before the wrap), and the loom model
 //! `tests/loom_table.rs`:
@@ -174,7 +175,7 @@ pub use qp::{
     AtomicInfo, PathMigState, Qp, QpAttr, QpCap, QpInitAttr, QpInitInfo, QpRef, RdmaInfo,
     RecvCompletion, RecvWqe, RecvWr, SendFlags, SendOpcode, SendWqe, SendWr, Sge, UdDest,
 };
-pub use region::{Mr, MrRef};
+pub use region::{Mr, MrRef, ReregMrError};
 pub use srq::{Srq, SrqAttr, SrqAttrMask, SrqInitAttr, SrqRef};
 pub use uroce_proto::qp_state::{AttrMask, QpState, QpType};
 pub use wc::{WcFlags, WcOpcode, WcStatus, WorkCompletion};

@@ -16,8 +16,10 @@
 //!   receive WR with `WR_FLUSH_ERR` on the receive CQ in posting order. A QP that receives
 //!   from an SRQ flushes only the WQEs it had already taken; the SRQ keeps its WQEs and the
 //!   QP raises `QP_LAST_WQE_REACHED`. WRs posted while in ERR are flushed immediately.
-//! * **→ RESET**: queues are discarded without completions; attributes return to their
-//!   initial values.
+//! * **→ RESET**: queues are discarded without completions, and the QP's completions still
+//!   queued on its CQs are removed (as rdma-core's providers clean a CQ when a QP moves to
+//!   RESET: a QP brought back from ERR does not meet its old flush completions); attributes
+//!   return to their initial values.
 //! * **RTS → SQD**: no new send WR starts; when none is in flight `SQ_DRAINED` is raised
 //!   (immediately if none was in flight). Like the Linux software driver, uroce raises it
 //!   whether or not `en_sqd_async_notify` was set. Leaving SQD for anything but ERR is
@@ -815,8 +817,12 @@ impl QpCore {
         }
     }
 
-    /// Moves the QP to RESET: queues discarded without completions, attributes reset.
+    /// Moves the QP to RESET: queues discarded without completions, its completions removed
+    /// from its CQs, attributes reset.
     fn enter_reset_locked(&self, inner: &mut QpInner) {
+        for cq in [&self.send_cq, &self.recv_cq].into_iter().flatten() {
+            cq.purge_qp(self.qpn);
+        }
         inner.engine = None;
         inner.sq.clear();
         inner.sq_started = 0;

@@ -196,3 +196,94 @@ impl fmt::Debug for Mr {
         fmt::Debug::fmt(&self.r, f)
     }
 }
+
+/// Why [`Mr::rereg`] failed, and what became of the region.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReregMrError {
+    /// The new attributes are invalid; the old region is unchanged and returned.
+    #[error("re-registration refused: {1}")]
+    Invalid(Mr, RegMrError),
+    /// The new PD belongs to another context; the old region is unchanged and returned.
+    #[error("re-registration refused: the PD belongs to another context")]
+    ForeignPd(Mr),
+    /// The old region could not be retired in time; it is unpublished (no longer usable)
+    /// and returned so that it can be deregistered.
+    #[error("re-registration: the old region is still in use: {1}")]
+    Busy(Mr, DestroyError),
+    /// The old region is deregistered but the new one could not be registered.
+    #[error("re-registration: registering the new region failed: {0}")]
+    Register(RegMrError),
+}
+
+impl Mr {
+    /// Re-registers the region (`ibv_rereg_mr`): the same region number and keys, now in
+    /// `pd`, over `block` (the same memory again or another range), with `access` and byte
+    /// 0 at `iova` (`None`: the block's address, 0 with [`AccessFlags::ZERO_BASED`]).
+    ///
+    /// The new attributes are checked first (nothing changes if they are invalid); then the
+    /// old region is deregistered as by [`Mr::destroy`] (so no access through it is in
+    /// flight) and the new one published under the old number with the old L_Key and
+    /// R_Key. Should the number still be held by a late reference to the old region, the
+    /// new region gets fresh keys instead (callers read the keys from the result).
+    ///
+    /// # Errors
+    /// [`ReregMrError`], which says whether the old region is still usable.
+    pub fn rereg(
+        self,
+        pd: &crate::Pd,
+        block: MemBlock,
+        access: AccessFlags,
+        iova: Option<u64>,
+    ) -> Result<Mr, ReregMrError> {
+        let pd = pd.core();
+        let old = &self.r.entry;
+        if !Arc::ptr_eq(&pd.ctx, &old.pd.ctx) {
+            return Err(ReregMrError::ForeignPd(self));
+        }
+        let (lkey, rkey, index) = (old.mr.lkey(), old.mr.rkey(), old.index);
+        let core = match iova {
+            None => MrCore::new(pd.id, block, access, lkey, rkey),
+            Some(iova) => MrCore::with_iova(pd.id, block, access, iova, lkey, rkey),
+        };
+        let core = match core {
+            Ok(c) => c,
+            Err(e) => return Err(ReregMrError::Invalid(self, RegMrError::Mr(e))),
+        };
+        if let Err((old, e)) = self.destroy() {
+            return Err(ReregMrError::Busy(old, e));
+        }
+        let ctx = &pd.ctx;
+        let max = ctx.attr().max_mr;
+        if !try_inc(&ctx.live.mrs, max) {
+            return Err(ReregMrError::Register(RegMrError::Limit { max }));
+        }
+        let mut core = Some(core);
+        let inserted = ctx.mrs.insert_at(index, |index| {
+            core.take()
+                .map(|mr| MrEntry {
+                    mr,
+                    pd: pd.clone(),
+                    index,
+                })
+                .ok_or(())
+        });
+        match inserted {
+            Ok(entry) => {
+                pd.children.mrs.fetch_add(1, crate::sync::Ordering::AcqRel);
+                Ok(Mr {
+                    r: MrRef { entry },
+                    destroyed: false,
+                })
+            }
+            Err(_) => {
+                dec(&ctx.live.mrs);
+                // The number is still reserved (a late reference to the old region) or
+                // the table is full: register afresh, with new keys.
+                let core = core.ok_or(ReregMrError::Register(RegMrError::Limit { max }))?;
+                let block = core.into_block();
+                MrEntry::register(pd, block, access, iova).map_err(ReregMrError::Register)
+            }
+        }
+    }
+}
