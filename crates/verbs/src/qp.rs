@@ -131,6 +131,7 @@ pub const fn opcode_valid_for(op: SendOpcode, qp_type: QpType) -> bool {
                 | AtomicCmpAndSwp
                 | AtomicFetchAndAdd
                 | LocalInv
+                | BindMw
                 | SendWithInv
         ),
         QpType::Uc => matches!(op, RdmaWrite | RdmaWriteWithImm | Send | SendWithImm),
@@ -200,6 +201,8 @@ pub struct SendWr {
     pub ud: Option<UdDest>,
     /// XRC_SEND: the remote XRC SRQ number.
     pub xrc_remote_srqn: u32,
+    /// BIND_MW: the window, its new R_Key, the region, range and rights (`wr.bind_mw`).
+    pub bind_mw: Option<crate::mw::BindMwWr>,
 }
 
 impl Default for SendWr {
@@ -217,6 +220,7 @@ impl Default for SendWr {
             atomic: AtomicInfo::default(),
             ud: None,
             xrc_remote_srqn: 0,
+            bind_mw: None,
         }
     }
 }
