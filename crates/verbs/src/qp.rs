@@ -904,6 +904,9 @@ impl QpCore {
                 qp_type,
             });
         }
+        if wr.opcode == SendOpcode::BindMw && wr.bind_mw.is_none() {
+            return Err(PostError::Refused(uroce_proto::wr::WrError::MissingBind));
+        }
         if wr.flags.contains(SendFlags::INLINE) {
             if !opcode_may_inline(wr.opcode) {
                 return Err(PostError::InlineNotAllowed(wr.opcode));
