@@ -35,6 +35,7 @@ pub mod device;
 mod entry;
 pub mod exports;
 pub mod marshall;
+pub mod mw;
 pub mod objects;
 pub mod unsupported;
 pub mod utility;

@@ -196,7 +196,10 @@ fn type1_window_write_read_bounds_and_rebind() {
     assert_eq!(write_status(&a, &b, 1, rkey, 0, WIN_LEN), WcStatus::Success);
     let mem = snapshot(&b.mr);
     assert!(mem[WIN_OFF as usize..(WIN_OFF + WIN_LEN) as usize] == data[..]);
-    assert!(mem[..WIN_OFF as usize].iter().all(|&x| x == 0), "before the window");
+    assert!(
+        mem[..WIN_OFF as usize].iter().all(|&x| x == 0),
+        "before the window"
+    );
 
     let r = rdma(
         2,
@@ -308,7 +311,13 @@ fn type2_bind_local_inv_in_send_queue_order() {
     assert!(mem[at..at + 4096] == data[..]);
 
     // On B: a WRITE to A, LOCAL_INV, another WRITE: the completions come in posting order.
-    let w1 = rdma(11, SendOpcode::RdmaWrite, sge(&b.mr, 0, 2048), a.mr.iova(), a.mr.rkey());
+    let w1 = rdma(
+        11,
+        SendOpcode::RdmaWrite,
+        sge(&b.mr, 0, 2048),
+        a.mr.iova(),
+        a.mr.rkey(),
+    );
     let inv = SendWr {
         wr_id: 12,
         opcode: SendOpcode::LocalInv,
@@ -316,7 +325,13 @@ fn type2_bind_local_inv_in_send_queue_order() {
         invalidate_rkey: rkey,
         ..SendWr::default()
     };
-    let w2 = rdma(13, SendOpcode::RdmaWrite, sge(&b.mr, 0, 2048), a.mr.iova(), a.mr.rkey());
+    let w2 = rdma(
+        13,
+        SendOpcode::RdmaWrite,
+        sge(&b.mr, 0, 2048),
+        a.mr.iova(),
+        a.mr.rkey(),
+    );
     for w in [w1, inv, w2] {
         b.qp.post_send(w).expect("post");
     }
@@ -427,10 +442,9 @@ fn send_with_invalidate_of_a_region_or_type1_window_is_refused() {
 #[test]
 fn dereg_of_a_region_with_a_bound_window_is_busy() {
     let (_a, b) = pair(10, full_access());
-    let extra = b
-        .pd
-        .reg_mr(MemBlock::new(LEN).expect("block"), full_access())
-        .expect("mr");
+    let extra =
+        b.pd.reg_mr(MemBlock::new(LEN).expect("block"), full_access())
+            .expect("mr");
     let mw = b.pd.alloc_mw(MwType::Type1).expect("alloc mw");
     mw.bind(
         &b.qp,

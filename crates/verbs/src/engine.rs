@@ -146,7 +146,9 @@ impl<'a> QpMemory<'a> {
         len: u64,
         op: ProtoRemoteOp,
     ) -> Result<Arc<crate::region::MrEntry>, RemoteAccessError> {
-        let w = self.window(rkey).ok_or(RemoteAccessError::BadKey { rkey })?;
+        let w = self
+            .window(rkey)
+            .ok_or(RemoteAccessError::BadKey { rkey })?;
         let need = verbs_op(op).required_access();
         match crate::mw::check_access(&w, self.pd_id.get(), self.qpn, rkey, va, len, need) {
             crate::mw::WindowAccess::Region(r) => Ok(r),
@@ -245,7 +247,10 @@ impl Memory for QpMemory<'_> {
         let len = src.len() as u64;
         if crate::mw::is_window_key(rkey) {
             let r = self.window_region(rkey, va, len, op)?;
-            return r.mr.write(va, src).map_err(|e| remote_error(rkey, va, len, op, e));
+            return r
+                .mr
+                .write(va, src)
+                .map_err(|e| remote_error(rkey, va, len, op, e));
         }
         let r = self
             .region(rkey)
@@ -262,7 +267,10 @@ impl Memory for QpMemory<'_> {
         let len = dst.len() as u64;
         if crate::mw::is_window_key(rkey) {
             let r = self.window_region(rkey, va, len, op)?;
-            return r.mr.read(va, dst).map_err(|e| remote_error(rkey, va, len, op, e));
+            return r
+                .mr
+                .read(va, dst)
+                .map_err(|e| remote_error(rkey, va, len, op, e));
         }
         let r = self
             .region(rkey)
@@ -304,15 +312,16 @@ impl Memory for QpMemory<'_> {
     /// error, an unknown or stale key as a bad key.
     fn invalidate_remote(&self, rkey: u32) -> Result<(), RemoteAccessError> {
         if crate::mw::is_window_key(rkey) {
-            let w = self.window(rkey).ok_or(RemoteAccessError::BadKey { rkey })?;
+            let w = self
+                .window(rkey)
+                .ok_or(RemoteAccessError::BadKey { rkey })?;
             return crate::mw::invalidate_remote(&w, self.pd_id.get(), self.qpn, rkey).map_err(
                 |e| match e {
-                    crate::mw::MwError::WrongType { .. } | crate::mw::MwError::WrongState { .. } => {
-                        RemoteAccessError::NoPermission {
-                            rkey,
-                            op: ProtoRemoteOp::Write,
-                        }
-                    }
+                    crate::mw::MwError::WrongType { .. }
+                    | crate::mw::MwError::WrongState { .. } => RemoteAccessError::NoPermission {
+                        rkey,
+                        op: ProtoRemoteOp::Write,
+                    },
                     _ => RemoteAccessError::BadKey { rkey },
                 },
             );

@@ -235,11 +235,11 @@ pub(crate) fn bind(
     if b.type1 != (w.mw_type == MwType::Type1) {
         return Err(MwError::WrongType { rkey });
     }
+    // The window is named by the index part of `mw_rkey` (its key field may be stale: a
+    // bind posted after an earlier bind and LOCAL_INV names the key the window had at
+    // post time); only the key field of the new R_Key may differ.
     let mut st = lock(&w.state);
-    if st.rkey != rkey {
-        return Err(MwError::BadWindow { rkey });
-    }
-    if b.new_rkey >> 8 != rkey >> 8 {
+    if b.new_rkey >> 8 != st.rkey >> 8 {
         return Err(MwError::BadNewKey {
             rkey,
             new_rkey: b.new_rkey,
@@ -403,7 +403,7 @@ impl Mw {
     /// work request ([`crate::qp::SendWr::bind_mw`]).
     pub fn bind(
         &self,
-        qp: &crate::Qp,
+        qp: &crate::qp::QpRef,
         wr_id: u64,
         flags: crate::qp::SendFlags,
         info: MwBindInfo,

@@ -237,12 +237,11 @@ impl RcQp {
                     return None;
                 }
                 let (result, status) = match (w.wr.opcode, w.wr.bind) {
-                    (SendOpcode::BindMw, Some(b)) => {
-                        (env.mem.bind_window(&b), WcStatus::MwBindErr)
-                    }
-                    (SendOpcode::BindMw, None) => {
-                        (Err(crate::memory::MwError::NotSupported), WcStatus::MwBindErr)
-                    }
+                    (SendOpcode::BindMw, Some(b)) => (env.mem.bind_window(&b), WcStatus::MwBindErr),
+                    (SendOpcode::BindMw, None) => (
+                        Err(crate::memory::MwError::NotSupported),
+                        WcStatus::MwBindErr,
+                    ),
                     _ => (
                         env.mem.invalidate_local(w.wr.invalidate_rkey),
                         WcStatus::LocQpOpErr,
