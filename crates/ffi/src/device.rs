@@ -337,7 +337,7 @@ pub fn device_attr(net: &NetDevice) -> ibv_device_attr {
         atomic_cap: a.atomic_cap as ibv_atomic_cap,
         max_ee: 0,
         max_rdd: 0,
-        max_mw: 0,
+        max_mw: sat(uroce_verbs::mw::MAX_MW),
         max_raw_ipv6_qp: 0,
         max_raw_ethy_qp: 0,
         max_mcast_grp: 0,

@@ -68,10 +68,10 @@ fn full_access() -> AccessFlags {
         | AccessFlags::MW_BIND
 }
 
-/// A connected pair on 127.0.9.(2n+1) and 127.0.9.(2n+2); `b` is the window owner.
+/// A connected pair on 127.0.77.(2n+1) and 127.0.77.(2n+2); `b` is the window owner.
 fn pair(n: u8, b_access: AccessFlags) -> (Side, Side) {
-    let a = side(&format!("127.0.9.{}", 2 * n + 1), full_access());
-    let b = side(&format!("127.0.9.{}", 2 * n + 2), b_access);
+    let a = side(&format!("127.0.77.{}", 2 * n + 1), full_access());
+    let b = side(&format!("127.0.77.{}", 2 * n + 2), b_access);
     for (me, peer) in [(&a, &b), (&b, &a)] {
         let c = RcConnect {
             path_mtu: Pmtu::Mtu1024,
