@@ -470,3 +470,39 @@ fn dereg_of_a_region_with_a_bound_window_is_busy() {
     mw.destroy().expect("dealloc mw");
     extra.destroy().expect("dereg after dealloc");
 }
+
+#[test]
+fn dropping_a_region_with_a_bound_window_retires_its_memory_at_once() {
+    let (a, b) = pair(11, full_access());
+    let extra =
+        b.pd.reg_mr(MemBlock::new(LEN).expect("block"), full_access())
+            .expect("mr");
+    let mw = b.pd.alloc_mw(MwType::Type1).expect("alloc mw");
+    let rkey = mw
+        .bind(
+            &b.qp,
+            5,
+            SendFlags::SIGNALED,
+            MwBindInfo {
+                mr_lkey: extra.lkey(),
+                addr: extra.iova(),
+                length: 4096,
+                access: AccessFlags::REMOTE_WRITE,
+            },
+        )
+        .expect("bind");
+    assert_eq!(wait(&b.cq, 1)[0].status, WcStatus::Success);
+    let addr = extra.iova();
+    // The window's reference does not make the drop wait for the destroy timeout.
+    let start = Instant::now();
+    drop(extra);
+    assert!(
+        start.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        start.elapsed()
+    );
+    // The window still names the region, whose memory is gone: the access fails.
+    let w = rdma(1, SendOpcode::RdmaWrite, sge(&a.mr, 0, 64), addr, rkey);
+    a.qp.post_send(w).expect("post write");
+    assert_eq!(wait(&a.cq, 1)[0].status, WcStatus::RemAccessErr);
+}

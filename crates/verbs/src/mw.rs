@@ -301,7 +301,7 @@ pub(crate) fn invalidate_local(w: &MwEntry, pd_id: u32, rkey: u32) -> Result<(),
 }
 
 /// SEND with Invalidate naming a window, arriving on QP `qpn` of PD `pd_id`: only a type 2
-/// window bound to that QP can be invalidated by a peer (IBA 10.6.7.2.6, 9.4.4).
+/// window bound to that QP can be invalidated by a peer (IBA Vol 1 10.6.7).
 pub(crate) fn invalidate_remote(
     w: &MwEntry,
     pd_id: u32,

@@ -177,7 +177,11 @@ impl Mr {
         let ctx = &entry.pd.ctx;
         drop(ctx.mrs.unpublish(entry.index));
         let timeout = ctx.destroy_timeout();
-        if wait_unreferenced(entry, 1, timeout).is_ok() {
+        // Bound memory windows hold references until they are invalidated: a handle dropped
+        // with windows still bound (only `drop`; `destroy` refuses) retires the memory at
+        // once instead of waiting for them.
+        let windows = crate::context::get(&entry.bound_windows);
+        if windows == 0 && wait_unreferenced(entry, 1, timeout).is_ok() {
             // Ours is the last reference: dropping the handle releases the region.
             return Ok(());
         }

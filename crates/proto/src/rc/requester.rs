@@ -219,7 +219,7 @@ impl RcQp {
     /// has been started (and, with FENCE, after earlier READs/atomics completed). It takes
     /// no PSN; it completes once it is the oldest WQE (at once if it already is). A failure
     /// completes it with MW_BIND_ERR / LOC_QP_OP_ERR and moves the QP to ERR (IBA
-    /// 10.6.7.2.2, 11.6.2). Returns `None` when the requester must stop (fence, ERR).
+    /// Vol 1 10.6.7). Returns `None` when the requester must stop (fence, ERR).
     fn run_local_ops(&mut self, env: &mut super::Env<'_>) -> Option<()> {
         for _ in 0..self.req.sq.len() {
             let idx = self.req.send_idx;
