@@ -235,6 +235,9 @@ impl Registry {
         vctx.context.ops.post_send = Some(crate::verbs_api::ops_post_send);
         vctx.context.ops.post_recv = Some(crate::verbs_api::ops_post_recv);
         vctx.context.ops.post_srq_recv = Some(crate::verbs_api::ops_post_srq_recv);
+        vctx.context.ops.alloc_mw = Some(crate::mw::ops_alloc_mw);
+        vctx.context.ops.bind_mw = Some(crate::mw::ops_bind_mw);
+        vctx.context.ops.dealloc_mw = Some(crate::mw::ops_dealloc_mw);
         vctx.open_xrcd = Some(crate::xrc::vctx_open_xrcd);
         vctx.close_xrcd = Some(crate::xrc::vctx_close_xrcd);
         vctx.create_srq_ex = Some(crate::xrc::vctx_create_srq_ex);
@@ -340,7 +343,7 @@ pub fn device_attr(net: &NetDevice) -> ibv_device_attr {
         atomic_cap: a.atomic_cap as ibv_atomic_cap,
         max_ee: 0,
         max_rdd: 0,
-        max_mw: 0,
+        max_mw: sat(uroce_verbs::mw::MAX_MW),
         max_raw_ipv6_qp: 0,
         max_raw_ethy_qp: 0,
         max_mcast_grp: 0,

@@ -38,6 +38,7 @@ mod entry;
 pub mod exports;
 pub mod marshall;
 pub mod mr_rereg;
+pub mod mw;
 pub mod objects;
 pub mod unsupported;
 pub mod utility;

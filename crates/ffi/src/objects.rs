@@ -466,6 +466,12 @@ pub(crate) unsafe fn send_wr_from_c(wr: &ibv_send_wr, max_inline: u32) -> Result
                 rkey: a.rkey,
             };
         }
+        SendOpcode::BindMw => {
+            // SAFETY: the union's bind_mw member is a pointer and plain integers; any bits
+            // are valid (the pointers are only looked up in the registries).
+            let b = unsafe { wr.bind_mw_tso.bind_mw };
+            out.bind_mw = Some(crate::mw::bind_mw_wr_from_c(&b)?);
+        }
         _ => {}
     }
     // SAFETY: the qp_type union's xrc member is one u32; any bits are valid.

@@ -162,6 +162,103 @@ pub trait Memory {
 
     /// Invalidates the memory region (or window) with `rkey` (SEND_WITH_INVALIDATE).
     fn invalidate_remote(&self, rkey: u32) -> Result<(), RemoteAccessError>;
+
+    /// Executes a memory-window bind (a BIND_MW work request, or the bind of a type 1
+    /// window) for the QP whose engine calls it, when the request reaches the head of the
+    /// send queue's unstarted work. Memories without windows refuse it.
+    fn bind_window(&self, bind: &MwBind) -> Result<(), MwError> {
+        let _ = bind;
+        Err(MwError::NotSupported)
+    }
+
+    /// Executes a LOCAL_INV work request for `rkey` (a type 2 memory window), in
+    /// send-queue order. Memories without windows refuse it.
+    fn invalidate_local(&self, rkey: u32) -> Result<(), MwError> {
+        let _ = rkey;
+        Err(MwError::NotSupported)
+    }
+}
+
+/// A memory-window bind as the send queue carries it (IBA 10.6.7.2; `ibv_mw_bind_info`
+/// plus the window's keys).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct MwBind {
+    /// The window's current R_Key (names the window).
+    pub mw_rkey: u32,
+    /// The R_Key the window has once bound: the application's choice for a type 2 window
+    /// (only the low 8 "key" bits may differ from `mw_rkey`), chosen by the verbs layer
+    /// for a type 1 window.
+    pub new_rkey: u32,
+    /// L_Key of the memory region the window is bound to.
+    pub mr_lkey: u32,
+    /// First virtual address of the window (inside the region).
+    pub addr: u64,
+    /// Length in bytes (0 unbinds a type 1 window).
+    pub length: u64,
+    /// The window's access rights (`IBV_ACCESS_REMOTE_*` bits, `ZERO_BASED`).
+    pub access: u32,
+    /// True for the bind of a type 1 window (`ibv_bind_mw`), false for a BIND_MW work
+    /// request on a type 2 window.
+    pub type1: bool,
+}
+
+/// Why a bind or local invalidate failed. The requester completes the WR with
+/// `MW_BIND_ERR` (bind) or `LOC_QP_OP_ERR` (LOCAL_INV) and the QP enters ERR.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum MwError {
+    /// This memory has no memory windows.
+    #[error("memory windows are not supported here")]
+    NotSupported,
+    /// No window with this key in the QP's protection domain.
+    #[error("no memory window for rkey {rkey:#x}")]
+    BadWindow {
+        /// The key.
+        rkey: u32,
+    },
+    /// The window's type does not allow the operation (e.g. LOCAL_INV of a type 1
+    /// window, a BIND_MW work request naming a type 1 window).
+    #[error("the memory window of rkey {rkey:#x} has the wrong type for this operation")]
+    WrongType {
+        /// The key.
+        rkey: u32,
+    },
+    /// A type 2 window that is already bound (it must be invalidated first), or a window
+    /// bound to another QP.
+    #[error("the memory window of rkey {rkey:#x} is in the wrong state")]
+    WrongState {
+        /// The key.
+        rkey: u32,
+    },
+    /// The new R_Key changes more than the 8-bit key field.
+    #[error("new rkey {new_rkey:#x} changes more than the key field of {rkey:#x}")]
+    BadNewKey {
+        /// The window's current key.
+        rkey: u32,
+        /// The key asked for.
+        new_rkey: u32,
+    },
+    /// The region is unknown, in another PD, or not registered with MW_BIND.
+    #[error("memory region of lkey {lkey:#x} cannot have windows bound")]
+    BadRegion {
+        /// The region's L_Key.
+        lkey: u32,
+    },
+    /// The range is outside the region.
+    #[error("window [{addr:#x}, +{len}) is outside its memory region")]
+    OutOfBounds {
+        /// Start.
+        addr: u64,
+        /// Length.
+        len: u64,
+    },
+    /// Access rights the window may not have (unknown bits, or remote write/atomic on a
+    /// region without LOCAL_WRITE).
+    #[error("access rights {access:#x} are not allowed for this window")]
+    BadAccess {
+        /// The rights asked for.
+        access: u32,
+    },
 }
 
 /// Why a scatter or gather over an SGE list failed.

@@ -175,6 +175,8 @@ pub struct SendWr {
     pub ud: Option<UdDest>,
     /// XRC_SEND QPs: the SRQ number at the target (`qp_type.xrc.remote_srqn`).
     pub remote_srqn: u32,
+    /// BIND_MW: the window, region, range and rights (`None` for every other opcode).
+    pub bind: Option<crate::memory::MwBind>,
 }
 
 /// The destination of a UD send: the resolved address handle plus `wr.ud`'s remote QPN
@@ -226,9 +228,13 @@ pub enum WrError {
         /// The QP's transport.
         qp_type: crate::qp_state::QpType,
     },
-    /// LOCAL_INV / BIND_MW reached an engine (the verbs layer executes them).
+    /// LOCAL_INV / BIND_MW on a QP type whose engine does not execute local operations
+    /// (UC, UD, GSI).
     #[error("{0:?} is a local operation, not a transport one")]
     LocalOperation(SendOpcode),
+    /// BIND_MW without its bind description (`SendWr::bind` is `None`).
+    #[error("BIND_MW without a bind description")]
+    MissingBind,
     /// Inline data with READ or an atomic.
     #[error("inline payload for READ or atomic")]
     InlineForReadOrAtomic,
@@ -297,6 +303,7 @@ impl SendWr {
             swap: 0,
             ud: None,
             remote_srqn: 0,
+            bind: None,
         }
     }
 }

@@ -78,6 +78,7 @@ pub(crate) struct LiveCounts {
     pub(crate) srqs: AtomicUsize,
     pub(crate) mrs: AtomicUsize,
     pub(crate) ahs: AtomicUsize,
+    pub(crate) mws: AtomicUsize,
 }
 
 /// Increments `counter` unless it already reached `max`; `false` when the limit is hit.
@@ -105,6 +106,8 @@ pub(crate) struct ContextCore {
     pub(crate) qps: Table<QpCore>,
     pub(crate) srqs: Table<SrqCore>,
     pub(crate) mrs: Table<MrEntry>,
+    /// Memory windows, by the index their R_Keys carry (the top of the key space).
+    pub(crate) mws: Table<crate::mw::MwEntry>,
     /// A plain `std` Arc: the device keeps a `Weak` to it for port events.
     pub(crate) events: std::sync::Arc<EventQueue>,
     pub(crate) live: LiveCounts,
@@ -154,7 +157,16 @@ impl Context {
             device: device.clone(),
             qps: Table::new("QP", FIRST_QPN..=MAX_QPN, attr.max_qp as usize + 1),
             srqs: Table::new("SRQ", FIRST_SRQN..=MAX_QPN, attr.max_srq as usize),
-            mrs: Table::new("MR", 0..=crate::mr::MAX_KEY_INDEX, attr.max_mr as usize),
+            mrs: Table::new(
+                "MR",
+                0..=crate::mw::FIRST_MW_INDEX - 1,
+                attr.max_mr as usize,
+            ),
+            mws: Table::new(
+                "MW",
+                crate::mw::FIRST_MW_INDEX..=crate::mr::MAX_KEY_INDEX,
+                crate::mw::MAX_MW as usize,
+            ),
             events,
             live: LiveCounts::default(),
             unknown_qpn: AtomicU64::new(0),

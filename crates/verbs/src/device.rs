@@ -288,7 +288,7 @@ impl Device {
             max_inline_data: 400,
             max_cq: 16384,
             max_cqe: (1 << 15) - 1,
-            max_mr: 1 << 20,
+            max_mr: (1 << 20) - crate::mw::MAX_MW,
             max_pd: 0x1_0000,
             max_qp_rd_atom: 128,
             max_qp_init_rd_atom: 128,

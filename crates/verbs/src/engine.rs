@@ -106,16 +106,19 @@ pub struct QpMemory<'a> {
     /// The PD accesses are checked against: the QP's, or for an XRC target QP the PD of
     /// the XRC SRQ the current packet named (set by [`DomainSrqs::select`]).
     pd_id: std::cell::Cell<u32>,
+    /// The QP (type 2 memory windows are bound to one QP).
+    qpn: u32,
     /// The region of the previous access (one engine call, e.g. a transmit batch of a
     /// large message, mostly touches one region): saves the table lookup.
     last: std::cell::RefCell<Option<Arc<crate::region::MrEntry>>>,
 }
 
 impl<'a> QpMemory<'a> {
-    fn new(ctx: &'a ContextCore, pd_id: u32) -> QpMemory<'a> {
+    fn new(ctx: &'a ContextCore, pd_id: u32, qpn: u32) -> QpMemory<'a> {
         QpMemory {
             ctx,
             pd_id: std::cell::Cell::new(pd_id),
+            qpn,
             last: std::cell::RefCell::new(None),
         }
     }
@@ -128,6 +131,35 @@ impl<'a> QpMemory<'a> {
         let found = self.ctx.mrs.get(key_index(key)).filter(hit);
         self.last.replace(found.clone());
         found
+    }
+
+    fn window(&self, rkey: u32) -> Option<Arc<crate::mw::MwEntry>> {
+        self.ctx.mws.get(key_index(rkey))
+    }
+
+    /// A remote access through a window key: the checks of [`crate::mw::check_access`],
+    /// then the region to copy from or to (its own bounds are checked by the copy).
+    fn window_region(
+        &self,
+        rkey: u32,
+        va: u64,
+        len: u64,
+        op: ProtoRemoteOp,
+    ) -> Result<Arc<crate::region::MrEntry>, RemoteAccessError> {
+        let w = self
+            .window(rkey)
+            .ok_or(RemoteAccessError::BadKey { rkey })?;
+        let need = verbs_op(op).required_access();
+        match crate::mw::check_access(&w, self.pd_id.get(), self.qpn, rkey, va, len, need) {
+            crate::mw::WindowAccess::Region(r) => Ok(r),
+            crate::mw::WindowAccess::BadKey => Err(RemoteAccessError::BadKey { rkey }),
+            crate::mw::WindowAccess::NoPermission => {
+                Err(RemoteAccessError::NoPermission { rkey, op })
+            }
+            crate::mw::WindowAccess::OutOfBounds => {
+                Err(RemoteAccessError::OutOfBounds { rkey, va, len })
+            }
+        }
     }
 }
 
@@ -197,6 +229,9 @@ impl Memory for QpMemory<'_> {
         if len == 0 {
             return Ok(());
         }
+        if crate::mw::is_window_key(rkey) {
+            return self.window_region(rkey, va, len, op).map(|_| ());
+        }
         let r = self
             .region(rkey)
             .ok_or(RemoteAccessError::BadKey { rkey })?;
@@ -210,6 +245,13 @@ impl Memory for QpMemory<'_> {
         }
         let op = ProtoRemoteOp::Write;
         let len = src.len() as u64;
+        if crate::mw::is_window_key(rkey) {
+            let r = self.window_region(rkey, va, len, op)?;
+            return r
+                .mr
+                .write(va, src)
+                .map_err(|e| remote_error(rkey, va, len, op, e));
+        }
         let r = self
             .region(rkey)
             .ok_or(RemoteAccessError::BadKey { rkey })?;
@@ -223,6 +265,13 @@ impl Memory for QpMemory<'_> {
         }
         let op = ProtoRemoteOp::Read;
         let len = dst.len() as u64;
+        if crate::mw::is_window_key(rkey) {
+            let r = self.window_region(rkey, va, len, op)?;
+            return r
+                .mr
+                .read(va, dst)
+                .map_err(|e| remote_error(rkey, va, len, op, e));
+        }
         let r = self
             .region(rkey)
             .ok_or(RemoteAccessError::BadKey { rkey })?;
@@ -232,6 +281,19 @@ impl Memory for QpMemory<'_> {
 
     fn atomic_remote(&self, rkey: u32, va: u64, op: AtomicOp) -> Result<u64, RemoteAccessError> {
         let rop = ProtoRemoteOp::Atomic;
+        if crate::mw::is_window_key(rkey) {
+            if va % 8 != 0 {
+                return Err(RemoteAccessError::Misaligned { va });
+            }
+            let r = self.window_region(rkey, va, 8, rop)?;
+            let res = match op {
+                AtomicOp::FetchAdd { add } => r.mr.atomic_fetch_add(va, add),
+                AtomicOp::CompareSwap { compare, swap } => {
+                    r.mr.atomic_compare_swap(va, compare, swap)
+                }
+            };
+            return res.map_err(|e| remote_error(rkey, va, 8, rop, e));
+        }
         let r = self
             .region(rkey)
             .ok_or(RemoteAccessError::BadKey { rkey })?;
@@ -244,10 +306,26 @@ impl Memory for QpMemory<'_> {
         res.map_err(|e| remote_error(rkey, va, 8, rop, e))
     }
 
-    /// Regions registered with `reg_mr` cannot be invalidated by a peer (only memory
-    /// windows and fast-registration regions can, and uroce has neither yet): an existing
-    /// key is refused as a permission error, an unknown one as a bad key.
+    /// Only a type 2 memory window bound to this QP can be invalidated by a peer (IBA
+    /// 10.6.7.2): a type 1 window, a window bound to another QP, and a region registered
+    /// with `reg_mr` (uroce has no fast-registration regions) are refused as a permission
+    /// error, an unknown or stale key as a bad key.
     fn invalidate_remote(&self, rkey: u32) -> Result<(), RemoteAccessError> {
+        if crate::mw::is_window_key(rkey) {
+            let w = self
+                .window(rkey)
+                .ok_or(RemoteAccessError::BadKey { rkey })?;
+            return crate::mw::invalidate_remote(&w, self.pd_id.get(), self.qpn, rkey).map_err(
+                |e| match e {
+                    crate::mw::MwError::WrongType { .. }
+                    | crate::mw::MwError::WrongState { .. } => RemoteAccessError::NoPermission {
+                        rkey,
+                        op: ProtoRemoteOp::Write,
+                    },
+                    _ => RemoteAccessError::BadKey { rkey },
+                },
+            );
+        }
         match self.region(rkey) {
             Some(_) => Err(RemoteAccessError::NoPermission {
                 rkey,
@@ -255,6 +333,22 @@ impl Memory for QpMemory<'_> {
             }),
             None => Err(RemoteAccessError::BadKey { rkey }),
         }
+    }
+
+    fn bind_window(&self, bind: &uroce_proto::memory::MwBind) -> Result<(), crate::mw::MwError> {
+        let rkey = bind.mw_rkey;
+        let w = self
+            .window(rkey)
+            .ok_or(crate::mw::MwError::BadWindow { rkey })?;
+        let mr = self.ctx.mrs.get(key_index(bind.mr_lkey));
+        crate::mw::bind(&w, self.pd_id.get(), self.qpn, bind, mr)
+    }
+
+    fn invalidate_local(&self, rkey: u32) -> Result<(), crate::mw::MwError> {
+        let w = self
+            .window(rkey)
+            .ok_or(crate::mw::MwError::BadWindow { rkey })?;
+        crate::mw::invalidate_local(&w, self.pd_id.get(), rkey)
     }
 }
 
@@ -310,7 +404,7 @@ fn with_engine<R>(
     f: impl FnOnce(&mut dyn Engine, &mut Env<'_>) -> R,
 ) -> Option<R> {
     let engine = inner.engine.as_deref_mut()?;
-    let mem = QpMemory::new(&core.ctx, core.pd.as_ref().map_or(0, |pd| pd.id));
+    let mem = QpMemory::new(&core.ctx, core.pd.as_ref().map_or(0, |pd| pd.id), core.qpn);
     let r = match &core.srq {
         None if core.qp_type == QpType::XrcRecv => {
             let mut srqs = DomainSrqs {
@@ -589,6 +683,15 @@ fn to_engine_wr(wr: SendWr) -> pwr::SendWr {
         swap: wr.atomic.swap,
         ud: wr.ud.as_ref().map(ud_dest),
         remote_srqn: wr.xrc_remote_srqn,
+        bind: wr.bind_mw.map(|b| uroce_proto::memory::MwBind {
+            mw_rkey: b.mw_rkey,
+            new_rkey: b.rkey,
+            mr_lkey: b.info.mr_lkey,
+            addr: b.info.addr,
+            length: b.info.length,
+            access: b.info.access.bits(),
+            type1: b.is_type1(),
+        }),
     }
 }
 

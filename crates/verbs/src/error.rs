@@ -33,6 +33,8 @@ pub enum ObjectKind {
     Xrcd,
     /// An address handle.
     Ah,
+    /// A memory window.
+    Mw,
 }
 
 impl fmt::Display for ObjectKind {
@@ -41,6 +43,7 @@ impl fmt::Display for ObjectKind {
             ObjectKind::Context => "context",
             ObjectKind::Pd => "PD",
             ObjectKind::Mr => "MR",
+            ObjectKind::Mw => "MW",
             ObjectKind::Cq => "CQ",
             ObjectKind::CompChannel => "completion channel",
             ObjectKind::Qp => "QP",
@@ -71,6 +74,8 @@ pub struct Children {
     pub srqs: usize,
     /// Address handles.
     pub ahs: usize,
+    /// Memory windows.
+    pub mws: usize,
 }
 
 impl Children {

@@ -148,6 +148,7 @@ pub mod error;
 pub mod event;
 pub mod mem;
 pub mod mr;
+pub mod mw;
 pub mod pd;
 pub mod qp;
 pub mod region;
@@ -170,6 +171,7 @@ pub use error::*;
 pub use event::{AsyncEvent, ElementKind, EventElement, EventType};
 pub use mem::MemBlock;
 pub use mr::AccessFlags;
+pub use mw::{BindMwWr, Mw, MwBindInfo, MwType};
 pub use pd::Pd;
 pub use qp::{
     AtomicInfo, PathMigState, Qp, QpAttr, QpCap, QpInitAttr, QpInitInfo, QpRef, RdmaInfo,

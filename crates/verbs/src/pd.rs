@@ -22,6 +22,7 @@ pub(crate) struct PdChildren {
     pub(crate) mrs: AtomicUsize,
     pub(crate) srqs: AtomicUsize,
     pub(crate) ahs: AtomicUsize,
+    pub(crate) mws: AtomicUsize,
 }
 
 pub(crate) struct PdCore {
@@ -54,6 +55,7 @@ impl PdCore {
             mrs: get(&self.children.mrs),
             srqs: get(&self.children.srqs),
             ahs: get(&self.children.ahs),
+            mws: get(&self.children.mws),
             ..Children::default()
         }
     }
@@ -114,6 +116,12 @@ impl Pd {
         iova: u64,
     ) -> Result<Mr, RegMrError> {
         MrEntry::register(&self.core, block, access, Some(iova))
+    }
+
+    /// Allocates a memory window (`ibv_alloc_mw`) of type 1 or 2, unbound, with an R_Key
+    /// of its own; see [`crate::mw`].
+    pub fn alloc_mw(&self, mw_type: crate::mw::MwType) -> Result<crate::mw::Mw, AllocError> {
+        crate::mw::MwEntry::alloc(&self.core, mw_type)
     }
 
     /// The live children.

@@ -133,6 +133,7 @@ pub const fn opcode_valid_for(op: SendOpcode, qp_type: QpType) -> bool {
                 | AtomicCmpAndSwp
                 | AtomicFetchAndAdd
                 | LocalInv
+                | BindMw
                 | SendWithInv
         ),
         QpType::Uc => matches!(op, RdmaWrite | RdmaWriteWithImm | Send | SendWithImm),
@@ -202,6 +203,8 @@ pub struct SendWr {
     pub ud: Option<UdDest>,
     /// XRC_SEND: the remote XRC SRQ number.
     pub xrc_remote_srqn: u32,
+    /// BIND_MW: the window, its new R_Key, the region, range and rights (`wr.bind_mw`).
+    pub bind_mw: Option<crate::mw::BindMwWr>,
 }
 
 impl Default for SendWr {
@@ -219,6 +222,7 @@ impl Default for SendWr {
             atomic: AtomicInfo::default(),
             ud: None,
             xrc_remote_srqn: 0,
+            bind_mw: None,
         }
     }
 }
@@ -905,6 +909,9 @@ impl QpCore {
                 opcode: wr.opcode,
                 qp_type,
             });
+        }
+        if wr.opcode == SendOpcode::BindMw && wr.bind_mw.is_none() {
+            return Err(PostError::Refused(uroce_proto::wr::WrError::MissingBind));
         }
         if wr.flags.contains(SendFlags::INLINE) {
             if !opcode_may_inline(wr.opcode) {

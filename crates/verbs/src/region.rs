@@ -29,6 +29,8 @@ pub(crate) struct MrEntry {
     pub(crate) mr: MrCore,
     pub(crate) pd: Arc<PdCore>,
     index: u32,
+    /// Memory windows bound to the region now (deregistration is refused while non-zero).
+    pub(crate) bound_windows: crate::sync::AtomicUsize,
 }
 
 impl MrEntry {
@@ -55,6 +57,7 @@ impl MrEntry {
                 mr,
                 pd: pd.clone(),
                 index,
+                bound_windows: crate::sync::AtomicUsize::new(0),
             })
         });
         match inserted {
@@ -141,10 +144,25 @@ pub struct Mr {
 }
 
 impl Mr {
-    /// Deregisters the region (`ibv_dereg_mr`); see the module docs. Fails only if the
-    /// memory could not be retired in time ([`DestroyError::Memory`]); the handle is then
-    /// returned and the region is already unpublished.
+    /// Deregisters the region (`ibv_dereg_mr`); see the module docs. Fails with
+    /// [`DestroyError::Busy`] (`EBUSY`) while memory windows are bound to the region
+    /// (nothing changes), or if the memory could not be retired in time
+    /// ([`DestroyError::Memory`]); the handle is then returned and the region is already
+    /// unpublished.
     pub fn destroy(mut self) -> Result<(), (Mr, DestroyError)> {
+        let mws = crate::context::get(&self.r.entry.bound_windows);
+        if mws > 0 {
+            return Err((
+                self,
+                DestroyError::Busy {
+                    object: crate::error::ObjectKind::Mr,
+                    children: crate::error::Children {
+                        mws,
+                        ..crate::error::Children::default()
+                    },
+                },
+            ));
+        }
         match self.retire() {
             Ok(()) => {
                 self.destroyed = true;
@@ -159,7 +177,11 @@ impl Mr {
         let ctx = &entry.pd.ctx;
         drop(ctx.mrs.unpublish(entry.index));
         let timeout = ctx.destroy_timeout();
-        if wait_unreferenced(entry, 1, timeout).is_ok() {
+        // Bound memory windows hold references until they are invalidated: a handle dropped
+        // with windows still bound (only `drop`; `destroy` refuses) retires the memory at
+        // once instead of waiting for them.
+        let windows = crate::context::get(&entry.bound_windows);
+        if windows == 0 && wait_unreferenced(entry, 1, timeout).is_ok() {
             // Ours is the last reference: dropping the handle releases the region.
             return Ok(());
         }

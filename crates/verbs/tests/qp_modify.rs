@@ -346,7 +346,7 @@ fn post_send_rules() {
     };
     assert!(matches!(
         f.qp.post_send(mw),
-        Err(PostError::UnsupportedOpcode { .. })
+        Err(PostError::Refused(uroce_proto::wr::WrError::MissingBind))
     ));
     // Fill the queue (8 WRs: one is already queued).
     for id in 0..7 {

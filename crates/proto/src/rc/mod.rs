@@ -857,6 +857,35 @@ impl RcQp {
         {
             self.push_completion(CqKind::Send, wc);
         }
+        if status == WcStatus::Success {
+            self.complete_local_heads();
+        }
+    }
+
+    /// Completes the executed local operations (BIND_MW, LOCAL_INV) at the head of the
+    /// send queue: they finish once every earlier WQE has.
+    fn complete_local_heads(&mut self) {
+        for _ in 0..self.req.sq.len() {
+            let Some(w) = self.req.sq.front() else {
+                break;
+            };
+            if w.kind() != wqe::WqeKind::Local || !w.started || w.error.is_some() {
+                break;
+            }
+            let Some(w) = self.req.sq.pop_front() else {
+                break;
+            };
+            self.req.send_idx = self.req.send_idx.saturating_sub(1);
+            if let Some(wc) = crate::build::send_completion(
+                self.cfg.sq_sig_all,
+                self.cfg.qpn,
+                &w.wr,
+                0,
+                WcStatus::Success,
+            ) {
+                self.push_completion(CqKind::Send, wc);
+            }
+        }
     }
 
     fn complete_recv_error(&mut self, wr_id: u64, status: WcStatus) {
@@ -878,9 +907,10 @@ impl RcQp {
 /// Checks a send WR for an RC QP; returns its message length.
 fn validate_send(wr: &SendWr, cfg: &RcConfig) -> Result<u64, PostError> {
     match wr.opcode {
-        op @ (SendOpcode::LocalInv | SendOpcode::BindMw) => {
-            return Err(PostError::InvalidWr(WrError::LocalOperation(op)))
+        SendOpcode::BindMw if wr.bind.is_none() => {
+            return Err(PostError::InvalidWr(WrError::MissingBind))
         }
+        SendOpcode::LocalInv | SendOpcode::BindMw => return Ok(0),
         op @ (SendOpcode::Tso
         | SendOpcode::Driver1
         | SendOpcode::Flush

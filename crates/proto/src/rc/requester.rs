@@ -99,7 +99,7 @@ impl Requester {
                 send_idx = Some(i);
                 w.next_pkt = match w.kind() {
                     WqeKind::Data => u32::try_from(psn.diff(w.first_psn)).unwrap_or(0),
-                    WqeKind::Read | WqeKind::Atomic => 0,
+                    WqeKind::Read | WqeKind::Atomic | WqeKind::Local => 0,
                 };
             }
         }
@@ -128,6 +128,7 @@ impl RcQp {
         if !matches!(self.state, QpState::Rts | QpState::Sqd) || self.req.rnr_deadline.is_some() {
             return None;
         }
+        self.run_local_ops(env)?;
         let idx = self.req.send_idx;
         let wqe = self.req.sq.get(idx)?;
         let in_flight = u64::try_from(self.req.next_psn.diff(self.req.comp_psn)).unwrap_or(0);
@@ -186,11 +187,11 @@ impl RcQp {
         }
         match w.kind() {
             WqeKind::Data => w.next_pkt += 1,
-            WqeKind::Read | WqeKind::Atomic => w.next_pkt = 1,
+            WqeKind::Read | WqeKind::Atomic | WqeKind::Local => w.next_pkt = 1,
         }
         let done = match w.kind() {
             WqeKind::Data => w.next_pkt >= w.npkts,
-            WqeKind::Read | WqeKind::Atomic => true,
+            WqeKind::Read | WqeKind::Atomic | WqeKind::Local => true,
         };
         if done {
             self.req.send_idx += 1;
@@ -211,6 +212,55 @@ impl RcQp {
             self.req.rto_deadline = local_ack_timeout(self.cfg.timeout).map(|d| now + d);
         }
         Some(n)
+    }
+
+    /// Executes the local operations (BIND_MW, LOCAL_INV) at `send_idx`, in send-queue
+    /// order: a local WQE runs when the requester reaches it, i.e. after every earlier WQE
+    /// has been started (and, with FENCE, after earlier READs/atomics completed). It takes
+    /// no PSN; it completes once it is the oldest WQE (at once if it already is). A failure
+    /// completes it with MW_BIND_ERR / LOC_QP_OP_ERR and moves the QP to ERR (IBA
+    /// Vol 1 10.6.7). Returns `None` when the requester must stop (fence, ERR).
+    fn run_local_ops(&mut self, env: &mut super::Env<'_>) -> Option<()> {
+        for _ in 0..self.req.sq.len() {
+            let idx = self.req.send_idx;
+            let Some(w) = self.req.sq.get(idx) else {
+                break;
+            };
+            if w.kind() != WqeKind::Local {
+                break;
+            }
+            if !w.started {
+                if self.state == QpState::Sqd {
+                    return None;
+                }
+                if w.wr.flags.contains(SendFlags::FENCE) && self.req.rd_atomic_outstanding > 0 {
+                    return None;
+                }
+                let (result, status) = match (w.wr.opcode, w.wr.bind) {
+                    (SendOpcode::BindMw, Some(b)) => (env.mem.bind_window(&b), WcStatus::MwBindErr),
+                    (SendOpcode::BindMw, None) => (
+                        Err(crate::memory::MwError::NotSupported),
+                        WcStatus::MwBindErr,
+                    ),
+                    _ => (
+                        env.mem.invalidate_local(w.wr.invalidate_rkey),
+                        WcStatus::LocQpOpErr,
+                    ),
+                };
+                let next_psn = self.req.next_psn;
+                let w = self.req.sq.get_mut(idx)?;
+                w.started = true;
+                w.first_psn = next_psn;
+                if result.is_err() {
+                    w.error = Some(status);
+                    self.enter_err(false);
+                    return None;
+                }
+            }
+            self.req.send_idx += 1;
+        }
+        self.complete_local_heads();
+        Some(())
     }
 
     /// The headers and payload extent of the next packet of `wqe` (whose first PSN is
@@ -264,6 +314,7 @@ impl RcQp {
                 });
                 (0, 0, first_psn.wrapping_add(wqe.npkts))
             }
+            WqeKind::Local => return None,
             WqeKind::Atomic => {
                 let (opcode, swap_add, compare) = match wr.opcode {
                     SendOpcode::AtomicCmpAndSwp => {

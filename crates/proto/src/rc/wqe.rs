@@ -13,6 +13,9 @@ pub(super) enum WqeKind {
     Read,
     /// Atomic: one request, one ATOMIC_ACKNOWLEDGE.
     Atomic,
+    /// BIND_MW / LOCAL_INV: no packets, no PSN; executed through `Memory` when the
+    /// requester reaches it, completed once every earlier WQE has completed.
+    Local,
 }
 
 /// One send WR in the send queue.
@@ -42,6 +45,7 @@ impl SendWqe {
     pub fn new(wr: SendWr, len: u64, pmtu: Pmtu) -> SendWqe {
         let npkts = match wr.opcode {
             SendOpcode::AtomicCmpAndSwp | SendOpcode::AtomicFetchAndAdd => 1,
+            SendOpcode::LocalInv | SendOpcode::BindMw => 0,
             // invariant: len ≤ 2^31 (post-time check), so ≤ 2^23 packets: fits u32.
             _ => u32::try_from(pmtu.packets_for(len)).unwrap_or(u32::MAX),
         };
@@ -62,13 +66,14 @@ impl SendWqe {
         match self.wr.opcode {
             SendOpcode::RdmaRead => WqeKind::Read,
             SendOpcode::AtomicCmpAndSwp | SendOpcode::AtomicFetchAndAdd => WqeKind::Atomic,
+            SendOpcode::LocalInv | SendOpcode::BindMw => WqeKind::Local,
             _ => WqeKind::Data,
         }
     }
 
     /// READ or atomic.
     pub fn is_rd_atomic(&self) -> bool {
-        self.kind() != WqeKind::Data
+        matches!(self.kind(), WqeKind::Read | WqeKind::Atomic)
     }
 
     /// One past the last PSN of the message.

@@ -7,7 +7,7 @@ use uroce_wire::{atomic_eth, bth, reth, PacketRepr, Psn};
 use super::*;
 use crate::qp_state::QpState;
 use crate::rc::{PostError, RemoteAccess};
-use crate::wr::{SendOpcode, SendPayload, WcOpcode, WcStatus};
+use crate::wr::{SendOpcode, SendPayload, WcOpcode, WcStatus, WrError};
 
 fn bth_to_b(opcode: u8, psn: u32) -> bth::Repr {
     bth::Repr {
@@ -448,8 +448,8 @@ fn post_time_validation() {
     w.payload = SendPayload::Inline(vec![1, 2, 3]);
     assert!(matches!(p.a.post_send(w), Err(PostError::InvalidWr(_))));
     assert!(matches!(
-        p.a.post_send(wr(1, SendOpcode::LocalInv, vec![])),
-        Err(PostError::InvalidWr(_))
+        p.a.post_send(wr(1, SendOpcode::BindMw, vec![])),
+        Err(PostError::InvalidWr(WrError::MissingBind))
     ));
     let big = vec![sge(0, u32::MAX, 1), sge(0, 2, 1)];
     assert!(matches!(

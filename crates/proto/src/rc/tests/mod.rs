@@ -7,6 +7,7 @@
 
 mod basic;
 mod errors;
+mod local_ops;
 mod misc;
 mod recovery;
 
@@ -16,7 +17,9 @@ use std::collections::{HashMap, VecDeque};
 use uroce_wire::{PacketRepr, Pmtu, Psn};
 
 use super::{CqKind, Env, QpEvent, RcConfig, RcQp, SharedRecvQueue};
-use crate::memory::{AtomicOp, LocalAccessError, Memory, RemoteAccessError, RemoteOp, Sge};
+use crate::memory::{
+    AtomicOp, LocalAccessError, Memory, MwBind, MwError, RemoteAccessError, RemoteOp, Sge,
+};
 use crate::time::Instant;
 use crate::wr::{RecvWr, SendFlags, SendOpcode, SendWr, WorkCompletion};
 
@@ -208,6 +211,43 @@ impl Memory for TestMem {
             .filter(|r| r.valid)
             .ok_or(RemoteAccessError::BadKey { rkey })?;
         reg.valid = false;
+        Ok(())
+    }
+
+    /// LOCAL_INV: invalidates a valid region (the test memory's stand-in for a window).
+    fn invalidate_local(&self, rkey: u32) -> Result<(), MwError> {
+        let mut r = self.regions.borrow_mut();
+        let reg = r
+            .get_mut(&rkey)
+            .filter(|r| r.valid)
+            .ok_or(MwError::BadWindow { rkey })?;
+        reg.valid = false;
+        Ok(())
+    }
+
+    /// BIND_MW: makes a window region `new_rkey` over `[addr, addr + length)` (zeroed),
+    /// if the window `mw_rkey` is known and invalid (unbound).
+    fn bind_window(&self, b: &MwBind) -> Result<(), MwError> {
+        let mut r = self.regions.borrow_mut();
+        match r.get(&b.mw_rkey) {
+            Some(w) if !w.valid => {}
+            Some(_) => return Err(MwError::WrongState { rkey: b.mw_rkey }),
+            None => return Err(MwError::BadWindow { rkey: b.mw_rkey }),
+        }
+        r.remove(&b.mw_rkey);
+        let len = usize::try_from(b.length).map_err(|_| MwError::OutOfBounds {
+            addr: b.addr,
+            len: b.length,
+        })?;
+        r.insert(
+            b.new_rkey,
+            Region {
+                base: b.addr,
+                data: vec![0; len],
+                access: b.access,
+                valid: true,
+            },
+        );
         Ok(())
     }
 }
