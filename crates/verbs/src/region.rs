@@ -287,6 +287,8 @@ impl Mr {
                     mr,
                     pd: pd.clone(),
                     index,
+                    // destroy() above refused while windows were bound: none are.
+                    bound_windows: crate::sync::AtomicUsize::new(0),
                 })
                 .ok_or(())
         });
