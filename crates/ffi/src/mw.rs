@@ -39,11 +39,14 @@ fn refused(op: &'static str, errno: c_int, e: impl std::fmt::Display) -> FfiErro
     }
 }
 
-/// The window's rights from `mw_access_flags` (only the remote rights may be asked for).
+/// The window's rights from `mw_access_flags`: the remote rights. `IBV_ACCESS_LOCAL_WRITE`
+/// is accepted and ignored, as by the kernel's providers (a window grants remote access
+/// only; rdma-core's own tests pass LOCAL_WRITE | REMOTE_WRITE); anything else is refused.
 fn window_access(flags: u32) -> Result<AccessFlags, FfiError> {
-    let allowed = AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC;
+    let remote = AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC;
     AccessFlags::from_bits(flags)
-        .filter(|a| allowed.contains(*a))
+        .filter(|a| (remote | AccessFlags::LOCAL_WRITE).contains(*a))
+        .map(|a| a & remote)
         .ok_or(FfiError::Invalid("mw_access_flags"))
 }
 
