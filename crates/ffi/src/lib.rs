@@ -34,6 +34,7 @@ mod entry;
 pub mod exports;
 pub mod marshall;
 pub mod objects;
+pub mod rdmacm;
 pub mod unsupported;
 pub mod utility;
 pub mod verbs_api;

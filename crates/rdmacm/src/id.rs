@@ -311,7 +311,8 @@ impl Drop for CmId {
 }
 
 impl CmIdRef {
-    pub(crate) fn token(&self) -> u64 {
+    /// A number that identifies the id in this process (never reused).
+    pub fn token(&self) -> u64 {
         self.inner.token
     }
 
