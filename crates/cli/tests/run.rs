@@ -17,7 +17,10 @@ use uroce_testkit::{run, skip};
 const UROCE: &str = env!("CARGO_BIN_EXE_uroce");
 
 fn libs_built(test: &str) -> bool {
-    let dir = PathBuf::from(UROCE).parent().map(Path::to_path_buf).unwrap_or_default();
+    let dir = PathBuf::from(UROCE)
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
     let ok = ["liburoce_ffi.so", "liburoce_ffi_rdmacm.so"]
         .iter()
         .all(|l| dir.join(l).is_file());
@@ -34,15 +37,20 @@ fn have(test: &str, program: &str) -> bool {
     if Path::new(program).exists() {
         return true;
     }
-    skip(test, &format!("{program} is missing (install rdmacm-utils / ibverbs-utils)"));
+    skip(
+        test,
+        &format!("{program} is missing (install rdmacm-utils / ibverbs-utils)"),
+    );
     false
 }
 
 /// Whether UDP `addr`:4791 is bound on this host.
 fn bound(addr: Ipv4Addr) -> bool {
     let want = format!("{:08X}:12B7", u32::from_le_bytes(addr.octets()));
-    std::fs::read_to_string("/proc/net/udp")
-        .is_ok_and(|t| t.lines().any(|l| l.split_whitespace().nth(1) == Some(&want)))
+    std::fs::read_to_string("/proc/net/udp").is_ok_and(|t| {
+        t.lines()
+            .any(|l| l.split_whitespace().nth(1) == Some(&want))
+    })
 }
 
 fn uroce_run(args: &[&str]) -> Command {
@@ -67,7 +75,12 @@ fn two_processes_without_addresses() {
         .map(|x| Ipv4Addr::new(127, 0, 0, x))
         .find(|a| !bound(*a))
         .expect("a free loopback address");
-    let srv = std::thread::spawn(|| run(uroce_run(&["ucmatose", "-p", "7481"]), Duration::from_secs(60)));
+    let srv = std::thread::spawn(|| {
+        run(
+            uroce_run(&["ucmatose", "-p", "7481"]),
+            Duration::from_secs(60),
+        )
+    });
     let until = Instant::now() + Duration::from_secs(20);
     while !bound(server) {
         assert!(
@@ -105,7 +118,11 @@ fn unusable_address_is_explained_in_one_line() {
     c.env("UROCE_ADDR", "192.0.2.1");
     let o = run(c, Duration::from_secs(30)).expect("ibv_devinfo");
     assert!(!o.status.success(), "ibv_devinfo succeeded:\n{}", o.stdout);
-    let lines: Vec<&str> = o.stderr.lines().filter(|l| l.starts_with("uroce:")).collect();
+    let lines: Vec<&str> = o
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("uroce:"))
+        .collect();
     assert_eq!(lines.len(), 1, "stderr:\n{}", o.stderr);
     assert!(
         lines[0].contains("192.0.2.1") && lines[0].contains("not an address of this host"),
@@ -120,7 +137,11 @@ fn missing_program_fails() {
     if !libs_built(test) {
         return;
     }
-    let o = run(uroce_run(&["/nonexistent/program"]), Duration::from_secs(30)).expect("uroce");
+    let o = run(
+        uroce_run(&["/nonexistent/program"]),
+        Duration::from_secs(30),
+    )
+    .expect("uroce");
     assert!(!o.status.success());
     assert!(o.stderr.contains("/nonexistent/program"), "{}", o.stderr);
 }

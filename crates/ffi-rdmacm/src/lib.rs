@@ -27,7 +27,12 @@ fn verbs_lib() -> Option<usize> {
     *LIB.get_or_init(|| {
         // SAFETY: dlopen with a constant NUL-terminated name; the handle is kept for the
         // life of the process.
-        let h = unsafe { libc::dlopen(c"libibverbs.so.1".as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
+        let h = unsafe {
+            libc::dlopen(
+                c"libibverbs.so.1".as_ptr(),
+                libc::RTLD_NOW | libc::RTLD_GLOBAL,
+            )
+        };
         // SAFETY: `h` is a live handle (checked non-NULL); constant symbol name.
         let ok = !h.is_null()
             && !unsafe { libc::dlsym(h, c"uroce_rdmacm_rdma_create_id".as_ptr()) }.is_null();
@@ -122,6 +127,8 @@ macro_rules! unsupported {
 /// Every function of rdma-core 44's librdmacm, in its version node.
 pub mod api {
     #![allow(clippy::missing_safety_doc)]
+    // `-> ()` keeps the five `void` functions in the same table form as the others.
+    #![allow(clippy::unused_unit)]
     use super::*;
     unsupported!(raccept, "RDMACM_1.0");
     unsupported!(rbind, "RDMACM_1.0");

@@ -58,7 +58,10 @@ fn have(test: &str, program: &str) -> bool {
     if Path::new(program).exists() {
         return true;
     }
-    skip(test, &format!("{program} is missing (install rdmacm-utils / perftest)"));
+    skip(
+        test,
+        &format!("{program} is missing (install rdmacm-utils / perftest)"),
+    );
     false
 }
 
@@ -74,8 +77,10 @@ fn cmd(dir: &LibDir, program: &str, addr: Ipv4Addr, args: &[&str]) -> Command {
 /// Whether a socket is bound to UDP `addr`:4791 (the server's device is open).
 fn device_open(addr: Ipv4Addr) -> bool {
     let want = format!("{:08X}:12B7", u32::from_le_bytes(addr.octets()));
-    std::fs::read_to_string("/proc/net/udp")
-        .is_ok_and(|t| t.lines().any(|l| l.split_whitespace().nth(1) == Some(&want)))
+    std::fs::read_to_string("/proc/net/udp").is_ok_and(|t| {
+        t.lines()
+            .any(|l| l.split_whitespace().nth(1) == Some(&want))
+    })
 }
 
 /// Runs the server, waits until its device is open (then a moment for it to listen), runs
@@ -124,7 +129,12 @@ fn export_table_matches_rdma_core() {
         let mut c = Command::new("readelf");
         c.args(["--dyn-syms", "-W"]).arg(lib);
         let out = run(c, LIMIT).expect("readelf");
-        assert!(out.status.success(), "readelf {}: {}", lib.display(), out.stderr);
+        assert!(
+            out.status.success(),
+            "readelf {}: {}",
+            lib.display(),
+            out.stderr
+        );
         let mut v: Vec<String> = out
             .stdout
             .lines()
@@ -140,7 +150,10 @@ fn export_table_matches_rdma_core() {
     let dir = LibDir::new("exports");
     let have_ = table(&dir.0.join("librdmacm.so.1"));
     assert!(want.len() > 60, "read too few symbols from {sys}: {want:?}");
-    assert_eq!(have_, want, "librdmacm symbol table differs from rdma-core's");
+    assert_eq!(
+        have_, want,
+        "librdmacm symbol table differs from rdma-core's"
+    );
 }
 
 #[test]
@@ -151,8 +164,18 @@ fn rping_ten_pings_data_checked() {
     }
     let dir = LibDir::new("rping");
     let (s, c) = (addr(1), addr(2));
-    let srv = cmd(&dir, "/usr/bin/rping", s, &["-s", "-a", &s.to_string(), "-p", "7471", "-C", "10", "-v"]);
-    let cli = cmd(&dir, "/usr/bin/rping", c, &["-c", "-a", &s.to_string(), "-p", "7471", "-C", "10", "-v"]);
+    let srv = cmd(
+        &dir,
+        "/usr/bin/rping",
+        s,
+        &["-s", "-a", &s.to_string(), "-p", "7471", "-C", "10", "-v"],
+    );
+    let cli = cmd(
+        &dir,
+        "/usr/bin/rping",
+        c,
+        &["-c", "-a", &s.to_string(), "-p", "7471", "-C", "10", "-v"],
+    );
     let (so, co) = pair(test, srv, s, cli);
     assert_ok(test, "server", &so);
     assert_ok(test, "client", &co);
@@ -162,10 +185,15 @@ fn rping_ten_pings_data_checked() {
     let expected = |n: usize| -> String {
         let cycle: Vec<char> = (b'A'..=b'z').map(char::from).collect();
         let head = format!("rdma-ping-{n}: ");
-        let body: String = (0..63 - head.len()).map(|i| cycle[(n + i) % cycle.len()]).collect();
+        let body: String = (0..63 - head.len())
+            .map(|i| cycle[(n + i) % cycle.len()])
+            .collect();
         format!("{head}{body}")
     };
-    for (who, out, prefix) in [("client", &co.stdout, "ping data: "), ("server", &so.stdout, "server ping data: ")] {
+    for (who, out, prefix) in [
+        ("client", &co.stdout, "ping data: "),
+        ("server", &so.stdout, "server ping data: "),
+    ] {
         let lines: Vec<&str> = out.lines().filter(|l| l.starts_with(prefix)).collect();
         assert_eq!(lines.len(), 10, "{who}: ten ping lines expected:\n{out}");
         for (n, l) in lines.iter().enumerate() {
@@ -189,8 +217,18 @@ fn ucmatose_connect_send_disconnect() {
     }
     let dir = LibDir::new("ucmatose");
     let (s, c) = (addr(3), addr(4));
-    let srv = cmd(&dir, "/usr/bin/ucmatose", s, &["-b", &s.to_string(), "-p", "7472", "-c", "2", "-C", "4"]);
-    let cli = cmd(&dir, "/usr/bin/ucmatose", c, &["-s", &s.to_string(), "-p", "7472", "-c", "2", "-C", "4"]);
+    let srv = cmd(
+        &dir,
+        "/usr/bin/ucmatose",
+        s,
+        &["-b", &s.to_string(), "-p", "7472", "-c", "2", "-C", "4"],
+    );
+    let cli = cmd(
+        &dir,
+        "/usr/bin/ucmatose",
+        c,
+        &["-s", &s.to_string(), "-p", "7472", "-c", "2", "-C", "4"],
+    );
     let (so, co) = pair(test, srv, s, cli);
     assert_ok(test, "server", &so);
     assert_ok(test, "client", &co);
@@ -213,7 +251,12 @@ fn ucmatose_reject_without_listener() {
     let dir = LibDir::new("reject");
     let (s, c) = (addr(5), addr(6));
     // A listener on 7473; the client asks for 7474, where nobody listens.
-    let srv = cmd(&dir, "/usr/bin/ucmatose", s, &["-b", &s.to_string(), "-p", "7473"]);
+    let srv = cmd(
+        &dir,
+        "/usr/bin/ucmatose",
+        s,
+        &["-b", &s.to_string(), "-p", "7473"],
+    );
     let srv = std::thread::spawn(move || {
         let mut srv = srv;
         run(
@@ -231,7 +274,12 @@ fn ucmatose_reject_without_listener() {
     }
     let start = Instant::now();
     let co = run(
-        cmd(&dir, "/usr/bin/ucmatose", c, &["-s", &s.to_string(), "-p", "7474"]),
+        cmd(
+            &dir,
+            "/usr/bin/ucmatose",
+            c,
+            &["-s", &s.to_string(), "-p", "7474"],
+        ),
         Duration::from_secs(30),
     )
     .expect("client finished");
@@ -242,7 +290,11 @@ fn ucmatose_reject_without_listener() {
         co.stdout,
         co.stderr
     );
-    assert!(start.elapsed() < Duration::from_secs(10), "reject took {:?}", start.elapsed());
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "reject took {:?}",
+        start.elapsed()
+    );
     // The listener is killed by its time limit (it waits for a connection forever).
     let _ = srv.join();
 }
@@ -255,13 +307,31 @@ fn rdma_server_client_endpoints() {
     }
     let dir = LibDir::new("rdmaserver");
     let (s, c) = (addr(7), addr(8));
-    let srv = cmd(&dir, "/usr/bin/rdma_server", s, &["-s", &s.to_string(), "-p", "7475"]);
-    let cli = cmd(&dir, "/usr/bin/rdma_client", c, &["-s", &s.to_string(), "-p", "7475"]);
+    let srv = cmd(
+        &dir,
+        "/usr/bin/rdma_server",
+        s,
+        &["-s", &s.to_string(), "-p", "7475"],
+    );
+    let cli = cmd(
+        &dir,
+        "/usr/bin/rdma_client",
+        c,
+        &["-s", &s.to_string(), "-p", "7475"],
+    );
     let (so, co) = pair(test, srv, s, cli);
     assert_ok(test, "server", &so);
     assert_ok(test, "client", &co);
-    assert!(so.stdout.contains("rdma_server: end 0"), "server:\n{}", so.stdout);
-    assert!(co.stdout.contains("rdma_client: end 0"), "client:\n{}", co.stdout);
+    assert!(
+        so.stdout.contains("rdma_server: end 0"),
+        "server:\n{}",
+        so.stdout
+    );
+    assert!(
+        co.stdout.contains("rdma_client: end 0"),
+        "client:\n{}",
+        co.stdout
+    );
 }
 
 /// perftest over the RDMA CM: both exit 0 and the client prints one result row of
@@ -273,7 +343,12 @@ fn perftest_rdma_cm(program: &str, s: Ipv4Addr, c: Ipv4Addr, port: &str, iters: 
     }
     let dir = LibDir::new(program);
     let srv = cmd(&dir, &path, s, &["-R", "-n", iters, "-p", port]);
-    let cli = cmd(&dir, &path, c, &["-R", "-n", iters, "-p", port, &s.to_string()]);
+    let cli = cmd(
+        &dir,
+        &path,
+        c,
+        &["-R", "-n", iters, "-p", port, &s.to_string()],
+    );
     // perftest's server listens on TCP for its own exchange only without -R; with -R the
     // RDMA CM carries everything, so wait for the device like the rdmacm-utils.
     let (so, co) = pair(program, srv, s, cli);
@@ -290,8 +365,15 @@ fn perftest_rdma_cm(program: &str, s: Ipv4Addr, c: Ipv4Addr, port: &str, iters: 
         .collect();
     assert_eq!(rows.len(), 1, "{program} client:\n{}", co.stdout);
     assert_eq!(rows[0][1], iters, "{program}: iterations in {:?}", rows[0]);
-    let figures: Vec<f64> = rows[0][2..].iter().map(|w| w.parse().unwrap_or(f64::NAN)).collect();
-    assert!(figures.iter().all(|f| f.is_finite()) && figures.iter().any(|f| *f > 0.0), "{program}: {:?}", rows[0]);
+    let figures: Vec<f64> = rows[0][2..]
+        .iter()
+        .map(|w| w.parse().unwrap_or(f64::NAN))
+        .collect();
+    assert!(
+        figures.iter().all(|f| f.is_finite()) && figures.iter().any(|f| *f > 0.0),
+        "{program}: {:?}",
+        rows[0]
+    );
 }
 
 #[test]

@@ -188,7 +188,9 @@ fn open_net(cfg: NetConfig) -> Result<NetDevice, FfiError> {
             Err(e) => return Err(FfiError::Open(e.to_string())),
         }
     }
-    Err(FfiError::Open(last.unwrap_or_else(|| "no free address".into())))
+    Err(FfiError::Open(
+        last.unwrap_or_else(|| "no free address".into()),
+    ))
 }
 
 /// Builds the `ibv_device` for a configuration.

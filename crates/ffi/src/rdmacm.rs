@@ -19,7 +19,9 @@ use std::os::fd::AsRawFd as _;
 use std::sync::{LazyLock, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use uroce_rdmacm::{CmError, CmId, CmIdRef, ConnParam, Event, EventChannel, EventKind, PortSpace, RdmaCm};
+use uroce_rdmacm::{
+    CmError, CmId, CmIdRef, ConnParam, Event, EventChannel, EventKind, PortSpace, RdmaCm,
+};
 
 use crate::abi::*;
 use crate::device::{FfiError, Registry};
@@ -442,7 +444,10 @@ unsafe fn from_sockaddr(sa: *const libc::sockaddr) -> Result<Option<SocketAddr>,
             // SAFETY: an AF_INET address is a sockaddr_in (caller guarantee).
             let sin = unsafe { sa.cast::<libc::sockaddr_in>().read_unaligned() };
             let ip = Ipv4Addr::from(sin.sin_addr.s_addr.to_ne_bytes());
-            Ok(Some(SocketAddr::V4(SocketAddrV4::new(ip, u16::from_be(sin.sin_port)))))
+            Ok(Some(SocketAddr::V4(SocketAddrV4::new(
+                ip,
+                u16::from_be(sin.sin_port),
+            ))))
         }
         libc::AF_INET6 => {
             // SAFETY: an AF_INET6 address is a sockaddr_in6 (caller guarantee).
@@ -461,7 +466,9 @@ unsafe fn from_sockaddr(sa: *const libc::sockaddr) -> Result<Option<SocketAddr>,
                 s6.sin6_scope_id,
             ))))
         }
-        _ => Err(FfiError::Unsupported("address family (only AF_INET and AF_INET6)")),
+        _ => Err(FfiError::Unsupported(
+            "address family (only AF_INET and AF_INET6)",
+        )),
     }
 }
 
@@ -588,10 +595,9 @@ fn deliver(reg: &mut Reg, mut ev: Event) -> Option<*mut rdma_cm_event> {
 fn next_event(reg: &mut Reg, chan: usize) -> Result<Option<*mut rdma_cm_event>, FfiError> {
     // Bounded: each round removes one event from the channel.
     loop {
-        let c = reg
-            .chans
-            .get_mut(&chan)
-            .ok_or(FfiError::BadHandle { what: "rdma_event_channel" })?;
+        let c = reg.chans.get_mut(&chan).ok_or(FfiError::BadHandle {
+            what: "rdma_event_channel",
+        })?;
         let ev = match c.stash.pop_front() {
             Some(e) => e,
             None => match c.ch.try_get_event() {
@@ -627,7 +633,9 @@ fn sync_wait(id: *mut rdma_cm_id, want: EventKind) -> Result<*mut rdma_cm_event,
             let r = reg();
             r.chans
                 .get(&chan)
-                .ok_or(FfiError::BadHandle { what: "rdma_event_channel" })?
+                .ok_or(FfiError::BadHandle {
+                    what: "rdma_event_channel",
+                })?
                 .ch
                 .clone()
         };
@@ -636,8 +644,8 @@ fn sync_wait(id: *mut rdma_cm_id, want: EventKind) -> Result<*mut rdma_cm_event,
             Err(_) => continue,
         };
         let mut r = reg();
-        let mine = ev.id.token() == token
-            || ev.listen_id.as_ref().is_some_and(|l| l.token() == token);
+        let mine =
+            ev.id.token() == token || ev.listen_id.as_ref().is_some_and(|l| l.token() == token);
         if !mine {
             if let Some(c) = r.chans.get_mut(&chan) {
                 c.stash.push_back(ev);
@@ -646,7 +654,9 @@ fn sync_wait(id: *mut rdma_cm_id, want: EventKind) -> Result<*mut rdma_cm_event,
         }
         let kind = ev.kind;
         let status = ev.status;
-        let Some(p) = deliver(&mut r, ev) else { continue };
+        let Some(p) = deliver(&mut r, ev) else {
+            continue;
+        };
         if kind == want {
             return Ok(p);
         }
@@ -672,7 +682,9 @@ fn ack(ev: *mut rdma_cm_event) -> Result<(), FfiError> {
     let e = reg()
         .events
         .remove(&(ev as usize))
-        .ok_or(FfiError::BadHandle { what: "rdma_cm_event" })?;
+        .ok_or(FfiError::BadHandle {
+            what: "rdma_cm_event",
+        })?;
     // Dropped outside the lock (acknowledging may wake a destroy).
     drop(e);
     Ok(())
@@ -737,7 +749,11 @@ pub unsafe extern "C" fn uroce_rdmacm_rdma_create_id(
             let space = match ps {
                 RDMA_PS_TCP => PortSpace::Tcp,
                 RDMA_PS_UDP => PortSpace::Udp,
-                _ => return Err(FfiError::Unsupported("port space (only RDMA_PS_TCP and RDMA_PS_UDP)")),
+                _ => {
+                    return Err(FfiError::Unsupported(
+                        "port space (only RDMA_PS_TCP and RDMA_PS_UDP)",
+                    ))
+                }
             };
             let mut r = reg();
             let (cm, ctx) = r.cm()?;
@@ -749,7 +765,9 @@ pub unsafe extern "C" fn uroce_rdmacm_rdma_create_id(
             let ch = r
                 .chans
                 .get(&(chan as usize))
-                .ok_or(FfiError::BadHandle { what: "rdma_event_channel" })?
+                .ok_or(FfiError::BadHandle {
+                    what: "rdma_event_channel",
+                })?
                 .ch
                 .clone();
             let new = cm
@@ -849,7 +867,10 @@ pub unsafe extern "C" fn uroce_rdmacm_rdma_destroy_id(id: *mut rdma_cm_id) -> c_
 /// # Safety
 /// `addr` points to a socket address.
 #[no_mangle]
-pub unsafe extern "C" fn uroce_rdmacm_rdma_bind_addr(id: *mut rdma_cm_id, addr: *mut libc::sockaddr) -> c_int {
+pub unsafe extern "C" fn uroce_rdmacm_rdma_bind_addr(
+    id: *mut rdma_cm_id,
+    addr: *mut libc::sockaddr,
+) -> c_int {
     guard(-1, || {
         minus_one((|| {
             // SAFETY: caller guarantee.
@@ -909,7 +930,10 @@ pub unsafe extern "C" fn uroce_rdmacm_rdma_resolve_addr(
 /// # Safety
 /// None beyond the C contract.
 #[no_mangle]
-pub unsafe extern "C" fn uroce_rdmacm_rdma_resolve_route(id: *mut rdma_cm_id, timeout_ms: c_int) -> c_int {
+pub unsafe extern "C" fn uroce_rdmacm_rdma_resolve_route(
+    id: *mut rdma_cm_id,
+    timeout_ms: c_int,
+) -> c_int {
     guard(-1, || {
         minus_one((|| {
             let (r, sync) = id_ref(id)?;
@@ -927,7 +951,11 @@ pub unsafe extern "C" fn uroce_rdmacm_rdma_resolve_route(id: *mut rdma_cm_id, ti
 
 /// Creates the id's QP through this library's `ibv_create_qp` (CQs, channels and a PD
 /// when the caller gives none) and binds it to the id.
-fn create_qp(id: *mut rdma_cm_id, pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr) -> Result<(), FfiError> {
+fn create_qp(
+    id: *mut rdma_cm_id,
+    pd: *mut ibv_pd,
+    attr: *mut ibv_qp_init_attr,
+) -> Result<(), FfiError> {
     if attr.is_null() {
         return Err(FfiError::Invalid("qp_init_attr is NULL"));
     }
@@ -990,7 +1018,9 @@ fn create_qp(id: *mut rdma_cm_id, pd: *mut ibv_pd, attr: *mut ibv_qp_init_attr) 
     if qp.is_null() {
         return Err(FfiError::Refused {
             op: "rdma_create_qp",
-            errno: std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EINVAL),
+            errno: std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EINVAL),
             reason: "ibv_create_qp failed".into(),
         });
     }
@@ -1080,7 +1110,10 @@ pub unsafe extern "C" fn uroce_rdmacm_rdma_listen(id: *mut rdma_cm_id, backlog: 
 /// # Safety
 /// `param` is NULL or readable.
 #[no_mangle]
-pub unsafe extern "C" fn uroce_rdmacm_rdma_connect(id: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_int {
+pub unsafe extern "C" fn uroce_rdmacm_rdma_connect(
+    id: *mut rdma_cm_id,
+    param: *mut rdma_conn_param,
+) -> c_int {
     guard(-1, || {
         minus_one((|| {
             let (r, sync) = id_ref(id)?;
@@ -1100,7 +1133,10 @@ pub unsafe extern "C" fn uroce_rdmacm_rdma_connect(id: *mut rdma_cm_id, param: *
 /// # Safety
 /// `param` is NULL or readable.
 #[no_mangle]
-pub unsafe extern "C" fn uroce_rdmacm_rdma_accept(id: *mut rdma_cm_id, param: *mut rdma_conn_param) -> c_int {
+pub unsafe extern "C" fn uroce_rdmacm_rdma_accept(
+    id: *mut rdma_cm_id,
+    param: *mut rdma_conn_param,
+) -> c_int {
     guard(-1, || {
         minus_one((|| {
             let (r, sync) = id_ref(id)?;
@@ -1120,7 +1156,11 @@ pub unsafe extern "C" fn uroce_rdmacm_rdma_accept(id: *mut rdma_cm_id, param: *m
 /// # Safety
 /// `data` is NULL or `len` readable bytes.
 #[no_mangle]
-pub unsafe extern "C" fn uroce_rdmacm_rdma_reject(id: *mut rdma_cm_id, data: *const c_void, len: u8) -> c_int {
+pub unsafe extern "C" fn uroce_rdmacm_rdma_reject(
+    id: *mut rdma_cm_id,
+    data: *const c_void,
+    len: u8,
+) -> c_int {
     guard(-1, || {
         minus_one((|| {
             let pd = if data.is_null() || len == 0 {
@@ -1277,7 +1317,9 @@ pub unsafe extern "C" fn uroce_rdmacm_rdma_getaddrinfo(
             let (node, service) = unsafe { (opt_str(node), opt_str(service)) };
             let port: u16 = match service {
                 None => 0,
-                Some(s) => s.parse().map_err(|_| FfiError::Invalid("service must be a port number"))?,
+                Some(s) => s
+                    .parse()
+                    .map_err(|_| FfiError::Invalid("service must be a port number"))?,
             };
             let (flags, ps, qpt, hint_src, hint_dst) = if hints.is_null() {
                 (0, RDMA_PS_TCP, IBV_QPT_RC as c_int, None, None)
@@ -1285,7 +1327,8 @@ pub unsafe extern "C" fn uroce_rdmacm_rdma_getaddrinfo(
                 // SAFETY: caller guarantee: readable hints.
                 let h = unsafe { &*hints };
                 // SAFETY: the hints' addresses are NULL or socket addresses.
-                let (s, d) = unsafe { (from_sockaddr(h.ai_src_addr)?, from_sockaddr(h.ai_dst_addr)?) };
+                let (s, d) =
+                    unsafe { (from_sockaddr(h.ai_src_addr)?, from_sockaddr(h.ai_dst_addr)?) };
                 let ps = if h.ai_port_space != 0 {
                     h.ai_port_space
                 } else if h.ai_qp_type == IBV_QPT_UD as c_int {
@@ -1347,12 +1390,12 @@ pub unsafe extern "C" fn uroce_rdmacm_rdma_getaddrinfo(
                 ai_port_space: ps,
                 ai_src_len: src.as_ref().map_or(0, len_of),
                 ai_dst_len: dst.as_ref().map_or(0, len_of),
-                ai_src_addr: src_box
-                    .as_deref_mut()
-                    .map_or(std::ptr::null_mut(), |s| (s as *mut libc::sockaddr_storage).cast()),
-                ai_dst_addr: dst_box
-                    .as_deref_mut()
-                    .map_or(std::ptr::null_mut(), |s| (s as *mut libc::sockaddr_storage).cast()),
+                ai_src_addr: src_box.as_deref_mut().map_or(std::ptr::null_mut(), |s| {
+                    (s as *mut libc::sockaddr_storage).cast()
+                }),
+                ai_dst_addr: dst_box.as_deref_mut().map_or(std::ptr::null_mut(), |s| {
+                    (s as *mut libc::sockaddr_storage).cast()
+                }),
                 ai_src_canonname: std::ptr::null_mut(),
                 ai_dst_canonname: std::ptr::null_mut(),
                 ai_route_len: 0,
@@ -1412,7 +1455,14 @@ pub unsafe extern "C" fn uroce_rdmacm_rdma_create_ep(
             let ai = unsafe { &*res };
             let mut p = std::ptr::null_mut();
             // SAFETY: `p` is writable.
-            let rc = unsafe { uroce_rdmacm_rdma_create_id(std::ptr::null_mut(), &mut p, std::ptr::null_mut(), ai.ai_port_space) };
+            let rc = unsafe {
+                uroce_rdmacm_rdma_create_id(
+                    std::ptr::null_mut(),
+                    &mut p,
+                    std::ptr::null_mut(),
+                    ai.ai_port_space,
+                )
+            };
             if rc != 0 {
                 return Err(FfiError::Invalid("rdma_create_id failed"));
             }
@@ -1439,7 +1489,10 @@ pub unsafe extern "C" fn uroce_rdmacm_rdma_create_ep(
                 }
             } else {
                 // SAFETY: the addrinfo's addresses.
-                if unsafe { uroce_rdmacm_rdma_resolve_addr(p, ai.ai_src_addr, ai.ai_dst_addr, 2000) } != 0 {
+                if unsafe {
+                    uroce_rdmacm_rdma_resolve_addr(p, ai.ai_src_addr, ai.ai_dst_addr, 2000)
+                } != 0
+                {
                     return Err(fail(FfiError::Invalid("rdma_resolve_addr failed")));
                 }
                 // SAFETY: live id.
@@ -1476,7 +1529,10 @@ pub unsafe extern "C" fn uroce_rdmacm_rdma_destroy_ep(id: *mut rdma_cm_id) {
 /// # Safety
 /// `id` writable.
 #[no_mangle]
-pub unsafe extern "C" fn uroce_rdmacm_rdma_get_request(listen: *mut rdma_cm_id, id: *mut *mut rdma_cm_id) -> c_int {
+pub unsafe extern "C" fn uroce_rdmacm_rdma_get_request(
+    listen: *mut rdma_cm_id,
+    id: *mut *mut rdma_cm_id,
+) -> c_int {
     guard(-1, || {
         minus_one((|| {
             if id.is_null() {
@@ -1486,7 +1542,9 @@ pub unsafe extern "C" fn uroce_rdmacm_rdma_get_request(listen: *mut rdma_cm_id, 
                 let r = reg();
                 let e = r.id(listen)?;
                 if !e.sync {
-                    return Err(FfiError::Invalid("rdma_get_request needs a synchronous listener"));
+                    return Err(FfiError::Invalid(
+                        "rdma_get_request needs a synchronous listener",
+                    ));
                 }
                 // SAFETY: live id (lock held).
                 (e.ep_qp_attr, unsafe { (*e.raw.ptr()).pd })
