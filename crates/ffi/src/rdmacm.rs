@@ -576,6 +576,10 @@ fn deliver(reg: &mut Reg, mut ev: Event) -> Option<*mut rdma_cm_event> {
             qp_num: p.qp_num,
         };
     }
+    trace(
+        &format!("event {:?} status {}", ev.kind, ev.status),
+        c.id as usize,
+    );
     let raw = CBox::new(c);
     let ptr = raw.ptr();
     // SAFETY: the id is live in the registry (lock held).
@@ -674,6 +678,18 @@ fn sync_wait(id: *mut rdma_cm_id, want: EventKind) -> Result<*mut rdma_cm_event,
             errno,
             reason: format!("expected {want:?}, got {kind:?} (status {status})"),
         });
+    }
+}
+
+/// Under `UROCE_DEBUG=cm`: one stderr line per RDMA-CM call (and event delivered).
+fn trace(what: &str, id: usize) {
+    static ON: LazyLock<bool> =
+        LazyLock::new(|| std::env::var_os("UROCE_DEBUG").is_some_and(|v| v == "cm"));
+    if *ON {
+        let _ = std::io::Write::write_all(
+            &mut std::io::stderr(),
+            format!("uroce cm: {what} id {id:#x}\n").as_bytes(),
+        );
     }
 }
 
@@ -859,7 +875,10 @@ fn destroy_id(id: *mut rdma_cm_id) -> Result<(), FfiError> {
 /// None beyond the C contract.
 #[no_mangle]
 pub unsafe extern "C" fn uroce_rdmacm_rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
-    guard(-1, || minus_one(destroy_id(id)))
+    guard(-1, || {
+        trace("rdma_destroy_id", id as usize);
+        minus_one(destroy_id(id))
+    })
 }
 
 /// `rdma_bind_addr(id, addr)`: the unspecified address means the device's.
@@ -872,6 +891,7 @@ pub unsafe extern "C" fn uroce_rdmacm_rdma_bind_addr(
     addr: *mut libc::sockaddr,
 ) -> c_int {
     guard(-1, || {
+        trace("rdma_bind_addr", id as usize);
         minus_one((|| {
             // SAFETY: caller guarantee.
             let a = unsafe { from_sockaddr(addr) }?.ok_or(FfiError::Invalid("addr is NULL"))?;
@@ -906,6 +926,7 @@ pub unsafe extern "C" fn uroce_rdmacm_rdma_resolve_addr(
     timeout_ms: c_int,
 ) -> c_int {
     guard(-1, || {
+        trace("rdma_resolve_addr", id as usize);
         minus_one((|| {
             // SAFETY: caller guarantee.
             let s = unsafe { from_sockaddr(src) }?;
@@ -1097,6 +1118,7 @@ pub unsafe extern "C" fn uroce_rdmacm_rdma_destroy_qp(id: *mut rdma_cm_id) {
 #[no_mangle]
 pub unsafe extern "C" fn uroce_rdmacm_rdma_listen(id: *mut rdma_cm_id, backlog: c_int) -> c_int {
     guard(-1, || {
+        trace("rdma_listen", id as usize);
         minus_one((|| {
             let (r, _) = id_ref(id)?;
             r.listen(u32::try_from(backlog).unwrap_or(0))
@@ -1115,6 +1137,7 @@ pub unsafe extern "C" fn uroce_rdmacm_rdma_connect(
     param: *mut rdma_conn_param,
 ) -> c_int {
     guard(-1, || {
+        trace("rdma_connect", id as usize);
         minus_one((|| {
             let (r, sync) = id_ref(id)?;
             r.connect(&conn_param_from_c(param))
@@ -1138,6 +1161,7 @@ pub unsafe extern "C" fn uroce_rdmacm_rdma_accept(
     param: *mut rdma_conn_param,
 ) -> c_int {
     guard(-1, || {
+        trace("rdma_accept", id as usize);
         minus_one((|| {
             let (r, sync) = id_ref(id)?;
             r.accept(&conn_param_from_c(param))
@@ -1162,6 +1186,7 @@ pub unsafe extern "C" fn uroce_rdmacm_rdma_reject(
     len: u8,
 ) -> c_int {
     guard(-1, || {
+        trace("rdma_reject", id as usize);
         minus_one((|| {
             let pd = if data.is_null() || len == 0 {
                 Vec::new()
@@ -1182,6 +1207,7 @@ pub unsafe extern "C" fn uroce_rdmacm_rdma_reject(
 #[no_mangle]
 pub unsafe extern "C" fn uroce_rdmacm_rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
     guard(-1, || {
+        trace("rdma_disconnect", id as usize);
         minus_one((|| {
             let (r, _) = id_ref(id)?;
             r.disconnect().map_err(|e| cm_error("rdma_disconnect", &e))
