@@ -5,6 +5,8 @@
 //! * `rping -C 10 -v`: both sides print the ten ping lines, each the rotating pattern
 //!   rping writes, so the RDMA READ / WRITE data arrived intact; the client disconnects;
 //! * `ucmatose`: connect, sends both ways, the server disconnects first;
+//! * `udaddy`: UD ids resolved by SIDR (the server makes a QP per request and accepts),
+//!   datagrams both ways (the server answers with `ibv_create_ah_from_wc`);
 //! * `rdma_server` / `rdma_client`: the synchronous endpoint API (`rdma_create_ep`,
 //!   `rdma_get_request`);
 //! * `ib_send_bw -R` and `ib_write_lat -R`: perftest connecting through the RDMA CM;
@@ -240,6 +242,43 @@ fn ucmatose_connect_send_disconnect() {
         );
     }
     assert!(so.stdout.contains("disconnected"), "server:\n{}", so.stdout);
+}
+
+#[test]
+fn udaddy_sidr_datagrams() {
+    let test = "udaddy";
+    if !have(test, "/usr/bin/udaddy") {
+        return;
+    }
+    let dir = LibDir::new("udaddy");
+    let (s, c) = (addr(14), addr(15));
+    let srv = cmd(
+        &dir,
+        "/usr/bin/udaddy",
+        s,
+        &["-b", &s.to_string(), "-c", "2", "-C", "4"],
+    );
+    let cli = cmd(
+        &dir,
+        "/usr/bin/udaddy",
+        c,
+        &["-s", &s.to_string(), "-c", "2", "-C", "4"],
+    );
+    let (so, co) = pair(test, srv, s, cli);
+    assert_ok(test, "server", &so);
+    assert_ok(test, "client", &co);
+    for (who, o) in [("server", &so), ("client", &co)] {
+        assert!(
+            o.stdout.contains("data transfers complete") && o.stdout.contains("return status 0"),
+            "{who}:\n{}",
+            o.stdout
+        );
+    }
+    assert!(
+        so.stdout.contains("sending replies"),
+        "server:\n{}",
+        so.stdout
+    );
 }
 
 #[test]

@@ -688,6 +688,63 @@ fn sidr_request_and_response() {
 }
 
 #[test]
+fn deferred_sidr_answer() {
+    let mut w = World::new();
+    let service = PortSpace::Udp.service_id(7174);
+    let listener = w.agents[B].listen_sidr_deferred(service).unwrap();
+    let now = w.now;
+    let id = w.agents[A]
+        .sidr_request(
+            now,
+            &SidrParams {
+                remote: addr(B),
+                service_id: service,
+                pkey: 0xffff,
+                timeout: RESPONSE,
+                max_retries: RETRIES,
+                private_data: vec![9; 36],
+            },
+        )
+        .unwrap();
+    w.run(Duration::from_millis(1));
+    // Reported, not answered yet.
+    let req = w.events[B]
+        .iter()
+        .find_map(|(_, e)| match e {
+            CmEvent::SidrReqReceived {
+                id,
+                listener: l,
+                from,
+                ..
+            } if *l == listener && *from == addr(A) => Some(*id),
+            _ => None,
+        })
+        .expect("the request is reported");
+    assert!(!w.has(A, |e| matches!(e, CmEvent::SidrReply { .. })));
+    let now = w.now;
+    w.agents[B]
+        .sidr_answer(
+            now,
+            req,
+            SidrAnswer {
+                qpn: 0x77,
+                qkey: 0x0123_4567,
+            },
+        )
+        .unwrap();
+    // Answered once only.
+    assert!(w.agents[B]
+        .sidr_answer(now, req, SidrAnswer { qpn: 1, qkey: 1 })
+        .is_err());
+    w.run(Duration::from_secs(1));
+    assert!(w.has(A, |e| matches!(
+        e,
+        CmEvent::SidrReply { id: i, status, qpn, .. }
+            if *i == id && *status == sidr_status::SUCCESS && *qpn == 0x77
+    )));
+}
+
+#[test]
 fn commands_in_the_wrong_state_are_refused() {
     let mut w = listening_world();
     let a = connect(&mut w);

@@ -256,8 +256,11 @@ pub enum CmEvent {
         /// The connection.
         id: ConnId,
     },
-    /// A SIDR_REQ came to `listener` and was answered.
+    /// A SIDR_REQ came to `listener` and was answered (a listener of
+    /// [`CmAgent::listen_sidr_deferred`]: waits for [`CmAgent::sidr_answer`] on `id`).
     SidrReqReceived {
+        /// The request's own ID (for [`CmAgent::sidr_answer`]).
+        id: ConnId,
         /// The listener.
         listener: ConnId,
         /// The requester's address.
@@ -295,6 +298,8 @@ pub struct CmStats {
 struct Listener {
     service_id: u64,
     sidr: Option<SidrAnswer>,
+    /// SIDR requests are reported and answered later ([`CmAgent::sidr_answer`]).
+    sidr_deferred: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -456,8 +461,57 @@ impl CmAgent {
             return Err(CmError::AlreadyListening(service_id));
         }
         let id = self.alloc_id()?;
-        self.listeners.insert(id, Listener { service_id, sidr });
+        self.listeners.insert(
+            id,
+            Listener {
+                service_id,
+                sidr,
+                sidr_deferred: false,
+            },
+        );
         Ok(ConnId(id))
+    }
+
+    /// Listens for SIDR requests on `service_id` and reports each one
+    /// ([`CmEvent::SidrReqReceived`]) without answering: the caller answers with
+    /// [`CmAgent::sidr_answer`] (the passive side of an RDMA-CM UD id, which makes a QP
+    /// per request).
+    ///
+    /// # Errors
+    /// [`CmError::AlreadyListening`]; no free communication ID.
+    pub fn listen_sidr_deferred(&mut self, service_id: u64) -> Result<ConnId, CmError> {
+        if self.listeners.values().any(|l| l.service_id == service_id) {
+            return Err(CmError::AlreadyListening(service_id));
+        }
+        let id = self.alloc_id()?;
+        self.listeners.insert(
+            id,
+            Listener {
+                service_id,
+                sidr: None,
+                sidr_deferred: true,
+            },
+        );
+        Ok(ConnId(id))
+    }
+
+    /// Answers a reported SIDR request (`id` from [`CmEvent::SidrReqReceived`]) with a
+    /// SIDR_REP naming `answer`'s QP and Q_Key.
+    ///
+    /// # Errors
+    /// [`CmError::UnknownId`] when `id` is not a SIDR request waiting for its answer.
+    pub fn sidr_answer(
+        &mut self,
+        now: Instant,
+        id: ConnId,
+        answer: SidrAnswer,
+    ) -> Result<(), CmError> {
+        match self.conns.get_mut(&id.0) {
+            Some(c) if c.state == CmState::SidrReqRcvd => c.sidr_answer = Some(answer),
+            _ => return Err(CmError::UnknownId(id)),
+        }
+        self.apply(now, id.0, CmInput::SidrAnswer, NO_CTX);
+        Ok(())
     }
 
     /// Stops listening.
@@ -858,9 +912,10 @@ impl CmAgent {
             .listeners
             .iter()
             .find(|(_, l)| l.service_id == req.service_id)
-            .map(|(&id, l)| (id, l.sidr));
+            .map(|(&id, l)| (id, l.sidr, l.sidr_deferred));
         let answer = match found {
-            Some((listener, Some(answer))) => Some((listener, answer)),
+            Some((listener, Some(answer), _)) => Some((listener, Some(answer))),
+            Some((listener, None, true)) => Some((listener, None)),
             _ => None,
         };
         let Some((listener, answer)) = answer else {
@@ -885,13 +940,15 @@ impl CmAgent {
         c.remote_comm_id = req.request_id;
         c.req_tid = tid;
         c.sidr_req = Some(*req);
-        c.sidr_answer = Some(answer);
+        c.sidr_answer = answer;
         self.conns.insert(id, c);
         self.apply(now, id, CmInput::RecvSidrReq, ctx);
         if let Some(CmEvent::SidrReqReceived { listener: l, .. }) = self.events.back_mut() {
             *l = ConnId(listener);
         }
-        self.apply(now, id, CmInput::SidrAnswer, NO_CTX);
+        if answer.is_some() {
+            self.apply(now, id, CmInput::SidrAnswer, NO_CTX);
+        }
     }
 
     fn send(&mut self, to: IpAddr, mad: CmMad) {
@@ -1124,6 +1181,7 @@ impl CmAgent {
             EventKind::Unreachable => CmEvent::Unreachable { id: cid },
             EventKind::DisconnectTimeout => CmEvent::DisconnectTimeout { id: cid },
             EventKind::SidrReqReceived => CmEvent::SidrReqReceived {
+                id: cid,
                 listener: cid,
                 from: c.remote,
                 req: Box::new(c.sidr_req?),
