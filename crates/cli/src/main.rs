@@ -99,7 +99,7 @@ enum Command {
     Capture(capture::CaptureArgs),
     /// Run an unmodified verbs / RDMA-CM program on uroce: `uroce run -- rping -s`.
     /// Presents uroce's libibverbs.so.1 and librdmacm.so.1 (found next to this binary or
-    /// in UROCE_LIB_DIR) through LD_LIBRARY_PATH; exits with the program's status. Without
+    /// in UROCE_LIB_DIR) through LD_LIBRARY_PATH and executes the program in its place. Without
     /// UROCE_ADDR the device takes 127.0.0.1, or the next free 127.0.0.x when another
     /// process has it.
     Run {

@@ -1,9 +1,10 @@
 //! `uroce run -- PROGRAM ARGS…`: runs an unmodified verbs / RDMA-CM program on uroce.
 //!
 //! It presents uroce's two C libraries under their system names in a private directory
-//! (`libibverbs.so.1` → `liburoce_ffi.so`, `librdmacm.so.1` → `liburoce_ffi_rdmacm.so`),
-//! puts that directory first in `LD_LIBRARY_PATH`, runs the program, removes the directory
-//! and exits with the program's status (128 + signal number when a signal ended it).
+//! (`libibverbs.so.1` → `liburoce_ffi.so`, `librdmacm.so.1` → `liburoce_ffi_rdmacm.so`;
+//! `<tmp>/uroce-run-<uid>-<hash>`, mode 0700, reused by later runs of the same build),
+//! puts that directory first in `LD_LIBRARY_PATH` and executes the program in place of
+//! itself, so the program's exit status, signals and time limits are its own.
 //!
 //! The libraries are looked for in `UROCE_LIB_DIR` when set, else next to the `uroce`
 //! binary (both are build outputs of one `cargo build`: `target/release/` or
@@ -53,43 +54,57 @@ pub fn find_lib_dir() -> Result<PathBuf> {
     )
 }
 
-/// A private directory removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new() -> Result<TempDir> {
-        let base = std::env::temp_dir();
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
-        // Bounded: a name taken (a leftover) moves on to the next.
-        for i in 0..100u32 {
-            let p = base.join(format!("uroce-run-{}-{nanos}-{i}", std::process::id()));
-            if std::fs::create_dir(&p).is_ok() {
-                return Ok(TempDir(p));
-            }
-        }
-        bail!("cannot create a directory in {}", base.display())
+/// The directory of links for `lib_dir`: `<tmp>/uroce-run-<uid>-<hash of lib_dir>`, mode
+/// 0700, made once and reused while its links point at `lib_dir`'s libraries (a fresh one is
+/// built beside it and renamed into place, so concurrent runs never see it half made).
+fn link_dir(lib_dir: &Path) -> Result<PathBuf> {
+    use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _};
+    let uid = std::fs::metadata("/proc/self").map_or(0, |m| m.uid());
+    let canon = lib_dir
+        .canonicalize()
+        .with_context(|| format!("resolving {}", lib_dir.display()))?;
+    // FNV-1a of the path: a stable name per library directory.
+    let hash = canon
+        .as_os_str()
+        .as_encoded_bytes()
+        .iter()
+        .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+        });
+    let base = std::env::temp_dir();
+    let dir = base.join(format!("uroce-run-{uid}-{hash:016x}"));
+    let good = |d: &Path| {
+        std::fs::symlink_metadata(d).is_ok_and(|m| m.is_dir() && m.uid() == uid)
+            && LIBS.iter().all(|(built, name)| {
+                std::fs::read_link(d.join(name)).is_ok_and(|t| t == canon.join(built))
+            })
+    };
+    if good(&dir) {
+        return Ok(dir);
     }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// Makes the library directory: links under the system names.
-fn present(lib_dir: &Path, dir: &Path) -> Result<()> {
+    let fresh = base.join(format!(
+        "uroce-run-{uid}-{hash:016x}.{}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&fresh);
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&fresh)
+        .with_context(|| format!("creating {}", fresh.display()))?;
     for (built, name) in LIBS {
-        let target = lib_dir
-            .join(built)
-            .canonicalize()
-            .with_context(|| format!("resolving {}", lib_dir.join(built).display()))?;
-        std::os::unix::fs::symlink(&target, dir.join(name))
-            .with_context(|| format!("linking {name} in {}", dir.display()))?;
+        std::os::unix::fs::symlink(canon.join(built), fresh.join(name))
+            .with_context(|| format!("linking {name} in {}", fresh.display()))?;
     }
-    Ok(())
+    // A stale directory of ours is replaced; another user's is left alone (then this run
+    // uses its own fresh one).
+    if std::fs::symlink_metadata(&dir).is_ok_and(|m| m.uid() == uid) {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    if std::fs::rename(&fresh, &dir).is_ok() || good(&dir) {
+        let _ = std::fs::remove_dir_all(&fresh);
+        return Ok(dir);
+    }
+    Ok(fresh)
 }
 
 /// `LD_LIBRARY_PATH` with `dir` first.
@@ -102,23 +117,18 @@ fn library_path(dir: &Path) -> OsString {
     v
 }
 
-/// Runs `program` on uroce's libraries; returns its exit status.
+/// Runs `program` on uroce's libraries: replaces this process with it (`execvp`), so
+/// that signals and time limits reach the program itself; returns only on failure.
 pub fn run_cmd(program: &[OsString]) -> Result<u8> {
+    use std::os::unix::process::CommandExt as _;
     let Some((prog, args)) = program.split_first() else {
         bail!("usage: uroce run -- PROGRAM [ARGS…]");
     };
     let lib_dir = find_lib_dir()?;
-    let dir = TempDir::new()?;
-    present(&lib_dir, &dir.0)?;
-    let status = Command::new(prog)
+    let dir = link_dir(&lib_dir)?;
+    let err = Command::new(prog)
         .args(args)
-        .env("LD_LIBRARY_PATH", library_path(&dir.0))
-        .status()
-        .with_context(|| format!("starting {}", prog.to_string_lossy()))?;
-    drop(dir);
-    if let Some(code) = status.code() {
-        return Ok(u8::try_from(code).unwrap_or(1));
-    }
-    let sig = std::os::unix::process::ExitStatusExt::signal(&status).unwrap_or(0);
-    Ok(u8::try_from(128 + sig).unwrap_or(255))
+        .env("LD_LIBRARY_PATH", library_path(&dir))
+        .exec();
+    Err(err).with_context(|| format!("starting {}", prog.to_string_lossy()))
 }
