@@ -688,6 +688,26 @@ fn sidr_request_and_response() {
 }
 
 #[test]
+fn req_waits_briefly_for_a_listener() {
+    let mut w = World::new();
+    // No listener yet: the REQ is held, not rejected.
+    let a = connect(&mut w);
+    assert!(!w.has(A, |e| matches!(e, CmEvent::Rejected { .. })));
+    // The server listens within the grace: the held REQ is reported to it.
+    w.agents[B].listen(SERVICE, None).unwrap();
+    w.run(Duration::from_millis(100));
+    assert!(w.has(B, |e| matches!(e, CmEvent::ReqReceived { .. })));
+    assert!(!w.has(A, |e| matches!(e, CmEvent::Rejected { id, .. } if *id == a)));
+    // Nobody listens on another service: rejected once the grace is over.
+    let mut w = World::new();
+    let a = connect(&mut w);
+    w.run(Duration::from_millis(10));
+    assert!(!w.has(A, |e| matches!(e, CmEvent::Rejected { .. })));
+    w.run(Duration::from_millis(100));
+    assert!(w.has(A, |e| matches!(e, CmEvent::Rejected { id, .. } if *id == a)));
+}
+
+#[test]
 fn deferred_sidr_answer() {
     let mut w = World::new();
     let service = PortSpace::Udp.service_id(7174);

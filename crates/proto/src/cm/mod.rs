@@ -294,6 +294,15 @@ pub struct CmStats {
     pub sent: u64,
 }
 
+/// How long a REQ for a service nobody listens to waits for a listener before it is
+/// rejected (invalid service ID). Not in IBA, which rejects at once: a server that destroys
+/// its listening id and listens again (perftest does, between its two connections) would
+/// otherwise reject a client that is quicker than it.
+pub const UNMATCHED_REQ_GRACE: Duration = Duration::from_millis(50);
+
+/// At most this many REQs are held at once; beyond, they are rejected at once.
+const MAX_HELD_REQS: usize = 64;
+
 #[derive(Debug, Clone)]
 struct Listener {
     service_id: u64,
@@ -384,6 +393,9 @@ pub struct CmAgent {
     next_id: u32,
     next_tid: u32,
     listeners: BTreeMap<u32, Listener>,
+    /// REQs for a service nobody listens to, rejected at their deadline if still nobody
+    /// does ([`UNMATCHED_REQ_GRACE`]).
+    held_reqs: Vec<(Instant, IpAddr, [u8; MAD_LEN])>,
     conns: BTreeMap<u32, Conn>,
     tx: VecDeque<(IpAddr, [u8; MAD_LEN])>,
     events: VecDeque<CmEvent>,
@@ -410,6 +422,7 @@ impl CmAgent {
             next_tid: 0,
             config,
             listeners: BTreeMap::new(),
+            held_reqs: Vec::new(),
             conns: BTreeMap::new(),
             tx: VecDeque::new(),
             events: VecDeque::new(),
@@ -685,11 +698,18 @@ impl CmAgent {
             .values()
             .flat_map(|c| [c.deadline, c.timewait_at])
             .flatten()
+            .chain(self.held_reqs.iter().map(|h| h.0))
             .min()
     }
 
     /// Runs the timers that expired by `now`.
     pub fn handle_timeout(&mut self, now: Instant) {
+        // Held REQs: handled now (a listener appeared: accepted; else rejected).
+        let (due, keep): (Vec<_>, Vec<_>) = self.held_reqs.drain(..).partition(|h| h.0 <= now);
+        self.held_reqs = keep;
+        for (_, from, mad) in due {
+            self.handle_mad_inner(now, from, &mad, false);
+        }
         let due: Vec<(u32, CmInput)> = self
             .conns
             .iter()
@@ -725,6 +745,10 @@ impl CmAgent {
     /// Takes in a MAD that QP1 received from `from`. Never panics; what cannot be used is
     /// dropped and counted.
     pub fn handle_mad(&mut self, now: Instant, from: IpAddr, mad: &[u8]) {
+        self.handle_mad_inner(now, from, mad, true);
+    }
+
+    fn handle_mad_inner(&mut self, now: Instant, from: IpAddr, mad: &[u8], may_hold: bool) {
         let Ok(m) = CmMad::parse(mad) else {
             self.stats.malformed += 1;
             return;
@@ -735,6 +759,27 @@ impl CmAgent {
             message: Some(&m.message),
         };
         match &m.message {
+            CmMessage::Req(req)
+                if may_hold
+                    && self.held_reqs.len() < MAX_HELD_REQS
+                    && !self
+                        .listeners
+                        .values()
+                        .any(|l| l.service_id == req.service_id)
+                    && !self
+                        .conns
+                        .values()
+                        .any(|c| c.remote == from && c.remote_comm_id == req.local_comm_id) =>
+            {
+                // Nobody listens (yet): a server may be listening again right now (a
+                // program that destroys its listening id and makes a new one). Decide at
+                // the grace deadline.
+                if let Ok(raw) = <[u8; MAD_LEN]>::try_from(mad) {
+                    self.held_reqs.push((now + UNMATCHED_REQ_GRACE, from, raw));
+                } else {
+                    self.on_req(now, from, tid, req, ctx);
+                }
+            }
             CmMessage::Req(req) => self.on_req(now, from, tid, req, ctx),
             CmMessage::SidrReq(req) => self.on_sidr_req(now, from, tid, req, ctx),
             CmMessage::Mra(r) => self.deliver(now, from, r.remote_comm_id, CmInput::RecvMra, ctx),
