@@ -19,10 +19,14 @@
 //!   or, with no arguments, a local pair on 127.0.0.1 / 127.0.0.2;
 //! * `uroce capture FILE.pcap [--addr IP] [-- PERF ARGS]` ([`capture`]): a quick local perf
 //!   run with every packet of the client's device written to a pcap file.
+//!
+//! and `uroce run -- PROGRAM ARGS` ([`runner`]), which runs an unmodified verbs / RDMA-CM
+//! program over uroce's `libibverbs.so.1` and `librdmacm.so.1`.
 
 mod capture;
 mod devinfo;
 mod perf;
+mod runner;
 
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Write};
@@ -93,6 +97,16 @@ enum Command {
     /// Run a quick local `uroce perf` pair and write every packet the client's device
     /// sends and receives to a pcap file (opening the device binds UDP 4791).
     Capture(capture::CaptureArgs),
+    /// Run an unmodified verbs / RDMA-CM program on uroce: `uroce run -- rping -s`.
+    /// Presents uroce's libibverbs.so.1 and librdmacm.so.1 (found next to this binary or
+    /// in UROCE_LIB_DIR) through LD_LIBRARY_PATH and executes the program in its place. Without
+    /// UROCE_ADDR the device takes 127.0.0.1, or the next free 127.0.0.x when another
+    /// process has it.
+    Run {
+        /// The program and its arguments (after `--`).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+        program: Vec<std::ffi::OsString>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -127,6 +141,10 @@ fn run(cli: Cli) -> Result<u8> {
         Command::Capture(args) => {
             drop(stdout);
             capture::capture_cmd(&args)
+        }
+        Command::Run { program } => {
+            drop(stdout);
+            runner::run_cmd(&program)
         }
     }
 }

@@ -57,7 +57,7 @@ pub enum FfiError {
     #[error("device configuration: {0}")]
     Config(String),
     /// Opening the network device failed (address not local, port taken, …).
-    #[error("opening the network device: {0}")]
+    #[error("cannot open device uroce0: {0}")]
     Open(String),
     /// The verbs layer refused the operation; `errno` is the verbs ABI's value for it.
     #[error("{op}: {reason}")]
@@ -140,6 +140,59 @@ fn put_str(dst: &mut [c_char], s: &str) {
     }
 }
 
+/// How many loopback addresses [`open_net`] tries when no address is configured.
+pub const AUTO_ADDRS: u8 = 64;
+
+/// Opens the network device of `cfg`. When `UROCE_ADDR` is not set, the device takes
+/// 127.0.0.1 if its UDP port 4791 is free, else the next 127.0.0.x whose port is free
+/// (x ≤ [`AUTO_ADDRS`]): the first uroce process of a host is 127.0.0.1, the next ones
+/// 127.0.0.2, 127.0.0.3 …, so two processes on one host reach each other without
+/// choosing addresses (a client connecting to 127.0.0.1 reaches the first process).
+fn open_net(cfg: NetConfig) -> Result<NetDevice, FfiError> {
+    let auto = std::env::var_os(uroce_net::ADDR_ENV).is_none_or(|v| v.is_empty());
+    let first = cfg.addr;
+    let mut cfg = cfg;
+    let mut last = None;
+    for x in 1..=AUTO_ADDRS {
+        match NetDevice::open(cfg.clone()) {
+            Ok(n) => return Ok(n),
+            Err(uroce_net::NetError::Bind { addr, source })
+                if auto && source.kind() == std::io::ErrorKind::AddrInUse =>
+            {
+                last = Some(format!(
+                    "UDP port {} is taken on 127.0.0.1 … {} (by other processes)",
+                    addr.port(),
+                    addr.ip()
+                ));
+                cfg.addr = std::net::IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, x + 1));
+            }
+            Err(uroce_net::NetError::Bind { addr, source }) => {
+                let why = match source.kind() {
+                    std::io::ErrorKind::AddrInUse => format!(
+                        "UDP port {} on {} is taken by another process (another uroce \
+                         device or the kernel's RoCE); set {} to a free local address",
+                        addr.port(),
+                        addr.ip(),
+                        uroce_net::ADDR_ENV
+                    ),
+                    std::io::ErrorKind::AddrNotAvailable => format!(
+                        "address {} is not an address of this host ({}={})",
+                        addr.ip(),
+                        uroce_net::ADDR_ENV,
+                        first
+                    ),
+                    _ => format!("cannot bind UDP {addr}: {source}"),
+                };
+                return Err(FfiError::Open(why));
+            }
+            Err(e) => return Err(FfiError::Open(e.to_string())),
+        }
+    }
+    Err(FfiError::Open(
+        last.unwrap_or_else(|| "no free address".into()),
+    ))
+}
+
 /// Builds the `ibv_device` for a configuration.
 fn make_device(cfg: &NetConfig) -> ibv_device {
     let mut d = ibv_device {
@@ -216,9 +269,13 @@ impl Registry {
         let net = match st.net.upgrade() {
             Some(n) => n,
             None => {
-                let n = Arc::new(
-                    NetDevice::open(cfg.clone()).map_err(|e| FfiError::Open(e.to_string()))?,
-                );
+                let n = Arc::new(open_net(cfg).inspect_err(|e| {
+                    // Always, in one line: programs print only "Failed to open device".
+                    let _ = std::io::Write::write_all(
+                        &mut std::io::stderr(),
+                        format!("uroce: {e}\n").as_bytes(),
+                    );
+                })?);
                 st.net = Arc::downgrade(&n);
                 n
             }

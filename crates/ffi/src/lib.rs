@@ -20,6 +20,8 @@
 //! * [`marshall`]: the kernel-ABI marshalling helpers (`ibv_copy_*_from_kern`,
 //!   `ibv_copy_path_rec_to_kern`) that librdmacm binds, with `#[repr(C)]` mirrors of the
 //!   kernel structs they convert (layouts checked by `tests/marshall.rs`).
+//! * [`rdmacm`]: librdmacm's API over `uroce-rdmacm`, exported as `uroce_rdmacm_<name>`
+//!   for uroce's `librdmacm.so.1` (`crates/ffi-rdmacm`), which forwards to it.
 //! * [`device`]: the process-wide registry of the device and open contexts.
 //! * [`objects`]: the registry of the objects handed out, and the conversions between the
 //!   C work requests/completions/attributes and uroce-verbs' types.
@@ -40,6 +42,7 @@ pub mod marshall;
 pub mod mr_rereg;
 pub mod mw;
 pub mod objects;
+pub mod rdmacm;
 pub mod unsupported;
 pub mod utility;
 pub mod verbs_api;

@@ -688,6 +688,83 @@ fn sidr_request_and_response() {
 }
 
 #[test]
+fn req_waits_briefly_for_a_listener() {
+    let mut w = World::new();
+    // No listener yet: the REQ is held, not rejected.
+    let a = connect(&mut w);
+    assert!(!w.has(A, |e| matches!(e, CmEvent::Rejected { .. })));
+    // The server listens within the grace: the held REQ is reported to it.
+    w.agents[B].listen(SERVICE, None).unwrap();
+    w.run(Duration::from_millis(100));
+    assert!(w.has(B, |e| matches!(e, CmEvent::ReqReceived { .. })));
+    assert!(!w.has(A, |e| matches!(e, CmEvent::Rejected { id, .. } if *id == a)));
+    // Nobody listens on another service: rejected once the grace is over.
+    let mut w = World::new();
+    let a = connect(&mut w);
+    w.run(Duration::from_millis(10));
+    assert!(!w.has(A, |e| matches!(e, CmEvent::Rejected { .. })));
+    w.run(Duration::from_millis(100));
+    assert!(w.has(A, |e| matches!(e, CmEvent::Rejected { id, .. } if *id == a)));
+}
+
+#[test]
+fn deferred_sidr_answer() {
+    let mut w = World::new();
+    let service = PortSpace::Udp.service_id(7174);
+    let listener = w.agents[B].listen_sidr_deferred(service).unwrap();
+    let now = w.now;
+    let id = w.agents[A]
+        .sidr_request(
+            now,
+            &SidrParams {
+                remote: addr(B),
+                service_id: service,
+                pkey: 0xffff,
+                timeout: RESPONSE,
+                max_retries: RETRIES,
+                private_data: vec![9; 36],
+            },
+        )
+        .unwrap();
+    w.run(Duration::from_millis(1));
+    // Reported, not answered yet.
+    let req = w.events[B]
+        .iter()
+        .find_map(|(_, e)| match e {
+            CmEvent::SidrReqReceived {
+                id,
+                listener: l,
+                from,
+                ..
+            } if *l == listener && *from == addr(A) => Some(*id),
+            _ => None,
+        })
+        .expect("the request is reported");
+    assert!(!w.has(A, |e| matches!(e, CmEvent::SidrReply { .. })));
+    let now = w.now;
+    w.agents[B]
+        .sidr_answer(
+            now,
+            req,
+            SidrAnswer {
+                qpn: 0x77,
+                qkey: 0x0123_4567,
+            },
+        )
+        .unwrap();
+    // Answered once only.
+    assert!(w.agents[B]
+        .sidr_answer(now, req, SidrAnswer { qpn: 1, qkey: 1 })
+        .is_err());
+    w.run(Duration::from_secs(1));
+    assert!(w.has(A, |e| matches!(
+        e,
+        CmEvent::SidrReply { id: i, status, qpn, .. }
+            if *i == id && *status == sidr_status::SUCCESS && *qpn == 0x77
+    )));
+}
+
+#[test]
 fn commands_in_the_wrong_state_are_refused() {
     let mut w = listening_world();
     let a = connect(&mut w);

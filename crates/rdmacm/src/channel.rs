@@ -151,9 +151,20 @@ impl ChannelInner {
         out
     }
 
+    /// Resets the descriptor's counter if it is readable. The descriptor is blocking (a C
+    /// program may wait on it, or make it `O_NONBLOCK` itself), so it is read only after a
+    /// zero-timeout poll found it readable; every read happens under the queue lock.
     fn drain_fd(&self) {
-        let mut buf = [0u8; 8];
-        let _ = rustix::io::read(&self.fd, &mut buf);
+        let mut fds = [rustix::event::PollFd::new(
+            &self.fd,
+            rustix::event::PollFlags::IN,
+        )];
+        let ready =
+            rustix::event::poll(&mut fds, Some(&rustix::event::Timespec::default())).unwrap_or(0);
+        if ready > 0 {
+            let mut buf = [0u8; 8];
+            let _ = rustix::io::read(&self.fd, &mut buf);
+        }
     }
 
     fn pop(&self, timeout: Option<Duration>) -> Option<Event> {
@@ -203,8 +214,8 @@ impl std::fmt::Debug for EventChannel {
 
 impl EventChannel {
     pub(crate) fn new() -> Result<EventChannel, CmError> {
-        let fd = eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)
-            .map_err(|e| CmError::Net(e.to_string()))?;
+        // Blocking, as librdmacm's channel descriptor is (see `drain_fd`).
+        let fd = eventfd(0, EventfdFlags::CLOEXEC).map_err(|e| CmError::Net(e.to_string()))?;
         Ok(EventChannel {
             inner: Arc::new(ChannelInner {
                 queue: Mutex::new(VecDeque::new()),

@@ -311,7 +311,8 @@ impl Drop for CmId {
 }
 
 impl CmIdRef {
-    pub(crate) fn token(&self) -> u64 {
+    /// A number that identifies the id in this process (never reused).
+    pub fn token(&self) -> u64 {
         self.inner.token
     }
 
@@ -560,11 +561,12 @@ impl CmIdRef {
         Ok(())
     }
 
-    /// Listens (`rdma_listen`) on the bound address's port. A UDP id answers SIDR requests
-    /// with its QP, so it needs one first.
+    /// Listens (`rdma_listen`) on the bound address's port. A UDP id with a QP answers SIDR
+    /// requests with it; one without reports each request as [`EventKind::ConnectRequest`]
+    /// whose new id answers with its own QP when accepted.
     ///
     /// # Errors
-    /// [`CmError::InvalidState`] (not bound), [`CmError::NoQp`] (UDP), CM errors.
+    /// [`CmError::InvalidState`] (not bound), CM errors.
     pub fn listen(&self, _backlog: u32) -> Result<(), CmError> {
         let mut st = lock(&self.inner.st);
         if st.phase != Phase::Bound {
@@ -573,19 +575,29 @@ impl CmIdRef {
         let (Some(dev), Some(src)) = (st.dev.clone(), st.src) else {
             return Err(invalid("listen", st.phase));
         };
-        let sidr = match self.inner.ps {
-            PortSpace::Udp => Some(SidrAnswer {
-                qpn: st.qp.as_ref().map(QpRef::qp_num).ok_or(CmError::NoQp)?,
-                qkey: UDP_QKEY,
-            }),
-            _ => None,
+        // A UDP listener with a QP answers SIDR requests from it; one without reports each
+        // request as a connection request whose new id answers when accepted.
+        let (sidr, deferred) = match (self.inner.ps, st.qp.as_ref()) {
+            (PortSpace::Udp, Some(q)) => (
+                Some(SidrAnswer {
+                    qpn: q.qp_num(),
+                    qkey: UDP_QKEY,
+                }),
+                false,
+            ),
+            (PortSpace::Udp, None) => (None, true),
+            _ => (None, false),
         };
         let sid = self.inner.ps.service_id(src.port());
         let weak = Arc::downgrade(&self.inner);
         let conn = dev
             .cm
             .with_agent(|a, _| {
-                let c = a.listen(sid, sidr)?;
+                let c = if deferred {
+                    a.listen_sidr_deferred(sid)?
+                } else {
+                    a.listen(sid, sidr)?
+                };
                 lock(&dev.ids).insert(c.0, weak);
                 Ok(c)
             })
@@ -713,6 +725,33 @@ impl CmIdRef {
         let mut st = lock(&self.inner.st);
         if st.phase != Phase::ReqReceived {
             return Err(invalid("accept", st.phase));
+        }
+        if self.inner.ps == PortSpace::Udp {
+            // A SIDR request: the SIDR_REP names the id's QP (already in RTS).
+            let (Some(dev), Some(conn)) = (st.dev.clone(), st.conn) else {
+                return Err(invalid("accept", st.phase));
+            };
+            let qpn = match (&st.qp, param.qp_num) {
+                (Some(q), _) => q.qp_num(),
+                (None, n) if n != 0 => n,
+                _ => return Err(CmError::NoQp),
+            };
+            dev.cm
+                .with_agent(|a, now| {
+                    a.sidr_answer(
+                        now,
+                        conn,
+                        SidrAnswer {
+                            qpn,
+                            qkey: UDP_QKEY,
+                        },
+                    )
+                })
+                .map_err(cm_err)?;
+            self.forget(&dev, &mut st);
+            st.phase = Phase::Connected;
+            st.param = param.clone();
+            return Ok(());
         }
         let (Some(dev), Some(conn), Some(req), Some(dst)) =
             (st.dev.clone(), st.conn, st.req, st.dst)
@@ -932,7 +971,7 @@ pub(crate) fn dispatch(dev: &Arc<DevState>, event: CmEvent) {
         | CmEvent::DisconnectTimeout { id }
         | CmEvent::SidrReply { id, .. } => *id,
         // The agent answered from the listener's QP; nothing to report.
-        CmEvent::SidrReqReceived { .. } => return,
+        CmEvent::SidrReqReceived { listener, .. } => *listener,
     };
     let target = {
         let ids = lock(&dev.ids);
@@ -976,6 +1015,10 @@ impl CmIdRef {
     fn on_event(&self, dev: &Arc<DevState>, event: CmEvent) {
         if let CmEvent::ReqReceived { id, from, req, .. } = &event {
             self.on_request(dev, *id, *from, req);
+            return;
+        }
+        if let CmEvent::SidrReqReceived { id, from, req, .. } = &event {
+            self.on_sidr_request(dev, *id, *from, req);
             return;
         }
         let mut st = lock(&self.inner.st);
@@ -1133,6 +1176,59 @@ impl CmIdRef {
 
     /// A REQ for this listener: a new id for the connection, reported on the listener's
     /// channel.
+    /// A SIDR request to a listener without QP: a new UD id in `ReqReceived`, reported as
+    /// a connection request; accepting it answers with its QP.
+    fn on_sidr_request(
+        &self,
+        dev: &Arc<DevState>,
+        conn: ConnId,
+        from: IpAddr,
+        req: &uroce_wire::cm::SidrReqRepr,
+    ) {
+        let st = lock(&self.inner.st);
+        if st.phase != Phase::Listening {
+            return;
+        }
+        let Some(hdr) = CmaHeader::parse(&req.private_data)
+            .ok()
+            .filter(|h| h.src_ip == from)
+        else {
+            return;
+        };
+        let child = IdInner::new(&self.inner.cm, &self.inner.channel, self.inner.ps);
+        {
+            let mut cs = lock(&child.st);
+            cs.phase = Phase::ReqReceived;
+            cs.dev = Some(dev.clone());
+            cs.src = st.src.map(|s| SocketAddr::new(hdr.dst_ip, s.port()));
+            cs.dst = Some(SocketAddr::new(hdr.src_ip, hdr.src_port));
+            cs.conn = Some(conn);
+        }
+        lock(&dev.ids).insert(conn.0, Arc::downgrade(&child));
+        let new_ref = CmIdRef {
+            inner: child.clone(),
+        };
+        let owner = CmId {
+            r: new_ref.clone(),
+            destroyed: false,
+        };
+        let mut ev = Event::new(EventKind::ConnectRequest, new_ref);
+        self.event_out();
+        ev.listen_id = Some(self.clone());
+        ev.param = ConnParam {
+            private_data: req.private_data[HEADER_LEN..].to_vec(),
+            ..ConnParam::default()
+        };
+        ev.ud = Some(UdParam {
+            ah_ip: from,
+            qp_num: 0,
+            qkey: 0,
+        });
+        let ev = ev.with_new_id(owner);
+        drop(st);
+        self.push(ev);
+    }
+
     fn on_request(&self, dev: &Arc<DevState>, conn: ConnId, from: IpAddr, req: &ReqRepr) {
         let st = lock(&self.inner.st);
         let refuse = |reason| {

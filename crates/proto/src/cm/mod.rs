@@ -256,8 +256,11 @@ pub enum CmEvent {
         /// The connection.
         id: ConnId,
     },
-    /// A SIDR_REQ came to `listener` and was answered.
+    /// A SIDR_REQ came to `listener` and was answered (a listener of
+    /// [`CmAgent::listen_sidr_deferred`]: waits for [`CmAgent::sidr_answer`] on `id`).
     SidrReqReceived {
+        /// The request's own ID (for [`CmAgent::sidr_answer`]).
+        id: ConnId,
         /// The listener.
         listener: ConnId,
         /// The requester's address.
@@ -291,10 +294,21 @@ pub struct CmStats {
     pub sent: u64,
 }
 
+/// How long a REQ for a service nobody listens to waits for a listener before it is
+/// rejected (invalid service ID). Not in IBA, which rejects at once: a server that destroys
+/// its listening id and listens again (perftest does, between its two connections) would
+/// otherwise reject a client that is quicker than it.
+pub const UNMATCHED_REQ_GRACE: Duration = Duration::from_millis(50);
+
+/// At most this many REQs are held at once; beyond, they are rejected at once.
+const MAX_HELD_REQS: usize = 64;
+
 #[derive(Debug, Clone)]
 struct Listener {
     service_id: u64,
     sidr: Option<SidrAnswer>,
+    /// SIDR requests are reported and answered later ([`CmAgent::sidr_answer`]).
+    sidr_deferred: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -379,6 +393,9 @@ pub struct CmAgent {
     next_id: u32,
     next_tid: u32,
     listeners: BTreeMap<u32, Listener>,
+    /// REQs for a service nobody listens to, rejected at their deadline if still nobody
+    /// does ([`UNMATCHED_REQ_GRACE`]).
+    held_reqs: Vec<(Instant, IpAddr, [u8; MAD_LEN])>,
     conns: BTreeMap<u32, Conn>,
     tx: VecDeque<(IpAddr, [u8; MAD_LEN])>,
     events: VecDeque<CmEvent>,
@@ -405,6 +422,7 @@ impl CmAgent {
             next_tid: 0,
             config,
             listeners: BTreeMap::new(),
+            held_reqs: Vec::new(),
             conns: BTreeMap::new(),
             tx: VecDeque::new(),
             events: VecDeque::new(),
@@ -456,8 +474,57 @@ impl CmAgent {
             return Err(CmError::AlreadyListening(service_id));
         }
         let id = self.alloc_id()?;
-        self.listeners.insert(id, Listener { service_id, sidr });
+        self.listeners.insert(
+            id,
+            Listener {
+                service_id,
+                sidr,
+                sidr_deferred: false,
+            },
+        );
         Ok(ConnId(id))
+    }
+
+    /// Listens for SIDR requests on `service_id` and reports each one
+    /// ([`CmEvent::SidrReqReceived`]) without answering: the caller answers with
+    /// [`CmAgent::sidr_answer`] (the passive side of an RDMA-CM UD id, which makes a QP
+    /// per request).
+    ///
+    /// # Errors
+    /// [`CmError::AlreadyListening`]; no free communication ID.
+    pub fn listen_sidr_deferred(&mut self, service_id: u64) -> Result<ConnId, CmError> {
+        if self.listeners.values().any(|l| l.service_id == service_id) {
+            return Err(CmError::AlreadyListening(service_id));
+        }
+        let id = self.alloc_id()?;
+        self.listeners.insert(
+            id,
+            Listener {
+                service_id,
+                sidr: None,
+                sidr_deferred: true,
+            },
+        );
+        Ok(ConnId(id))
+    }
+
+    /// Answers a reported SIDR request (`id` from [`CmEvent::SidrReqReceived`]) with a
+    /// SIDR_REP naming `answer`'s QP and Q_Key.
+    ///
+    /// # Errors
+    /// [`CmError::UnknownId`] when `id` is not a SIDR request waiting for its answer.
+    pub fn sidr_answer(
+        &mut self,
+        now: Instant,
+        id: ConnId,
+        answer: SidrAnswer,
+    ) -> Result<(), CmError> {
+        match self.conns.get_mut(&id.0) {
+            Some(c) if c.state == CmState::SidrReqRcvd => c.sidr_answer = Some(answer),
+            _ => return Err(CmError::UnknownId(id)),
+        }
+        self.apply(now, id.0, CmInput::SidrAnswer, NO_CTX);
+        Ok(())
     }
 
     /// Stops listening.
@@ -631,11 +698,18 @@ impl CmAgent {
             .values()
             .flat_map(|c| [c.deadline, c.timewait_at])
             .flatten()
+            .chain(self.held_reqs.iter().map(|h| h.0))
             .min()
     }
 
     /// Runs the timers that expired by `now`.
     pub fn handle_timeout(&mut self, now: Instant) {
+        // Held REQs: handled now (a listener appeared: accepted; else rejected).
+        let (due, keep): (Vec<_>, Vec<_>) = self.held_reqs.drain(..).partition(|h| h.0 <= now);
+        self.held_reqs = keep;
+        for (_, from, mad) in due {
+            self.handle_mad_inner(now, from, &mad, false);
+        }
         let due: Vec<(u32, CmInput)> = self
             .conns
             .iter()
@@ -671,6 +745,10 @@ impl CmAgent {
     /// Takes in a MAD that QP1 received from `from`. Never panics; what cannot be used is
     /// dropped and counted.
     pub fn handle_mad(&mut self, now: Instant, from: IpAddr, mad: &[u8]) {
+        self.handle_mad_inner(now, from, mad, true);
+    }
+
+    fn handle_mad_inner(&mut self, now: Instant, from: IpAddr, mad: &[u8], may_hold: bool) {
         let Ok(m) = CmMad::parse(mad) else {
             self.stats.malformed += 1;
             return;
@@ -681,6 +759,27 @@ impl CmAgent {
             message: Some(&m.message),
         };
         match &m.message {
+            CmMessage::Req(req)
+                if may_hold
+                    && self.held_reqs.len() < MAX_HELD_REQS
+                    && !self
+                        .listeners
+                        .values()
+                        .any(|l| l.service_id == req.service_id)
+                    && !self
+                        .conns
+                        .values()
+                        .any(|c| c.remote == from && c.remote_comm_id == req.local_comm_id) =>
+            {
+                // Nobody listens (yet): a server may be listening again right now (a
+                // program that destroys its listening id and makes a new one). Decide at
+                // the grace deadline.
+                if let Ok(raw) = <[u8; MAD_LEN]>::try_from(mad) {
+                    self.held_reqs.push((now + UNMATCHED_REQ_GRACE, from, raw));
+                } else {
+                    self.on_req(now, from, tid, req, ctx);
+                }
+            }
             CmMessage::Req(req) => self.on_req(now, from, tid, req, ctx),
             CmMessage::SidrReq(req) => self.on_sidr_req(now, from, tid, req, ctx),
             CmMessage::Mra(r) => self.deliver(now, from, r.remote_comm_id, CmInput::RecvMra, ctx),
@@ -858,9 +957,10 @@ impl CmAgent {
             .listeners
             .iter()
             .find(|(_, l)| l.service_id == req.service_id)
-            .map(|(&id, l)| (id, l.sidr));
+            .map(|(&id, l)| (id, l.sidr, l.sidr_deferred));
         let answer = match found {
-            Some((listener, Some(answer))) => Some((listener, answer)),
+            Some((listener, Some(answer), _)) => Some((listener, Some(answer))),
+            Some((listener, None, true)) => Some((listener, None)),
             _ => None,
         };
         let Some((listener, answer)) = answer else {
@@ -885,13 +985,15 @@ impl CmAgent {
         c.remote_comm_id = req.request_id;
         c.req_tid = tid;
         c.sidr_req = Some(*req);
-        c.sidr_answer = Some(answer);
+        c.sidr_answer = answer;
         self.conns.insert(id, c);
         self.apply(now, id, CmInput::RecvSidrReq, ctx);
         if let Some(CmEvent::SidrReqReceived { listener: l, .. }) = self.events.back_mut() {
             *l = ConnId(listener);
         }
-        self.apply(now, id, CmInput::SidrAnswer, NO_CTX);
+        if answer.is_some() {
+            self.apply(now, id, CmInput::SidrAnswer, NO_CTX);
+        }
     }
 
     fn send(&mut self, to: IpAddr, mad: CmMad) {
@@ -1124,6 +1226,7 @@ impl CmAgent {
             EventKind::Unreachable => CmEvent::Unreachable { id: cid },
             EventKind::DisconnectTimeout => CmEvent::DisconnectTimeout { id: cid },
             EventKind::SidrReqReceived => CmEvent::SidrReqReceived {
+                id: cid,
                 listener: cid,
                 from: c.remote,
                 req: Box::new(c.sidr_req?),
