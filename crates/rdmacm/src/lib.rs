@@ -19,8 +19,9 @@
 //! An [`RdmaCm`] holds the network devices a process opened ([`RdmaCm::add_device`]); it
 //! starts each device's CM ([`uroce_net::NetDevice::cm`]) and installs itself as the CM's
 //! event sink. An id binds to the device whose address is its source address; without a
-//! source, [`CmId::resolve_addr`] picks the device whose address is the destination or, for
-//! a loopback destination, any device of the destination's family.
+//! source, [`CmId::resolve_addr`] picks the device whose address is the destination or else
+//! a device of the destination's family that is loopback exactly when the destination is
+//! (a non-loopback device sends through the host's routing).
 //!
 //! ## On the wire
 //! Service IDs are the IP-based ones (`(port_space << 16) | port`, IBA Annex A11), and the
@@ -217,22 +218,22 @@ impl Inner {
             .ok_or(CmError::NoDevice(ip))
     }
 
-    /// The device that reaches `dst`: the one that has it, else (loopback) any device of
-    /// its family.
+    /// The device that reaches `dst`: the one that has it, else a device of its family that
+    /// is loopback exactly when `dst` is.
     pub(crate) fn device_reaching(&self, dst: IpAddr) -> Result<Arc<DevState>, CmError> {
         let devs = lock(&self.devices);
         if let Some(d) = devs.iter().find(|d| d.ip() == dst) {
             return Ok(d.clone());
         }
-        if dst.is_loopback() {
-            if let Some(d) = devs
-                .iter()
-                .find(|d| d.ip().is_ipv4() == dst.is_ipv4() && d.ip().is_loopback())
-            {
-                return Ok(d.clone());
-            }
-        }
-        Err(CmError::NoDevice(dst))
+        // Otherwise a device of the destination's family on the same side of loopback: its
+        // socket sends through the host's routing, as the kernel's CM would pick the
+        // device of the route's outgoing interface.
+        devs.iter()
+            .find(|d| {
+                d.ip().is_ipv4() == dst.is_ipv4() && d.ip().is_loopback() == dst.is_loopback()
+            })
+            .cloned()
+            .ok_or(CmError::NoDevice(dst))
     }
 }
 
