@@ -179,6 +179,20 @@ impl CmService {
         let _ = rustix::io::write(&self.doorbell, &1u64.to_ne_bytes());
     }
 
+    /// Sends the MADs the agent has queued (nothing else: no receive, timer or event).
+    fn flush_transmits(&self, gsi: &Gsi) {
+        let tx: Vec<_> = {
+            let mut a = lock(&self.agent);
+            std::iter::from_fn(|| a.poll_transmit()).collect()
+        };
+        for (dst, mad) in tx {
+            match gsi.send_mad(dst, GSI_QPN, &mad) {
+                Ok(()) => self.mads_sent.fetch_add(1, Ordering::Relaxed),
+                Err(_) => self.send_failures.fetch_add(1, Ordering::Relaxed),
+            };
+        }
+    }
+
     /// One round: receive, timers, transmit, events. Returns the agent's next deadline.
     fn round(&self, gsi: &Gsi) -> Result<Option<Instant>, GsiError> {
         let mut received = Vec::new();
@@ -264,4 +278,8 @@ pub(crate) fn cm_thread(svc: &CmService, gsi: &Gsi, progress: Option<&(dyn Fn() 
         let _ = rustix::io::read(&svc.doorbell, &mut buf);
         gsi.ack_notifications();
     }
+    // The device is closing: what the agent still has to say leaves before QP1 goes — a
+    // DREQ from an id destroyed just before the device, without which the peer would
+    // never learn that the connection is gone.
+    svc.flush_transmits(gsi);
 }

@@ -999,12 +999,18 @@ impl NetDevice {
             svc.wake();
         }
         if let Some(t) = lock(&self.cm_thread).take() {
-            let _ = t.join();
+            // The last reference to the device may go on the CM thread itself (an event
+            // sink that held it): that thread cannot join itself (EDEADLK, a panic in
+            // `join`); it stops after this step, as `stop` is set.
+            if t.thread().id() != std::thread::current().id() {
+                let _ = t.join();
+            }
         }
         if let Some(g) = self.gsi.take() {
             match Arc::try_unwrap(g) {
                 Ok(g) => g.close(),
-                // invariant: the CM thread, the only other holder, was joined above.
+                // The CM thread still holds QP1 only when this runs on it (see above);
+                // its reference then goes with it.
                 Err(g) => drop(g),
             }
         }
@@ -1014,7 +1020,10 @@ impl NetDevice {
         self.shared.stop.store(true, Ordering::SeqCst);
         self.shared.wake();
         if let Some(t) = self.thread.take() {
-            let _ = t.join();
+            // Never join from the thread itself (see `close_gsi`).
+            if t.thread().id() != std::thread::current().id() {
+                let _ = t.join();
+            }
         }
         // A last step sends what is still waiting: ACKs deferred for the application's
         // next post, posts left for its next poll. A program that exits right after its
