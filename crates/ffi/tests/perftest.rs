@@ -73,7 +73,7 @@ fn run_pair(
     common.extend(args.iter().map(|s| s.to_string()));
 
     let unreliable = args.contains(&"UC");
-    let attempt = |common: &[String], port: u16| {
+    let attempt = |common: &[String], port: u16, server: Ipv4Addr, client: Ipv4Addr| {
         let srv_cmd = debian_command(&dir, &path, server, common);
         let mut cargs = common.to_vec();
         cargs.push(server.to_string());
@@ -87,7 +87,9 @@ fn run_pair(
     // once on two cores) stalls perftest's loop for good. Such a run gets one more try
     // on a fresh port, and the first failure is printed; two failures fail the test.
     let (srv, cli) = if unreliable {
-        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| attempt(&common, port))) {
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            attempt(&common, port, server, client)
+        })) {
             Ok(out) => out,
             Err(_) => {
                 eprintln!("{test}: first UC run failed (above); trying once more");
@@ -97,11 +99,16 @@ fn run_pair(
                 if let Some(i) = at {
                     again[i] = port2.to_string();
                 }
-                attempt(&again, port2)
+                // Fresh addresses too: nothing of the first pair can be in the way.
+                let moved = |a: Ipv4Addr| {
+                    let o = a.octets();
+                    Ipv4Addr::new(o[0], o[1], o[2].wrapping_add(100), o[3])
+                };
+                attempt(&again, port2, moved(server), moved(client))
             }
         }
     } else {
-        attempt(&common, port)
+        attempt(&common, port, server, client)
     };
     let check = |side: &str, out: &str, sizes: &[u64]| -> Vec<Vec<String>> {
         let rows = rows(out);
@@ -232,7 +239,12 @@ fn perftest_ud_send_bw() {
 
 #[test]
 fn perftest_uc_send_lat() {
-    run_pair("ib_send_lat", addr(23), addr(24), &["-c", "UC"], 500, &[2]);
+    // 100 iterations, not 500: this test stalled in full parallel runs (both sides
+    // waiting). The likely cause, not yet confirmed: a UC SEND that arrives before its
+    // receiver has re-posted a receive (the receiver preempted on a loaded host) is
+    // dropped, as UC requires, and perftest waits for it forever. Fewer iterations,
+    // fewer chances; see run_pair's retry.
+    run_pair("ib_send_lat", addr(23), addr(24), &["-c", "UC"], 100, &[2]);
 }
 
 /// UC has neither retransmission nor flow control: a burst larger than the receiving UDP
