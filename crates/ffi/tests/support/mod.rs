@@ -172,8 +172,18 @@ pub fn run_server_client(
     let server_thread = std::thread::spawn(move || run(server, limit));
     let wait_until = Instant::now() + Duration::from_secs(20);
     while !listening(port) {
+        if server_thread.is_finished() {
+            let why = match server_thread.join().expect("server thread") {
+                Ok(o) => format!(
+                    "{:?}\nstdout:\n{}\nstderr:\n{}",
+                    o.status, o.stdout, o.stderr
+                ),
+                Err(e) => e,
+            };
+            panic!("{test}: the server exited before it listened on TCP port {port}: {why}");
+        }
         assert!(
-            Instant::now() < wait_until && !server_thread.is_finished(),
+            Instant::now() < wait_until,
             "{test}: the server never listened on TCP port {port}"
         );
         std::thread::sleep(Duration::from_millis(20));
