@@ -1127,6 +1127,23 @@ pub unsafe extern "C" fn uroce_rdmacm_rdma_listen(id: *mut rdma_cm_id, backlog: 
     })
 }
 
+/// `rdma_connect` / `rdma_accept`: the step `start` on the id, then, for an id without an
+/// event channel (synchronous), the wait for ESTABLISHED and its acknowledgement.
+fn establishing(
+    id: *mut rdma_cm_id,
+    name: &'static str,
+    start: impl FnOnce(&CmIdRef) -> Result<(), CmError>,
+) -> Result<(), FfiError> {
+    trace(name, id as usize);
+    let (r, sync) = id_ref(id)?;
+    start(&r).map_err(|e| cm_error(name, &e))?;
+    if sync {
+        let ev = sync_wait(id, EventKind::Established)?;
+        ack(ev)?;
+    }
+    Ok(())
+}
+
 /// `rdma_connect(id, conn_param)`.
 ///
 /// # Safety
@@ -1137,17 +1154,9 @@ pub unsafe extern "C" fn uroce_rdmacm_rdma_connect(
     param: *mut rdma_conn_param,
 ) -> c_int {
     guard(-1, || {
-        trace("rdma_connect", id as usize);
-        minus_one((|| {
-            let (r, sync) = id_ref(id)?;
+        minus_one(establishing(id, "rdma_connect", |r| {
             r.connect(&conn_param_from_c(param))
-                .map_err(|e| cm_error("rdma_connect", &e))?;
-            if sync {
-                let ev = sync_wait(id, EventKind::Established)?;
-                ack(ev)?;
-            }
-            Ok(())
-        })())
+        }))
     })
 }
 
@@ -1161,17 +1170,9 @@ pub unsafe extern "C" fn uroce_rdmacm_rdma_accept(
     param: *mut rdma_conn_param,
 ) -> c_int {
     guard(-1, || {
-        trace("rdma_accept", id as usize);
-        minus_one((|| {
-            let (r, sync) = id_ref(id)?;
+        minus_one(establishing(id, "rdma_accept", |r| {
             r.accept(&conn_param_from_c(param))
-                .map_err(|e| cm_error("rdma_accept", &e))?;
-            if sync {
-                let ev = sync_wait(id, EventKind::Established)?;
-                ack(ev)?;
-            }
-            Ok(())
-        })())
+        }))
     })
 }
 

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 mod support;
 
-use support::{assert_library_defines_imports, check_pingpong, have_program, run_pingpong};
+use support::{assert_library_defines_imports, have_program, pingpong_pair};
 
 const PROGRAM: &str = "/usr/bin/ibv_uc_pingpong";
 /// Per-process limit (each run takes well under a second alone).
@@ -36,12 +36,8 @@ fn addr(n: u8) -> Ipv4Addr {
 
 /// Runs server `addr(n)` and client `addr(n + 1)` exchanging `size` bytes `iters` times.
 fn run_pair(test: &str, n: u8, size: u64, iters: u64, extra: &[&str]) {
-    if !have_program(test, PROGRAM) {
-        return;
-    }
     let pair = (addr(n), addr(n + 1));
-    let (s_out, c_out) = run_pingpong(test, PROGRAM, pair, (size, iters), extra, LIMIT);
-    check_pingpong(test, pair, (size, iters), (&s_out, &c_out));
+    pingpong_pair(test, PROGRAM, pair, (size, iters), extra, LIMIT);
 }
 
 #[test]

@@ -26,7 +26,7 @@ mod support;
 
 use support::{
     assert_both_succeeded, assert_library_defines_imports, check_pingpong, debian_command,
-    free_tcp_port, have_program, run_pingpong, run_server_client, LibDir,
+    free_tcp_port, have_program, pingpong_pair, run_server_client, LibDir,
 };
 use uroce_testkit::run;
 
@@ -43,12 +43,8 @@ fn addr(n: u8) -> Ipv4Addr {
 
 /// Runs server `addr(n)` and client `addr(n + 1)` exchanging `size` bytes `iters` times.
 fn run_pair(test: &str, n: u8, size: u64, iters: u64, extra: &[&str]) {
-    if !have_program(test, PROGRAM) {
-        return;
-    }
     let pair = (addr(n), addr(n + 1));
-    let (s_out, c_out) = run_pingpong(test, PROGRAM, pair, (size, iters), extra, LIMIT);
-    check_pingpong(test, pair, (size, iters), (&s_out, &c_out));
+    pingpong_pair(test, PROGRAM, pair, (size, iters), extra, LIMIT);
 }
 
 #[test]

@@ -406,3 +406,21 @@ pub fn check_pingpong(
         );
     }
 }
+
+/// Runs the pingpong `program` as server on `pair.0` and client on `pair.1`, exchanging
+/// `size_iters.0` bytes `size_iters.1` times with `extra` arguments, and checks both
+/// sides' output; reported as skipped when the program is not installed.
+pub fn pingpong_pair(
+    test: &str,
+    program: &str,
+    pair: (Ipv4Addr, Ipv4Addr),
+    size_iters: (u64, u64),
+    extra: &[&str],
+    limit: Duration,
+) {
+    if !have_program(test, program) {
+        return;
+    }
+    let (s_out, c_out) = run_pingpong(test, program, pair, size_iters, extra, limit);
+    check_pingpong(test, pair, size_iters, (&s_out, &c_out));
+}
