@@ -1304,6 +1304,100 @@ pub struct ibv_qp {
     pub events_completed: u32,
 }
 
+/// `struct ibv_qp_ex`: the extended QP of the `ibv_wr_*` API (`ibv_qp_to_qp_ex`). Its
+/// first member is the QP itself, so the `ibv_qp *` handed out is also its address. The
+/// header inlines (`ibv_wr_start`, `ibv_wr_send`, …) call the function pointers.
+#[repr(C)]
+pub struct ibv_qp_ex {
+    /// The QP.
+    pub qp_base: ibv_qp,
+    /// Reserved (0).
+    pub comp_mask: u64,
+    /// `wr_id` of the next work request the application builds.
+    pub wr_id: u64,
+    /// `IBV_SEND_*` flags of the next work request.
+    pub wr_flags: c_uint,
+    /// `ibv_wr_atomic_cmp_swp`.
+    pub wr_atomic_cmp_swp: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, u64, u64)>,
+    /// `ibv_wr_atomic_fetch_add`.
+    pub wr_atomic_fetch_add: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, u64)>,
+    /// `ibv_wr_bind_mw`.
+    pub wr_bind_mw:
+        Option<unsafe extern "C" fn(*mut ibv_qp_ex, *mut ibv_mw, u32, *const ibv_mw_bind_info)>,
+    /// `ibv_wr_local_inv`.
+    pub wr_local_inv: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32)>,
+    /// `ibv_wr_rdma_read`.
+    pub wr_rdma_read: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64)>,
+    /// `ibv_wr_rdma_write`.
+    pub wr_rdma_write: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64)>,
+    /// `ibv_wr_rdma_write_imm` (immediate data in network order).
+    pub wr_rdma_write_imm: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, u32)>,
+    /// `ibv_wr_send`.
+    pub wr_send: Option<unsafe extern "C" fn(*mut ibv_qp_ex)>,
+    /// `ibv_wr_send_imm` (immediate data in network order).
+    pub wr_send_imm: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32)>,
+    /// `ibv_wr_send_inv`.
+    pub wr_send_inv: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32)>,
+    /// `ibv_wr_send_tso`.
+    pub wr_send_tso: Option<unsafe extern "C" fn(*mut ibv_qp_ex, *mut c_void, u16, u16)>,
+    /// `ibv_wr_set_ud_addr`.
+    pub wr_set_ud_addr: Option<unsafe extern "C" fn(*mut ibv_qp_ex, *mut ibv_ah, u32, u32)>,
+    /// `ibv_wr_set_xrc_srqn`.
+    pub wr_set_xrc_srqn: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32)>,
+    /// `ibv_wr_set_inline_data`.
+    pub wr_set_inline_data: Option<unsafe extern "C" fn(*mut ibv_qp_ex, *mut c_void, usize)>,
+    /// `ibv_wr_set_inline_data_list`.
+    pub wr_set_inline_data_list:
+        Option<unsafe extern "C" fn(*mut ibv_qp_ex, usize, *const ibv_data_buf)>,
+    /// `ibv_wr_set_sge`.
+    pub wr_set_sge: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, u32)>,
+    /// `ibv_wr_set_sge_list`.
+    pub wr_set_sge_list: Option<unsafe extern "C" fn(*mut ibv_qp_ex, usize, *const ibv_sge)>,
+    /// `ibv_wr_start`.
+    pub wr_start: Option<unsafe extern "C" fn(*mut ibv_qp_ex)>,
+    /// `ibv_wr_complete`: 0 or an errno value.
+    pub wr_complete: Option<unsafe extern "C" fn(*mut ibv_qp_ex) -> c_int>,
+    /// `ibv_wr_abort`.
+    pub wr_abort: Option<unsafe extern "C" fn(*mut ibv_qp_ex)>,
+    /// `ibv_wr_atomic_write` (IBA 1.5 ATOMIC WRITE).
+    pub wr_atomic_write: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, *const c_void)>,
+}
+
+/// `struct ibv_data_buf`: one buffer of `ibv_wr_set_inline_data_list`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_data_buf {
+    /// Start of the data.
+    pub addr: *mut c_void,
+    /// Its length in bytes.
+    pub length: usize,
+}
+
+/// `enum ibv_qp_create_send_ops_flags`: `ibv_wr_rdma_write`.
+pub const IBV_QP_EX_WITH_RDMA_WRITE: u64 = 1 << 0;
+/// `ibv_wr_rdma_write_imm`.
+pub const IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM: u64 = 1 << 1;
+/// `ibv_wr_send`.
+pub const IBV_QP_EX_WITH_SEND: u64 = 1 << 2;
+/// `ibv_wr_send_imm`.
+pub const IBV_QP_EX_WITH_SEND_WITH_IMM: u64 = 1 << 3;
+/// `ibv_wr_rdma_read`.
+pub const IBV_QP_EX_WITH_RDMA_READ: u64 = 1 << 4;
+/// `ibv_wr_atomic_cmp_swp`.
+pub const IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP: u64 = 1 << 5;
+/// `ibv_wr_atomic_fetch_add`.
+pub const IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD: u64 = 1 << 6;
+/// `ibv_wr_local_inv`.
+pub const IBV_QP_EX_WITH_LOCAL_INV: u64 = 1 << 7;
+/// `ibv_wr_bind_mw`.
+pub const IBV_QP_EX_WITH_BIND_MW: u64 = 1 << 8;
+/// `ibv_wr_send_inv`.
+pub const IBV_QP_EX_WITH_SEND_WITH_INV: u64 = 1 << 9;
+/// `ibv_wr_send_tso`.
+pub const IBV_QP_EX_WITH_TSO: u64 = 1 << 10;
+/// `ibv_wr_atomic_write`.
+pub const IBV_QP_EX_WITH_ATOMIC_WRITE: u64 = 1 << 12;
+
 /// `struct ibv_ah`: address handle.
 #[repr(C)]
 pub struct ibv_ah {
@@ -1556,4 +1650,17 @@ const _: () = {
     assert!(size_of::<ibv_port_attr>() == 52);
     assert!(size_of::<ibv_send_wr>() == 128);
     assert!(size_of::<ibv_wc>() == 48);
+    assert!(size_of::<ibv_qp>() == 160);
+    assert!(size_of::<ibv_qp_ex>() == 352);
+    assert!(offset_of!(ibv_qp_ex, qp_base) == 0);
+    assert!(offset_of!(ibv_qp_ex, comp_mask) == 160);
+    assert!(offset_of!(ibv_qp_ex, wr_id) == 168);
+    assert!(offset_of!(ibv_qp_ex, wr_flags) == 176);
+    assert!(offset_of!(ibv_qp_ex, wr_atomic_cmp_swp) == 184);
+    assert!(offset_of!(ibv_qp_ex, wr_send) == 240);
+    assert!(offset_of!(ibv_qp_ex, wr_start) == 320);
+    assert!(offset_of!(ibv_qp_ex, wr_complete) == 328);
+    assert!(offset_of!(ibv_qp_ex, wr_abort) == 336);
+    assert!(offset_of!(ibv_qp_ex, wr_atomic_write) == 344);
+    assert!(size_of::<ibv_data_buf>() == 16);
 };

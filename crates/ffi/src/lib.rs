@@ -13,6 +13,8 @@
 //!   QPs and the data-path slots of `ibv_context.ops`; asynchronous events; helpers that
 //!   need no object. Enough for ibverbs-utils' `ibv_devices`, `ibv_devinfo`,
 //!   `ibv_rc_pingpong`, `ibv_srq_pingpong` and perftest's RC tests.
+//! * [`qp_ex`]: the extended QP's `ibv_wr_*` work-request API (`ibv_qp_to_qp_ex` and the
+//!   function pointers of `struct ibv_qp_ex`).
 //! * [`xrc`]: XRC domains, XRC SRQs, `ibv_create_qp_ex` and `ibv_open_qp` through the
 //!   `verbs_context` slots the header inlines call.
 //! * [`unsupported`]: every other function rdma-core 44 exports, failing cleanly, so that
@@ -42,6 +44,7 @@ pub mod marshall;
 pub mod mr_rereg;
 pub mod mw;
 pub mod objects;
+pub mod qp_ex;
 pub mod rdmacm;
 pub mod unsupported;
 pub mod utility;

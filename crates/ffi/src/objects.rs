@@ -112,14 +112,25 @@ pub(crate) struct AhEntry {
     pub(crate) ah: Ah,
 }
 
-/// A queue pair.
+/// A queue pair. Its C allocation is an `ibv_qp_ex` whose first member is the `ibv_qp`
+/// handed out (the same address; see [`crate::qp_ex`]).
 pub(crate) struct QpEntry {
-    pub(crate) raw: CBox<ibv_qp>,
+    pub(crate) raw: CBox<ibv_qp_ex>,
     pub(crate) qp: Qp,
+    /// The `ibv_wr_*` list being built.
+    pub(crate) builder: crate::qp_ex::WrBuilder,
     /// The granted `max_inline_data` (INLINE sends are copied up to it).
     pub(crate) max_inline: u32,
     /// The network device the QP sends through (flushed before the QP is destroyed).
     pub(crate) net: Arc<NetDevice>,
+}
+
+impl QpEntry {
+    /// The `ibv_qp` handed out: the first member of the `ibv_qp_ex` allocation.
+    pub(crate) fn qp_ptr(&self) -> *mut ibv_qp {
+        // `ibv_qp_ex` is `repr(C)` with `qp_base` first (checked in `abi`): same address.
+        self.raw.ptr().cast::<ibv_qp>()
+    }
 }
 
 /// All live objects, keyed by the address of their C structure.

@@ -888,6 +888,21 @@ pub(crate) unsafe fn create_qp(
     pd: *mut ibv_pd,
     init_attr: *mut ibv_qp_init_attr,
 ) -> Result<*mut ibv_qp, FfiError> {
+    // SAFETY: forwarded caller guarantee.
+    unsafe { create_qp_with_ops(pd, init_attr, None) }
+}
+
+/// [`create_qp`] with the `ibv_wr_*` operations to enable (`None`: every one the QP type
+/// supports; `Some(flags)`: `ibv_create_qp_ex`'s `send_ops_flags`, refused with
+/// `EOPNOTSUPP` if they name operations the type cannot do).
+///
+/// # Safety
+/// As for [`create_qp`].
+pub(crate) unsafe fn create_qp_with_ops(
+    pd: *mut ibv_pd,
+    init_attr: *mut ibv_qp_init_attr,
+    send_ops: Option<u64>,
+) -> Result<*mut ibv_qp, FfiError> {
     (|| {
         if init_attr.is_null() {
             return Err(FfiError::Invalid("init_attr is NULL"));
@@ -895,6 +910,9 @@ pub(crate) unsafe fn create_qp(
         // SAFETY: caller guarantee: readable init_attr (checked non-NULL).
         let ia = unsafe { init_attr.read() };
         let qp_type = QpType::from_u32(ia.qp_type).ok_or(FfiError::Invalid("unknown QP type"))?;
+        if let Some(flags) = send_ops {
+            crate::qp_ex::check_send_ops(qp_type, flags)?;
+        }
         let mut objs = objects();
         let pd_entry = objs.pd(pd)?;
         let send_cq = objs.cq(ia.send_cq)?;
@@ -924,9 +942,11 @@ pub(crate) unsafe fn create_qp(
         let net = Arc::clone(&pd_entry.net);
         // SAFETY: `pd` is a registered, live PD allocated by uroce (lock held).
         let context = unsafe { (*pd).context };
-        // SAFETY: ibv_qp is pointers, integers and glibc pthread objects, all valid
-        // zeroed (the pthread ones are then their static initialisers).
-        let mut c: ibv_qp = unsafe { zeroed() };
+        // SAFETY: ibv_qp_ex is pointers, integers, glibc pthread objects and optional
+        // function pointers, all valid zeroed (the pthread ones are then their static
+        // initialisers).
+        let mut x: ibv_qp_ex = unsafe { zeroed() };
+        let c = &mut x.qp_base;
         c.context = context;
         c.qp_context = ia.qp_context;
         c.pd = pd;
@@ -939,13 +959,18 @@ pub(crate) unsafe fn create_qp(
         c.qp_num = qp.qp_num();
         c.state = qp.state().as_u32();
         c.qp_type = ia.qp_type;
-        let raw = CBox::new(c);
-        let p = raw.ptr();
+        crate::qp_ex::init_ops(
+            &mut x,
+            send_ops.unwrap_or_else(|| crate::qp_ex::supported_send_ops(qp_type)),
+        );
+        let raw = CBox::new(x);
+        let p = raw.ptr().cast::<ibv_qp>();
         objs.qps.insert(
             p as usize,
             QpEntry {
                 raw,
                 qp,
+                builder: crate::qp_ex::WrBuilder::new(qp_type),
                 max_inline: cap.max_inline_data,
                 net,
             },
@@ -983,7 +1008,7 @@ pub unsafe extern "C" fn uroce_ibv_modify_qp(
             let objs = objects();
             if let Ok(e) = objs.qp(qp) {
                 // SAFETY: registered, live QP allocated by uroce (lock held).
-                unsafe { (*e.raw.ptr()).state = r.state().as_u32() };
+                unsafe { (*e.qp_ptr()).state = r.state().as_u32() };
             }
             res
         })())
@@ -1012,7 +1037,7 @@ pub unsafe extern "C" fn uroce_ibv_query_qp(
             let objs = objects();
             let e = objs.qp(qp)?;
             let (q, info) = e.qp.query();
-            let c = e.raw.ptr();
+            let c = e.qp_ptr();
             // SAFETY: registered, live QP allocated by uroce (lock held); the caller passes
             // writable output structures (checked non-NULL).
             unsafe {
@@ -1047,6 +1072,7 @@ pub unsafe extern "C" fn uroce_ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
             let QpEntry {
                 raw,
                 qp: q,
+                builder,
                 max_inline,
                 net,
             } = objects()
@@ -1065,6 +1091,7 @@ pub unsafe extern "C" fn uroce_ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
                         QpEntry {
                             raw,
                             qp: q,
+                            builder,
                             max_inline,
                             net,
                         },
@@ -1076,19 +1103,15 @@ pub unsafe extern "C" fn uroce_ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     })
 }
 
-/// `ibv_qp_to_qp_ex(qp)` (IBVERBS_1.6): the extended-QP (`ibv_wr_*`) API is not
-/// implemented; always NULL + `EOPNOTSUPP`.
+/// `ibv_qp_to_qp_ex(qp)` (IBVERBS_1.6): the `struct ibv_qp_ex` of the `ibv_wr_*` API
+/// around `qp` (every QP of this library has one; see [`crate::qp_ex`]), or NULL +
+/// `EINVAL` for a pointer that is not a live QP.
 ///
 /// # Safety
-/// None: the argument is not dereferenced.
+/// None: the argument is only looked up in the registry.
 #[no_mangle]
-pub unsafe extern "C" fn uroce_ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut c_void {
-    let _ = qp;
-    report(&FfiError::Unsupported(
-        "the extended QP API (ibv_qp_to_qp_ex)",
-    ));
-    set_errno(libc::EOPNOTSUPP);
-    std::ptr::null_mut()
+pub unsafe extern "C" fn uroce_ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut ibv_qp_ex {
+    crate::qp_ex::qp_to_qp_ex(qp)
 }
 
 /// Most work requests one post call walks (bounds the walk of a corrupt, cyclic list).

@@ -301,22 +301,27 @@ fn register_target(
     qp_context: *mut c_void,
     net: Arc<NetDevice>,
 ) -> *mut ibv_qp {
-    // SAFETY: ibv_qp is pointers, integers and glibc pthread objects, all valid zeroed
-    // (the pthread ones are then their static initialisers).
-    let mut c: ibv_qp = unsafe { zeroed() };
+    // SAFETY: ibv_qp_ex is pointers, integers, glibc pthread objects and optional
+    // function pointers, all valid zeroed (the pthread ones are then their static
+    // initialisers).
+    let mut x: ibv_qp_ex = unsafe { zeroed() };
+    let c = &mut x.qp_base;
     c.context = context;
     c.qp_context = qp_context;
     c.handle = qp.qp_num();
     c.qp_num = qp.qp_num();
     c.state = qp.state().as_u32();
     c.qp_type = IBV_QPT_XRC_RECV;
-    let raw = CBox::new(c);
-    let p = raw.ptr();
+    // A target QP has no send queue: every ibv_wr_* operation is refused.
+    crate::qp_ex::init_ops(&mut x, 0);
+    let raw = CBox::new(x);
+    let p = raw.ptr().cast::<ibv_qp>();
     objs.qps.insert(
         p as usize,
         QpEntry {
             raw,
             qp,
+            builder: crate::qp_ex::WrBuilder::new(QpType::XrcRecv),
             max_inline: 0,
             net,
         },
@@ -326,9 +331,10 @@ fn register_target(
 
 /// `verbs_context.create_qp_ex(context, attr)`: an XRC_RECV QP in `attr->xrcd`
 /// (`IBV_QP_INIT_ATTR_XRCD`; no PD, CQs or queues of its own), or any other type on
-/// `attr->pd` as `ibv_create_qp` makes it (creation flags are not supported; the send-ops
-/// flags of the `ibv_wr_*` API are accepted and ignored: that API is not implemented).
-/// NULL + `errno`.
+/// `attr->pd` as `ibv_create_qp` makes it (creation flags are not supported). With
+/// `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS` the `ibv_wr_*` operations are those of
+/// `send_ops_flags`, refused with `EOPNOTSUPP` if the QP type cannot do one of them (see
+/// [`crate::qp_ex`]). NULL + `errno`.
 ///
 /// # Safety
 /// `attr` is NULL or points to a readable and writable `struct ibv_qp_init_attr_ex`.
@@ -354,7 +360,12 @@ pub unsafe extern "C" fn vctx_create_qp_ex(
                     "ibv_create_qp_ex with creation flags, TSO, RSS or source QPN",
                 ));
             }
+            let send_ops =
+                (a.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0).then_some(a.send_ops_flags);
             if a.qp_type == IBV_QPT_XRC_RECV {
+                if let Some(flags) = send_ops {
+                    crate::qp_ex::check_send_ops(QpType::XrcRecv, flags)?;
+                }
                 if a.comp_mask & IBV_QP_INIT_ATTR_XRCD == 0 {
                     return Err(FfiError::Invalid("an XRC_RECV QP needs an XRC domain"));
                 }
@@ -384,7 +395,7 @@ pub unsafe extern "C" fn vctx_create_qp_ex(
                 sq_sig_all: a.sq_sig_all,
             };
             // SAFETY: `ia` is a valid, writable ibv_qp_init_attr on our stack.
-            let qp = unsafe { crate::verbs_api::create_qp(a.pd, &mut ia) }?;
+            let qp = unsafe { crate::verbs_api::create_qp_with_ops(a.pd, &mut ia, send_ops) }?;
             // SAFETY: caller guarantee: writable attr (checked non-NULL).
             unsafe { (*attr).cap = ia.cap };
             Ok(qp)

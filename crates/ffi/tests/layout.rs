@@ -255,6 +255,18 @@ fn table() -> Vec<Check> {
         context, qp_context, pd, send_cq, recv_cq, srq, handle, qp_num, state, qp_type, mutex,
         cond, events_completed
     });
+    t.push(ty!(struct ibv_qp_ex));
+    t.extend(fields! {struct ibv_qp_ex;
+        qp_base, comp_mask, wr_id, wr_flags, wr_atomic_cmp_swp, wr_atomic_fetch_add,
+        wr_bind_mw, wr_local_inv, wr_rdma_read, wr_rdma_write, wr_rdma_write_imm, wr_send,
+        wr_send_imm, wr_send_inv, wr_send_tso, wr_set_ud_addr, wr_set_xrc_srqn,
+        wr_set_inline_data, wr_set_inline_data_list, wr_set_sge, wr_set_sge_list, wr_start,
+        wr_complete, wr_abort, wr_atomic_write
+    });
+    t.push(ty!(struct ibv_data_buf));
+    t.extend(fields! {struct ibv_data_buf;
+        addr, length
+    });
     t.push(ty!(struct ibv_ah));
     t.extend(fields! {struct ibv_ah;
         context, pd, handle
@@ -330,6 +342,13 @@ fn table() -> Vec<Check> {
         IBV_WC_LOC_RDD_VIOL_ERR, IBV_WC_REM_INV_RD_REQ_ERR, IBV_WC_REM_ABORT_ERR,
         IBV_WC_INV_EECN_ERR, IBV_WC_INV_EEC_STATE_ERR, IBV_WC_FATAL_ERR,
         IBV_WC_RESP_TIMEOUT_ERR, IBV_WC_GENERAL_ERR, IBV_WC_TM_ERR, IBV_WC_TM_RNDV_INCOMPLETE
+    });
+    t.extend(consts! {
+        IBV_QP_EX_WITH_RDMA_WRITE, IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM, IBV_QP_EX_WITH_SEND,
+        IBV_QP_EX_WITH_SEND_WITH_IMM, IBV_QP_EX_WITH_RDMA_READ,
+        IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP, IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD,
+        IBV_QP_EX_WITH_LOCAL_INV, IBV_QP_EX_WITH_BIND_MW, IBV_QP_EX_WITH_SEND_WITH_INV,
+        IBV_QP_EX_WITH_TSO, IBV_QP_EX_WITH_ATOMIC_WRITE
     });
     t.extend(consts! {
         IBV_WC_SEND, IBV_WC_RDMA_WRITE, IBV_WC_RDMA_READ, IBV_WC_COMP_SWAP, IBV_WC_FETCH_ADD,

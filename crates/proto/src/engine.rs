@@ -7,7 +7,8 @@
 //!   [`Engine::counters`], [`Engine::is_idle`], [`Engine::poll_timeout`];
 //! * inputs: [`Engine::handle_packet`] (a parsed, ICRC-checked packet *with the address it
 //!   came from*: an [`Arrival`]) and [`Engine::handle_timeout`];
-//! * application commands: [`Engine::post_send`], [`Engine::post_recv`],
+//! * application commands: [`Engine::post_send`] (and [`Engine::check_send_list`], which
+//!   says whether a list of WRs would all be accepted), [`Engine::post_recv`],
 //!   [`Engine::enter_rts`], [`Engine::set_state`];
 //! * outputs: [`Engine::poll_transmit`] (one packet, written into the caller's buffer,
 //!   *with the address it goes to*: a [`Transmit`]), [`Engine::poll_completion`],
@@ -111,6 +112,12 @@ pub trait Engine: fmt::Debug + Send {
 
     /// Queues a send work request.
     fn post_send(&mut self, wr: SendWr) -> Result<(), PostError>;
+    /// Whether `post_send` would accept every WR of `wrs` if they were posted now, one
+    /// after the other (the state allows posting, each WR is valid, the queue has room
+    /// for all of them); queues nothing. `Err((i, e))`: WR `i` would be refused with `e`.
+    /// The layers above call it, under the QP's lock, before posting a list that must go
+    /// in whole or not at all (the `ibv_wr_*` API's `ibv_wr_complete`).
+    fn check_send_list(&self, wrs: &[SendWr]) -> Result<(), (usize, PostError)>;
     /// Queues a receive work request.
     fn post_recv(&mut self, wr: RecvWr) -> Result<(), PostError>;
     /// RTR→RTS (or SQD→RTS) with the requester attributes that transition sets. Datagram
@@ -168,6 +175,9 @@ impl<E: Engine + ?Sized> Engine for Box<E> {
     }
     fn post_send(&mut self, wr: SendWr) -> Result<(), PostError> {
         (**self).post_send(wr)
+    }
+    fn check_send_list(&self, wrs: &[SendWr]) -> Result<(), (usize, PostError)> {
+        (**self).check_send_list(wrs)
     }
     fn post_recv(&mut self, wr: RecvWr) -> Result<(), PostError> {
         (**self).post_recv(wr)

@@ -495,6 +495,22 @@ impl Engine for UdQp {
     ///
     /// Errors: `BadState` in RESET; `QueueFull` at `max_recv_wr` (counting completions not
     /// yet polled); `InvalidWr` on a QP that takes its receive WQEs from an SRQ.
+    fn check_send_list(&self, wrs: &[SendWr]) -> Result<(), (usize, PostError)> {
+        if self.state.send_post().is_none() {
+            return Err((0, PostError::BadState(self.state)));
+        }
+        for (i, wr) in wrs.iter().enumerate() {
+            self.validate_send(wr)
+                .map_err(|e| (i, PostError::InvalidWr(e)))?;
+        }
+        let used = self.sq.len() + self.send_cqes;
+        let room = (self.cfg.max_send_wr as usize).saturating_sub(used);
+        if wrs.len() > room {
+            return Err((room, PostError::QueueFull));
+        }
+        Ok(())
+    }
+
     fn post_recv(&mut self, wr: RecvWr) -> Result<(), PostError> {
         if self.cfg.use_srq {
             return Err(PostError::InvalidWr(WrError::UsesSrq));

@@ -51,7 +51,7 @@ use uroce_wire::PacketRepr;
 
 use crate::context::ContextCore;
 use crate::cq::CqCore;
-use crate::error::{CreateQpError, PostError};
+use crate::error::{BatchPostError, CreateQpError, PostError};
 use crate::event::EventType;
 use crate::mr::{key_index, AccessError, RemoteOp};
 use crate::qp::{QpCore, QpInner, QpRef, RecvWr, SendFlags, SendWr};
@@ -721,6 +721,31 @@ pub(crate) fn post_send(
     with_engine(core, inner, |e, _| e.post_send(ewr))
         .unwrap_or(Err(EnginePostError::BadState(QpState::Reset)))
         .map_err(|e| engine_post_error(e, "send", max))
+}
+
+/// `post_send` of a list on a QP with an engine (state already checked: RTS or SQD), all
+/// or none: the engine checks the whole list ([`Engine::check_send_list`]) before the
+/// first WR is queued, under the same lock.
+pub(crate) fn post_send_all(
+    core: &Arc<QpCore>,
+    inner: &mut QpInner,
+    wrs: Vec<SendWr>,
+) -> Result<(), BatchPostError> {
+    let ewrs: Vec<pwr::SendWr> = wrs.into_iter().map(to_engine_wr).collect();
+    let max = core.cap.max_send_wr;
+    with_engine(core, inner, |e, _| {
+        e.check_send_list(&ewrs)?;
+        for (i, w) in ewrs.into_iter().enumerate() {
+            // Accepted by the check above; a refusal here would be an engine bug.
+            e.post_send(w).map_err(|x| (i, x))?;
+        }
+        Ok(())
+    })
+    .unwrap_or(Err((0, EnginePostError::BadState(QpState::Reset))))
+    .map_err(|(index, e)| BatchPostError {
+        index,
+        error: engine_post_error(e, "send", max),
+    })
 }
 
 /// `post_recv` on a QP with an engine.

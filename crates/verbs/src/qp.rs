@@ -1186,6 +1186,70 @@ impl QpRef {
         }
     }
 
+    /// Posts send WRs in order, all or none (the `ibv_wr_*` API's `ibv_wr_complete`):
+    /// every WR is checked against the QP and, under the QP's lock, against the state and
+    /// the room left in the send queue before the first is queued. On error nothing was
+    /// posted; `index` is the WR that would have been refused (`QueueFull`: the first
+    /// that does not fit).
+    pub fn post_send_all(&self, wrs: Vec<SendWr>) -> Result<(), BatchPostError> {
+        let core = &self.core;
+        for (index, wr) in wrs.iter().enumerate() {
+            core.validate_send(wr)
+                .map_err(|error| BatchPostError { index, error })?;
+        }
+        if wrs.is_empty() {
+            return Ok(());
+        }
+        let mut inner = self.lock();
+        let at_first = |error| BatchPostError { index: 0, error };
+        if !core.liveness.is_published() {
+            return Err(at_first(PostError::Destroyed(ObjectKind::Qp)));
+        }
+        let state = inner.attr.qp_state;
+        match state.send_post() {
+            None => Err(at_first(PostError::InvalidState {
+                queue: "send",
+                state,
+            })),
+            Some(PostOutcome::Flush) => {
+                for wr in wrs {
+                    let ssn = inner.next_ssn;
+                    inner.next_ssn += 1;
+                    let p = PostedSend { ssn, wr };
+                    if let Some(cq) = &core.send_cq {
+                        let _ = CqCore::push(cq, core.flush_wc_send(&p), false);
+                    }
+                }
+                Ok(())
+            }
+            Some(PostOutcome::Process | PostOutcome::Defer) if inner.engine.is_some() => {
+                crate::engine::post_send_all(core, &mut inner, wrs)?;
+                drop(inner);
+                crate::engine::ring(core);
+                Ok(())
+            }
+            Some(PostOutcome::Process | PostOutcome::Defer) => {
+                let max = core.cap.max_send_wr as usize;
+                let room = max.saturating_sub(inner.sq.len());
+                if wrs.len() > room {
+                    return Err(BatchPostError {
+                        index: room,
+                        error: PostError::QueueFull {
+                            queue: "send",
+                            max: core.cap.max_send_wr,
+                        },
+                    });
+                }
+                for wr in wrs {
+                    let ssn = inner.next_ssn;
+                    inner.next_ssn += 1;
+                    inner.sq.push_back(PostedSend { ssn, wr });
+                }
+                Ok(())
+            }
+        }
+    }
+
     /// Posts send WRs in order, stopping at the first refused one (`bad_wr`).
     pub fn post_send_batch(
         &self,

@@ -551,6 +551,27 @@ impl RcQp {
         Ok(())
     }
 
+    /// Whether [`RcQp::post_send`] would accept every WR of `wrs` now, in order, with the
+    /// same checks; queues nothing. `Err((i, e))`: WR `i` would be refused with `e`.
+    pub fn check_send_list(&self, wrs: &[SendWr]) -> Result<(), (usize, PostError)> {
+        if self.cfg.is_xrc_target() {
+            return Err((0, PostError::InvalidWr(WrError::NoSendQueue)));
+        }
+        match self.state {
+            QpState::Rts | QpState::Sqd | QpState::Err => {}
+            s => return Err((0, PostError::BadState(s))),
+        }
+        for (i, wr) in wrs.iter().enumerate() {
+            validate_send(wr, &self.cfg).map_err(|e| (i, e))?;
+        }
+        let used = self.req.sq.len() + self.send_cqes;
+        let room = (self.cfg.max_send_wr as usize).saturating_sub(used);
+        if wrs.len() > room {
+            return Err((room, PostError::QueueFull));
+        }
+        Ok(())
+    }
+
     /// Queues a receive WR. In ERR it is accepted and completed at once with
     /// `WR_FLUSH_ERR`.
     ///
@@ -994,6 +1015,10 @@ impl crate::engine::Engine for RcQp {
 
     fn post_send(&mut self, wr: SendWr) -> Result<(), PostError> {
         RcQp::post_send(self, wr)
+    }
+
+    fn check_send_list(&self, wrs: &[SendWr]) -> Result<(), (usize, PostError)> {
+        RcQp::check_send_list(self, wrs)
     }
 
     fn post_recv(&mut self, wr: RecvWr) -> Result<(), PostError> {

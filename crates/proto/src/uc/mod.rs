@@ -821,6 +821,22 @@ impl Engine for UcQp {
         UcQp::post_send(self, wr)
     }
 
+    fn check_send_list(&self, wrs: &[SendWr]) -> Result<(), (usize, PostError)> {
+        match self.state {
+            QpState::Rts | QpState::Sqd | QpState::Sqe | QpState::Err => {}
+            s => return Err((0, PostError::BadState(s))),
+        }
+        for (i, wr) in wrs.iter().enumerate() {
+            validate_send(wr).map_err(|e| (i, e))?;
+        }
+        let used = self.sq.len() + self.send_cqes;
+        let room = (self.cfg.max_send_wr as usize).saturating_sub(used);
+        if wrs.len() > room {
+            return Err((room, PostError::QueueFull));
+        }
+        Ok(())
+    }
+
     fn post_recv(&mut self, wr: RecvWr) -> Result<(), PostError> {
         UcQp::post_recv(self, wr)
     }
