@@ -111,10 +111,9 @@ impl WrBuilder {
 }
 
 impl Building {
-    /// Keeps the first error.
+    /// Keeps the first error (reported when `ibv_wr_complete` returns it).
     fn fail(&mut self, e: FfiError) {
         if self.error.is_none() {
-            report(&e);
             self.error = Some(e);
         }
     }
@@ -344,7 +343,9 @@ unsafe extern "C" fn wr_bind_mw<const ENABLED: bool>(
     rkey: u32,
     bind_info: *const ibv_mw_bind_info,
 ) {
-    new_wr::<ENABLED>(qpx, SendOpcode::BindMw, |w, _| {
+    // Converted before the registry lock is taken: the conversion looks the window and
+    // the region up (the registry lock is not reentrant).
+    let conv = guard(Err(FfiError::Invalid("panic")), || {
         if bind_info.is_null() {
             return Err(FfiError::Invalid("bind_info is NULL"));
         }
@@ -356,7 +357,10 @@ unsafe extern "C" fn wr_bind_mw<const ENABLED: bool>(
             rkey,
             bind_info: info,
         };
-        w.bind_mw = Some(crate::mw::bind_mw_wr_from_c(&b)?);
+        crate::mw::bind_mw_wr_from_c(&b)
+    });
+    new_wr::<ENABLED>(qpx, SendOpcode::BindMw, |w, _| {
+        w.bind_mw = Some(conv?);
         Ok(())
     })
 }
