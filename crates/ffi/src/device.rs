@@ -307,10 +307,14 @@ impl Registry {
         vctx.open_qp = open_qp as *const std::ffi::c_void;
         vctx.sz = std::mem::size_of::<verbs_context>();
         vctx.context.device = dev;
-        vctx.context.cmd_fd = -1;
         // The uroce context's event queue (see `async_events`); it lives as long as `net`,
         // which this context keeps.
         vctx.context.async_fd = net.context().async_fd().as_raw_fd();
+        // uroce has no kernel command channel. `cmd_fd` names the event queue's descriptor
+        // so that programs which duplicate it to import the device elsewhere (rdma-core's
+        // shared-PD test) get a valid descriptor, and then `EOPNOTSUPP` from
+        // `ibv_import_device`, instead of `EBADF` from `dup`. Nothing reads or writes it.
+        vctx.context.cmd_fd = vctx.context.async_fd;
         vctx.context.num_comp_vectors = NUM_COMP_VECTORS;
         vctx.context.mutex = libc::PTHREAD_MUTEX_INITIALIZER;
         vctx.context.abi_compat = VERBS_ABI_IS_EXTENDED;
