@@ -39,7 +39,8 @@ const MAX_WRS: usize = 1 << 20;
 
 /// The `ibv_wr_*` operations uroce executes on a QP of type `t` (`IBV_QP_EX_WITH_*`): RC
 /// and XRC_SEND every operation but TSO and ATOMIC WRITE (IBA 1.5 ATOMIC WRITE and FLUSH
-/// are not implemented); UC SEND and RDMA WRITE with and without immediate data; UD SEND
+/// are not implemented); UC SEND and RDMA WRITE with and without immediate data, BIND_MW
+/// and LOCAL_INV (UC has no READ, atomics or SEND with Invalidate); UD SEND
 /// with and without immediate data; nothing on an XRC_RECV QP (it has no send queue).
 pub(crate) fn supported_send_ops(t: QpType) -> u64 {
     let send = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
@@ -54,7 +55,7 @@ pub(crate) fn supported_send_ops(t: QpType) -> u64 {
                 | IBV_QP_EX_WITH_BIND_MW
                 | IBV_QP_EX_WITH_SEND_WITH_INV
         }
-        QpType::Uc => send | write,
+        QpType::Uc => send | write | IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_BIND_MW,
         QpType::Ud | QpType::Gsi => send,
         _ => 0,
     }
@@ -688,6 +689,7 @@ mod tests {
         assert_ne!(rc & IBV_QP_EX_WITH_BIND_MW, 0);
         assert_eq!(rc, supported_send_ops(QpType::XrcSend));
         assert!(check_send_ops(QpType::Uc, IBV_QP_EX_WITH_RDMA_WRITE).is_ok());
+        assert!(check_send_ops(QpType::Uc, IBV_QP_EX_WITH_BIND_MW).is_ok());
         let e = check_send_ops(QpType::Uc, IBV_QP_EX_WITH_RDMA_READ).unwrap_err();
         assert_eq!(e.errno(), libc::EOPNOTSUPP);
         assert!(check_send_ops(QpType::Ud, IBV_QP_EX_WITH_RDMA_WRITE).is_err());

@@ -471,9 +471,15 @@ pub unsafe extern "C" fn uroce_ibv_reg_mr_iova(
     unsafe { crate::verbs_api::reg_mr_iova(pd, addr, length, iova, access) }
 }
 
-/// `ibv_query_qp_data_in_order(qp, op, flags)`: 0 — uroce does not promise that the data of
-/// a message lands in memory in order (a retransmitted packet may rewrite bytes written
-/// before), so no `IBV_QUERY_QP_DATA_IN_ORDER_*` capability is reported.
+/// `ibv_query_qp_data_in_order(qp, op, flags)`: 0 (not guaranteed) for every QP and
+/// operation. The answer 1 would let an application poll the last byte of an RDMA WRITE
+/// to learn that the whole message is in memory. IBA orders the packets of a message
+/// (PSN order) and uroce's RC responder does place them strictly in that order (an
+/// out-of-order packet is dropped and NAKed, a duplicate is acknowledged and not written
+/// again), but the bytes of one packet are copied with `memcpy`, which promises no store
+/// order (overlapping head/tail stores for short copies; fast-string stores that may
+/// become visible out of order on x86), and IBA defines the memory contents only once the
+/// operation has completed. So uroce does not claim in-order placement.
 ///
 /// # Safety
 /// None: the QP is not dereferenced.

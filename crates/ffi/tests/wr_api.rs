@@ -9,7 +9,9 @@
 //! `EOPNOTSUPP` and `ibv_create_qp_ex` refuses flags the type cannot do; memory windows
 //! through `ibv_wr_bind_mw`, `ibv_wr_local_inv` and `ibv_wr_send_inv` (a WRITE with an
 //! invalidated key fails with `REM_ACCESS_ERR` and leaves memory untouched); SEND and
-//! WRITE (with and without immediate) on UC, SEND with `ibv_wr_set_ud_addr` on UD, and
+//! WRITE (with and without immediate) on UC, a memory window bound and invalidated
+//! through the UC send queue (a WRITE after `ibv_wr_local_inv` is dropped, memory
+//! untouched), SEND with `ibv_wr_set_ud_addr` on UD, and
 //! SEND with `ibv_wr_set_xrc_srqn` from an XRC_SEND QP to an XRC SRQ. QPs of one device,
 //! connected to each other over loopback.
 
@@ -41,6 +43,7 @@ fn wr_api_through_the_c_header() {
         "mw_bind_local_inv",
         "mw_send_inv",
         "uc",
+        "uc_mw",
         "ud",
         "xrc",
         "teardown",

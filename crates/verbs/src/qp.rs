@@ -30,10 +30,12 @@
 //! [`QpRef::post_send`] follows the post rules of roce-spec §4 notes: RESET/INIT/RTR refuse,
 //! RTS queues, SQD queues without starting, SQE/ERR flush. The opcode must suit the QP type
 //! (RC and XRC_SEND: all implemented opcodes; UC: SEND and RDMA WRITE with or without
-//! immediate; UD/GSI: SEND with or without immediate), the SGE count and inline size must fit
+//! immediate, BIND_MW, LOCAL_INV; UD/GSI: SEND with or without immediate), the SGE count and inline size must fit
 //! the QP's capabilities, atomics need 8 local bytes and an 8-byte aligned remote address,
 //! UD needs a destination whose AH is in the QP's PD, XRC_SEND a 24-bit remote SRQ number.
-//! A refused WR produces no completion. [`QpRef::post_recv`] accepts WRs in every state but
+//! A refused WR produces no completion. [`QpRef::post_send_all`] posts a list all or none
+//! (every WR, the state and the queue room are checked before the first is queued).
+//! [`QpRef::post_recv`] accepts WRs in every state but
 //! RESET and refuses on QPs that receive through an SRQ.
 //!
 //! # Engine API
@@ -136,7 +138,10 @@ pub const fn opcode_valid_for(op: SendOpcode, qp_type: QpType) -> bool {
                 | BindMw
                 | SendWithInv
         ),
-        QpType::Uc => matches!(op, RdmaWrite | RdmaWriteWithImm | Send | SendWithImm),
+        QpType::Uc => matches!(
+            op,
+            RdmaWrite | RdmaWriteWithImm | Send | SendWithImm | LocalInv | BindMw
+        ),
         QpType::Ud | QpType::Gsi => matches!(op, Send | SendWithImm),
         QpType::Smi | QpType::RawPacket | QpType::XrcRecv => false,
     }

@@ -24,6 +24,8 @@
      ibv_wr_send_inv (receive completion with IBV_WC_WITH_INV and the key); a WRITE with
      it then fails with IBV_WC_REM_ACCESS_ERR;
    - uc: SEND, SEND with immediate, RDMA WRITE, RDMA WRITE with immediate on UC;
+   - uc_mw: a type 2 window bound with ibv_wr_bind_mw on a UC QP accepts the peer's WRITE;
+     after ibv_wr_local_inv a WRITE with its key is dropped and changes nothing;
    - ud: SEND and SEND with immediate with ibv_wr_set_ud_addr on UD (the payload after
      the 40-byte GRH area);
    - xrc: SEND with ibv_wr_set_xrc_srqn from an XRC_SEND QP to an XRC SRQ.
@@ -46,7 +48,8 @@
 		IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | \
 		IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_SEND_WITH_INV)
 #define UC_OPS (IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | \
-		IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM)
+		IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_LOCAL_INV | \
+		IBV_QP_EX_WITH_BIND_MW)
 #define UD_OPS (IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM)
 #define QKEY 0x11111111u
 
@@ -452,7 +455,7 @@ int main(void)
 		uint64_t ops;
 	} refused[] = {
 		{ IBV_QPT_UC, IBV_QP_EX_WITH_RDMA_READ },
-		{ IBV_QPT_UC, IBV_QP_EX_WITH_BIND_MW },
+		{ IBV_QPT_UC, IBV_QP_EX_WITH_SEND_WITH_INV },
 		{ IBV_QPT_UD, IBV_QP_EX_WITH_RDMA_WRITE },
 		{ IBV_QPT_RC, IBV_QP_EX_WITH_ATOMIC_WRITE },
 		{ IBV_QPT_RC, IBV_QP_EX_WITH_TSO },
@@ -593,6 +596,60 @@ int main(void)
 	if (memcmp(bufb + 11264, bufa + 150, 300) || memcmp(bufb + 11776, bufa + 450, 40))
 		FAIL("uc write: data differs");
 	printf("PASS uc\n");
+
+	/* ---- UC memory window: bind with ibv_wr_bind_mw on the owner's UC QP, WRITE through
+	   it, ibv_wr_local_inv, then a WRITE with the invalidated key is dropped silently (UC
+	   responder errors are silent drops) and the memory stays untouched. ---- */
+	struct ibv_qp_ex *xf = to_ex(uf);
+	struct ibv_mw *umw = ibv_alloc_mw(pd, IBV_MW_TYPE_2);
+	if (!umw)
+		FAIL("alloc_mw (uc)");
+	uint32_t uk = ibv_inc_rkey(umw->rkey);
+	char *uwin = bufb + 14336;
+	struct ibv_mw_bind_info ubi = { mrb, (uintptr_t)uwin, 512, IBV_ACCESS_REMOTE_WRITE };
+	ibv_wr_start(xf);
+	next(xf, 84);
+	ibv_wr_bind_mw(xf, umw, uk, &ubi);
+	if ((rc = ibv_wr_complete(xf)))
+		FAIL("uc bind: %s", strerror(rc));
+	expect(poll_one(cqf, "uc bind"), 84, IBV_WC_SUCCESS, IBV_WC_BIND_MW, "uc bind");
+	for (int i = 0; i < 100; i++)
+		bufa[i] = (char)(i * 7 + 3);
+	write_one(xe, 85, uwin + 4, uk, 100);
+	expect(poll_one(cqe, "uc write through window"), 85, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE,
+	       "uc write through window");
+	double until = now() + 10;
+	while (memcmp(uwin + 4, bufa, 100) && now() < until)
+		;
+	if (memcmp(uwin + 4, bufa, 100))
+		FAIL("uc write through the window: data differs");
+	ibv_wr_start(xf);
+	next(xf, 86);
+	ibv_wr_local_inv(xf, uk);
+	if ((rc = ibv_wr_complete(xf)))
+		FAIL("uc local_inv: %s", strerror(rc));
+	expect(poll_one(cqf, "uc local_inv"), 86, IBV_WC_SUCCESS, IBV_WC_LOCAL_INV, "uc local_inv");
+	memcpy(before, uwin, 512);
+	memset(bufa, 0x6b, 64);
+	write_one(xe, 87, uwin, uk, 64);
+	expect(poll_one(cqe, "uc write after local_inv"), 87, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE,
+	       "uc write after local_inv (the sender cannot know)");
+	/* A later WRITE with immediate through the region itself proves the dropped one was
+	   processed before it (UC delivers in order). */
+	post_recv(uf, 133, bufb + 10240, 256, mrb->lkey);
+	ibv_wr_start(xe);
+	next(xe, 88);
+	ibv_wr_rdma_write_imm(xe, mrb->rkey, (uintptr_t)(bufb + 15360), htobe32(88));
+	ibv_wr_set_sge(xe, mra->lkey, (uintptr_t)bufa, 8);
+	if ((rc = ibv_wr_complete(xe)))
+		FAIL("uc write_imm after: %s", strerror(rc));
+	expect(poll_one(cqe, "uc write_imm after"), 88, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE, "uc write_imm after");
+	expect(poll_one(cqf, "uc recv after"), 133, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, "uc recv after");
+	if (memcmp(before, uwin, 512))
+		FAIL("a UC write after LOCAL_INV changed the memory");
+	if (ibv_dealloc_mw(umw))
+		FAIL("dealloc_mw (uc)");
+	printf("PASS uc_mw\n");
 
 	/* ---- UD: SEND and SEND with immediate with ibv_wr_set_ud_addr. ---- */
 	struct ibv_qp *ug = create_qp(IBV_QPT_UD, cqe, UD_OPS, 16);

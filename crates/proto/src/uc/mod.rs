@@ -11,7 +11,11 @@
 //! SEND, SEND with immediate, RDMA WRITE and RDMA WRITE with immediate. UC has no READ, no
 //! atomics, and no wire opcode for SEND with invalidate (IBA 9.2, the BTH opcode table: the
 //! `SEND_*_WITH_INVALIDATE` opcodes exist for RC and XRC only), so those are refused at
-//! post time with [`WrError::OpcodeNotSupported`]. PSNs are consecutive per packet; AckReq
+//! post time with [`WrError::OpcodeNotSupported`]. The local operations BIND_MW (type 2
+//! memory windows, which the responder's R_Key checks through [`crate::memory::Memory`]
+//! honour as on RC) and LOCAL_INV run when they reach the head of the send queue, take no
+//! PSN and complete at once; a refused one completes with MW_BIND_ERR / LOC_QP_OP_ERR and
+//! moves the QP to SQE. PSNs are consecutive per packet; AckReq
 //! is never set; nothing is acknowledged, retransmitted or timed (no timers at all). A
 //! send WR completes (if signalled) as soon as its last packet has been emitted by
 //! [`UcQp::poll_transmit`].
@@ -256,8 +260,8 @@ impl UcQp {
     ///
     /// Errors: `BadState` in RESET, INIT, RTR; `QueueFull` when `max_send_wr` WRs are
     /// queued or completed but not yet polled; `InvalidWr` for READ, atomics, SEND with
-    /// invalidate and the other opcodes UC does not carry (`OpcodeNotSupported`), the
-    /// local operations (`LocalOperation`), a message longer than 2^31 bytes.
+    /// invalidate and the other opcodes UC does not carry (`OpcodeNotSupported`), a
+    /// BIND_MW without its bind (`MissingBind`), a message longer than 2^31 bytes.
     pub fn post_send(&mut self, wr: SendWr) -> Result<(), PostError> {
         match self.state {
             QpState::Rts | QpState::Sqd | QpState::Sqe | QpState::Err => {}
@@ -379,6 +383,7 @@ impl UcQp {
         if !matches!(self.state, QpState::Rts | QpState::Sqd) {
             return None;
         }
+        self.run_local_ops(env);
         let w = self.sq.front()?;
         if w.next_pkt == 0 && self.state == QpState::Sqd {
             return None;
@@ -744,6 +749,39 @@ impl UcQp {
         }
     }
 
+    /// Executes the local operations (BIND_MW, LOCAL_INV) at the head of the send queue,
+    /// in send-queue order (every earlier WR has been sent whole): through `Memory`, no
+    /// PSN, completed at once. A refused one completes with MW_BIND_ERR / LOC_QP_OP_ERR
+    /// and moves the QP to SQE, like any local send error of UC. Not in SQD (nothing new
+    /// starts there).
+    fn run_local_ops(&mut self, env: &mut Env<'_>) {
+        for _ in 0..self.sq.len() {
+            if self.state != QpState::Rts {
+                return;
+            }
+            let Some(w) = self.sq.front() else {
+                return;
+            };
+            let (result, status) = match (w.wr.opcode, w.wr.bind) {
+                (SendOpcode::BindMw, Some(b)) => (env.mem.bind_window(&b), WcStatus::MwBindErr),
+                (SendOpcode::BindMw, None) => (
+                    Err(crate::memory::MwError::NotSupported),
+                    WcStatus::MwBindErr,
+                ),
+                (SendOpcode::LocalInv, _) => (
+                    env.mem.invalidate_local(w.wr.invalidate_rkey),
+                    WcStatus::LocQpOpErr,
+                ),
+                _ => return,
+            };
+            if result.is_err() {
+                self.enter_sqe(Some(status));
+                return;
+            }
+            self.complete_send_head(WcStatus::Success);
+        }
+    }
+
     /// Raises `SqDrained` once in SQD when no send WR is part-way through.
     fn check_drained(&mut self) {
         if self.state == QpState::Sqd
@@ -763,9 +801,10 @@ fn validate_send(wr: &SendWr) -> Result<u64, PostError> {
         | SendOpcode::SendWithImm
         | SendOpcode::RdmaWrite
         | SendOpcode::RdmaWriteWithImm => {}
-        op @ (SendOpcode::LocalInv | SendOpcode::BindMw) => {
-            return Err(PostError::InvalidWr(WrError::LocalOperation(op)))
+        SendOpcode::BindMw if wr.bind.is_none() => {
+            return Err(PostError::InvalidWr(WrError::MissingBind))
         }
+        SendOpcode::LocalInv | SendOpcode::BindMw => return Ok(0),
         op => {
             return Err(PostError::InvalidWr(WrError::OpcodeNotSupported {
                 opcode: op,

@@ -352,15 +352,91 @@ fn unsupported_opcodes_are_refused() {
             "{opcode:?}"
         );
     }
-    let w = SendWr::new(1, SendOpcode::LocalInv, vec![]);
+    let w = SendWr::new(1, SendOpcode::BindMw, vec![]);
     assert_eq!(
         Engine::post_send(&mut p.a, w),
-        Err(PostError::InvalidWr(WrError::LocalOperation(
-            SendOpcode::LocalInv
-        )))
+        Err(PostError::InvalidWr(WrError::MissingBind))
     );
     assert!(Engine::is_idle(&p.a));
     assert_eq!(Engine::qp_type(&p.a), QpType::Uc);
+}
+
+/// BIND_MW and LOCAL_INV in the UC send queue: executed at the head of the queue (no
+/// packet), completed at once; a WRITE through the bound window lands, a WRITE after
+/// LOCAL_INV is dropped (class D) and leaves the memory untouched; a refused LOCAL_INV
+/// completes with LOC_QP_OP_ERR and moves the QP to SQE.
+#[test]
+fn memory_window_bind_write_and_local_inv() {
+    let mut p = Pair::new(Pmtu::Mtu256);
+    p.mem_b.add(0x300, 0, 0, 0);
+    crate::memory::Memory::invalidate_local(&p.mem_b, 0x300).expect("an unbound window");
+    let mut bind = SendWr::new(7, SendOpcode::BindMw, vec![]);
+    bind.flags = SendFlags::SIGNALED;
+    bind.bind = Some(crate::memory::MwBind {
+        mw_rkey: 0x300,
+        new_rkey: 0x301,
+        mr_lkey: 3,
+        addr: 0x9000,
+        length: 64,
+        access: crate::rc::tests::REMOTE_WRITE,
+        type1: false,
+    });
+    Engine::post_send(&mut p.b, bind).expect("post BIND_MW");
+    assert!(p.transmit(Side::B).is_empty(), "a bind sends no packet");
+    let wc = p.completions(Side::B);
+    assert_eq!(
+        wc.iter()
+            .map(|c| (c.1.wr_id, c.1.status, c.1.opcode))
+            .collect::<Vec<_>>(),
+        vec![(7, WcStatus::Success, WcOpcode::BindMw)]
+    );
+    let data = bytes(9, 32);
+    let mut write = |p: &mut Pair, wr_id: u64| {
+        p.mem_a.put(1, SRC, &data);
+        let mut w = SendWr::new(wr_id, SendOpcode::RdmaWrite, vec![sge(SRC, 32, 1)]);
+        w.remote_addr = 0x9000 + 8;
+        w.rkey = 0x301;
+        Engine::post_send(&mut p.a, w).expect("post WRITE");
+        p.flow();
+    };
+    write(&mut p, 1);
+    assert_eq!(p.mem_b.get(0x301, 0x9008, 32), data, "through the window");
+    let mut inv = SendWr::new(8, SendOpcode::LocalInv, vec![]);
+    inv.flags = SendFlags::SIGNALED;
+    inv.invalidate_rkey = 0x301;
+    Engine::post_send(&mut p.b, inv).expect("post LOCAL_INV");
+    assert!(p.transmit(Side::B).is_empty());
+    let wc = p.completions(Side::B);
+    assert_eq!(
+        (wc[0].1.wr_id, wc[0].1.status, wc[0].1.opcode),
+        (8, WcStatus::Success, WcOpcode::LocalInv)
+    );
+    assert!(!p.mem_b.is_valid(0x301));
+    let dropped = Engine::counters(&p.b).dropped_remote_access;
+    p.mem_a.put(1, SRC, &[0x5a; 32]);
+    write(&mut p, 2);
+    assert_eq!(
+        Engine::counters(&p.b).dropped_remote_access,
+        dropped + 1,
+        "a WRITE after LOCAL_INV is dropped"
+    );
+    assert_eq!(p.mem_b.get(0x301, 0x9008, 32), data, "memory untouched");
+    // A refused LOCAL_INV: LOC_QP_OP_ERR, SQE, the WR behind it flushed.
+    let mut bad = SendWr::new(9, SendOpcode::LocalInv, vec![]);
+    bad.invalidate_rkey = 0x999;
+    Engine::post_send(&mut p.b, bad).expect("post");
+    Engine::post_send(&mut p.b, SendWr::new(10, SendOpcode::Send, vec![])).expect("post");
+    assert!(p.transmit(Side::B).is_empty());
+    let got: Vec<_> = p
+        .completions(Side::B)
+        .iter()
+        .map(|c| (c.1.wr_id, c.1.status))
+        .collect();
+    assert_eq!(
+        got,
+        vec![(9, WcStatus::LocQpOpErr), (10, WcStatus::WrFlushErr)]
+    );
+    assert_eq!(Engine::state(&p.b), QpState::Sqe);
 }
 
 /// Loss of a MIDDLE packet: that message is dropped whole, the next one arrives intact in
