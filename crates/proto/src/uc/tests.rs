@@ -391,7 +391,7 @@ fn memory_window_bind_write_and_local_inv() {
         vec![(7, WcStatus::Success, WcOpcode::BindMw)]
     );
     let data = bytes(9, 32);
-    let mut write = |p: &mut Pair, wr_id: u64| {
+    let write = |p: &mut Pair, wr_id: u64| {
         p.mem_a.put(1, SRC, &data);
         let mut w = SendWr::new(wr_id, SendOpcode::RdmaWrite, vec![sge(SRC, 32, 1)]);
         w.remote_addr = 0x9000 + 8;
