@@ -359,6 +359,50 @@ fn post_send_rules() {
     assert!(f.cq.is_empty(), "refused WRs complete nothing");
 }
 
+/// `post_send_all` posts a list whole or not at all: a bad WR anywhere, or a list longer
+/// than the room left in the send queue, posts none of it (the queue's room afterwards
+/// proves it).
+#[test]
+fn post_send_all_is_all_or_nothing() {
+    let f = fixture(QpType::Rc);
+    let sends = |ids: std::ops::Range<u64>| ids.map(|i| SendWr::send(i, vec![])).collect();
+    assert!(
+        matches!(
+            f.qp.post_send_all(sends(0..3)),
+            Err(uroce_verbs::BatchPostError {
+                index: 0,
+                error: PostError::InvalidState { .. }
+            })
+        ),
+        "RESET refuses at the first WR"
+    );
+    rc_to(&f.qp, QpState::Rtr);
+    rc_to_rts_from_rtr(&f.qp);
+    let e =
+        f.qp.post_send_all(sends(0..9))
+            .expect_err("9 > max_send_wr 8");
+    assert_eq!(e.index, 8, "the first WR that does not fit");
+    assert!(matches!(e.error, PostError::QueueFull { max: 8, .. }));
+    let sge = Sge {
+        addr: 0x1000,
+        length: 8,
+        lkey: 1,
+    };
+    let mut bad: Vec<SendWr> = sends(0..3);
+    bad[2] = SendWr::send(2, vec![sge; 5]);
+    let e = f.qp.post_send_all(bad).expect_err("too many SGEs in WR 2");
+    assert_eq!(e.index, 2);
+    assert!(matches!(e.error, PostError::TooManySge { num: 5, max: 4 }));
+    f.qp.post_send_all(Vec::new()).expect("an empty list");
+    // Nothing of the refused lists was queued: all 8 slots are free.
+    f.qp.post_send_all(sends(10..18)).expect("8 WRs fit");
+    let e =
+        f.qp.post_send_all(sends(20..21))
+            .expect_err("the queue is full");
+    assert_eq!(e.index, 0);
+    assert!(f.cq.is_empty(), "refused lists complete nothing");
+}
+
 fn rc_to_rts_from_rtr(qp: &uroce_verbs::QpRef) {
     let (a, m) = rts_attr();
     qp.modify(&a, m).expect("RTR→RTS");
