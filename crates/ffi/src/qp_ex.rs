@@ -662,10 +662,8 @@ unsafe extern "C" fn wr_complete(qpx: *mut ibv_qp_ex) -> c_int {
 }
 
 /// `ibv_qp_to_qp_ex(qp)` (IBVERBS_1.6): the `ibv_qp_ex` around `qp` (the same address),
-/// or NULL + `EINVAL` for a QP this library did not create.
-///
-/// # Safety
-/// None: the pointer is only looked up in the registry.
+/// or NULL + `EINVAL` for a QP this library did not create. The pointer is only looked up
+/// in the registry.
 pub(crate) fn qp_to_qp_ex(qp: *mut ibv_qp) -> *mut ibv_qp_ex {
     guard(std::ptr::null_mut(), || match objects().qp(qp) {
         Ok(e) => e.raw.ptr(),

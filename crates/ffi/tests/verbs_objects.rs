@@ -299,8 +299,13 @@ fn verbs_objects_and_data_path_behave_like_rdma_core() {
         assert_eq!((*qp_a).pd, pd);
         assert_eq!((*qp_b).send_cq, cq_b);
         assert_ne!((*qp_a).qp_num, (*qp_b).qp_num);
-        assert!(uroce_ibv_qp_to_qp_ex(qp_a).is_null());
-        assert_eq!(errno(), libc::EOPNOTSUPP);
+        // The extended QP is the same allocation: `qp_base` is the QP, every op is set.
+        let qpx = uroce_ibv_qp_to_qp_ex(qp_a);
+        assert_eq!(qpx.cast::<ibv_qp>(), qp_a);
+        assert!((*qpx).wr_start.is_some() && (*qpx).wr_complete.is_some());
+        assert!((*qpx).wr_atomic_write.is_some(), "refusing ops are set too");
+        assert!(uroce_ibv_qp_to_qp_ex(pd.cast()).is_null(), "not a QP");
+        assert_eq!(errno(), libc::EINVAL);
 
         let mut qa: ibv_qp_attr = zeroed();
         let mut qi: ibv_qp_init_attr = zeroed();
