@@ -9,7 +9,7 @@
 //! * Only SEND and SEND_WITH_IMM (IBA 11.4.1.1); every other transport opcode is refused at
 //!   post time with [`WrError::OpcodeNotSupported`] (LOCAL_INV / BIND_MW with
 //!   [`WrError::LocalOperation`]: memory windows are bound and invalidated through RC
-//!   send queues only).
+//!   and UC send queues only).
 //! * Every work request names its destination (`wr.ud`: the address handle's IP address,
 //!   the remote QPN and Q_Key); none → [`WrError::MissingDestination`]. One QP sends to any
 //!   number of destinations: each packet's [`Transmit::dst`] is its WR's `UdDest::ip`.
