@@ -15,6 +15,8 @@
 //!   `ib_write_lat`, `ib_write_bw`, `ib_read_lat`, and `ib_send_bw` / `ib_send_lat`
 //!   with `-c UD`;
 //! * `mckey` (multicast) and `rstream` (rsockets) fail promptly with `ENOSYS` reported;
+//! * `tests/c/cm_calls.c`: `rdma_migrate_id`, `rdma_create_qp_ex`, `rdma_notify`,
+//!   `rdma_init_qp_attr` with a QP the program moves itself, `rdma_establish`;
 //! * a reject: `ucmatose` to a port nobody listens on (another process's device exists)
 //!   exits non-zero with `RDMA_CM_EVENT_REJECTED`, promptly.
 //!
@@ -632,5 +634,62 @@ fn get_cm_event_nonblocking_cancellable() {
         ],
         "{}",
         o.stderr
+    );
+}
+
+/// `tests/c/cm_calls.c` between two processes: `rdma_migrate_id`, `rdma_create_qp_ex`,
+/// `rdma_notify` (server); `rdma_init_qp_attr` for a QP the program moves itself, with
+/// `rdma_establish` (client); a SEND over the connection.
+#[test]
+fn cm_calls_migrate_qp_ex_notify_init_qp_attr() {
+    let test = "cm_calls";
+    if !have(test, "/usr/include/rdma/rdma_cma.h") {
+        return;
+    }
+    let exe = uroce_testkit::TempFile::new("cm_calls", "");
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/c/cm_calls.c");
+    let mut cc = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()));
+    cc.args(["-std=gnu11", "-Wall", "-Werror", "-o"])
+        .arg(exe.path())
+        .arg(&src)
+        .args(["-lrdmacm", "-libverbs"]);
+    let out = run(cc, LIMIT).expect("cc");
+    assert!(out.status.success(), "cc: {}", out.stderr);
+    let dir = LibDir::new("cmcalls");
+    let (s, c) = (addr(35), addr(36));
+    let prog = exe.path().to_str().expect("path");
+    let server = s.to_string();
+    let srv = cmd(&dir, prog, s, &["server", &server, "7478"]);
+    let cli = cmd(&dir, prog, c, &["client", &server, "7478"]);
+    let (so, co) = pair(test, srv, s, cli);
+    assert_ok(test, "server", &so);
+    assert_ok(test, "client", &co);
+    assert_eq!(
+        so.stdout.lines().collect::<Vec<_>>(),
+        [
+            "server: listening",
+            "server: migrated",
+            "server: create_qp_ex",
+            "server: notify after accept",
+            "server: established on the new channel",
+            "server: notify EISCONN, EINVAL",
+            "server: received uroce-cm-calls",
+            "server: disconnected",
+        ],
+        "{}",
+        so.stderr
+    );
+    assert_eq!(
+        co.stdout.lines().collect::<Vec<_>>(),
+        [
+            "client: INIT",
+            "client: connect response",
+            "client: RTR to the REP's QPN",
+            "client: RTS",
+            "client: sent",
+            "client: disconnected",
+        ],
+        "{}",
+        co.stderr
     );
 }

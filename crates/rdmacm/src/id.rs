@@ -122,6 +122,9 @@ struct IdState {
     /// What the peer's REP said (active side), for the Established event.
     peer_param: Option<ConnParam>,
     disconnect_reported: bool,
+    /// The caller sent the RTU itself ([`CmIdRef::establish`]): as in the Linux RDMA CM,
+    /// no Established event follows (the caller knows).
+    rtu_by_caller: bool,
     cm_response_timeout: u8,
     max_cm_retries: u8,
     local_ack_timeout: u8,
@@ -162,6 +165,7 @@ impl IdInner {
                 param: ConnParam::new(),
                 peer_param: None,
                 disconnect_reported: false,
+                rtu_by_caller: false,
                 // As the Linux RDMA CM: 4.096 µs × 2^20 ≈ 4.3 s per try, 15 tries.
                 cm_response_timeout: 20,
                 max_cm_retries: 15,
@@ -837,18 +841,21 @@ impl CmIdRef {
     }
 
     /// For an id without QP after [`EventKind::ConnectResponse`]: sends the RTU
-    /// (`rdma_establish`).
+    /// (`rdma_establish`). The id is connected; no [`EventKind::Established`] follows (as
+    /// with the Linux RDMA CM, where the active side learns of nothing more).
     ///
     /// # Errors
     /// [`CmError::InvalidState`], CM errors.
     pub fn establish(&self) -> Result<(), CmError> {
-        let st = lock(&self.inner.st);
+        let mut st = lock(&self.inner.st);
         let (Some(dev), Some(conn)) = (st.dev.clone(), st.conn) else {
             return Err(invalid("establish", st.phase));
         };
         dev.cm
             .with_agent(|a, now| a.establish(now, conn))
-            .map_err(cm_err)
+            .map_err(cm_err)?;
+        st.rtu_by_caller = st.phase == Phase::Connecting;
+        Ok(())
     }
 
     /// Data arrived on the QP of an accepted connection before the RTU (`rdma_notify`
@@ -1199,6 +1206,9 @@ impl CmIdRef {
             CmEvent::Established { .. } => {
                 if matches!(st.phase, Phase::Connecting | Phase::ReqReceived) {
                     st.phase = Phase::Connected;
+                    if st.rtu_by_caller {
+                        return;
+                    }
                     let param = st.peer_param.clone().unwrap_or_else(|| st.param.clone());
                     self.report(EventKind::Established, 0, param, None);
                 }
