@@ -2178,7 +2178,9 @@ pub unsafe extern "C" fn uroce_rdmacm_rdma_migrate_id(
                 e.own_chan = sync;
                 // SAFETY: live id (lock held).
                 unsafe { (*e.raw.ptr()).channel = new_chan };
-                if old_own {
+                // The old private channel goes unless ids of the listener's requests still
+                // report to it (then it stays, unowned, until the process ends).
+                if old_own && !r.ids.values().any(|e| e.chan == old_chan) {
                     r.chans.remove(&old_chan)
                 } else {
                     None

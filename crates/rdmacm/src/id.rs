@@ -265,6 +265,27 @@ fn cm_err<E: std::fmt::Display>(e: E) -> CmError {
     CmError::Cm(e.to_string())
 }
 
+/// How long a call that queued a CM message waits for the device's CM thread to put it
+/// on the wire ([`wait_transmitted`]).
+const TRANSMIT_WAIT: Duration = Duration::from_millis(250);
+
+/// Waits, at most [`TRANSMIT_WAIT`], until the device's CM has sent every MAD it queued.
+/// The CM thread sends them; a process that exits right after `rdma_disconnect` or
+/// `rdma_destroy_id` (perftest does) would otherwise take its DREQ, DREP or REJ with it,
+/// and the peer would wait out its retries (about a minute) for an answer. Called without
+/// the id's lock.
+fn wait_transmitted(dev: &DevState) {
+    let deadline = Instant::now() + TRANSMIT_WAIT;
+    // Bounded by the deadline.
+    loop {
+        let c = dev.cm.counters();
+        if c.mads_sent + c.send_failures >= c.agent.sent || Instant::now() >= deadline {
+            return;
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
 /// A 24-bit starting PSN that differs per connection.
 fn fresh_psn(token: u64) -> u32 {
     let t = std::time::SystemTime::now()
@@ -837,6 +858,8 @@ impl CmIdRef {
             .map_err(cm_err)?;
         lock(&dev.ids).remove(&conn.0);
         st.phase = Phase::Disconnected;
+        drop(st);
+        wait_transmitted(&dev);
         Ok(())
     }
 
@@ -970,13 +993,16 @@ impl CmIdRef {
         }
         dev.cm
             .with_agent(|a, now| a.disconnect(now, conn, &[]))
-            .map_err(cm_err)
+            .map_err(cm_err)?;
+        drop(st);
+        wait_transmitted(&dev);
+        Ok(())
     }
 
     /// Destroy's work (see [`CmId::destroy`]).
     fn retire(&self) -> Result<(), CmError> {
         let inner = &self.inner;
-        let (qp, owned) = {
+        let (qp, owned, dev) = {
             let mut st = lock(&inner.st);
             let prev = st.phase;
             if prev != Phase::Destroyed {
@@ -1007,8 +1033,11 @@ impl CmIdRef {
                 }
                 inner.cm.live_ids.fetch_sub(1, Ordering::SeqCst);
             }
-            (st.qp.take(), st.owned_qp.take())
+            (st.qp.take(), st.owned_qp.take(), st.dev.clone())
         };
+        if let Some(dev) = dev {
+            wait_transmitted(&dev);
+        }
         if let Some(q) = qp {
             q.unbind_endpoint(inner.token);
         }
