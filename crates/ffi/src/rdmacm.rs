@@ -1236,14 +1236,15 @@ fn create_qp_ex(id: *mut rdma_cm_id, attr: *mut ibv_qp_init_attr_ex) -> Result<(
         }
         a.pd = pd;
         a.comp_mask |= IBV_QP_INIT_ATTR_PD;
-        // Inline data at least as large as the send SGEs (16 bytes each), what the kernel's
-        // Soft-RoCE grants for such a request: rdma_xclient sends 16 bytes inline on a QP
-        // that asked for one SGE and no inline data.
+        // Inline data at least as large as the send SGEs (16 bytes each, up to 64 bytes, far
+        // below the device's limit), what the kernel's Soft-RoCE grants for such a request:
+        // rdma_xclient sends 16 bytes inline on a QP that asked for one SGE and no inline
+        // data.
         if qpt != IBV_QPT_XRC_RECV {
             a.cap.max_inline_data = a
                 .cap
                 .max_inline_data
-                .max(a.cap.max_send_sge.saturating_mul(16));
+                .max(a.cap.max_send_sge.saturating_mul(16).min(64));
         }
         // SAFETY: `a` is a valid, writable init attr on this library's objects.
         let qp = unsafe { crate::xrc::vctx_create_qp_ex(cur.verbs, &mut a) };
