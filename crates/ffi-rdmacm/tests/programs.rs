@@ -17,6 +17,7 @@
 //! * `mckey` (multicast) and `rstream` (rsockets) fail promptly with `ENOSYS` reported;
 //! * `tests/c/cm_calls.c`: `rdma_migrate_id`, `rdma_create_qp_ex`, `rdma_notify`,
 //!   `rdma_init_qp_attr` with a QP the program moves itself, `rdma_establish`;
+//! * `cmtime -c 10`: ten connections set up and torn down at once, every step timed;
 //! * a reject: `ucmatose` to a port nobody listens on (another process's device exists)
 //!   exits non-zero with `RDMA_CM_EVENT_REJECTED`, promptly.
 //!
@@ -708,4 +709,70 @@ fn cm_calls_migrate_qp_ex_notify_init_qp_attr() {
         "{}",
         co.stderr
     );
+}
+
+/// `cmtime -c 10`: ten ids through every step at once (create, resolve address and route,
+/// QP, connect, disconnect, destroy), each step timed; the client exits 0 and prints a
+/// row per step with finite figures (the server waits for more clients until its limit).
+#[test]
+fn cmtime_ten_connections() {
+    let test = "cmtime";
+    if !have(test, "/usr/bin/cmtime") {
+        return;
+    }
+    let dir = LibDir::new("cmtime");
+    let (s, c) = (addr(37), addr(38));
+    let ip = s.to_string();
+    let srv = cmd(
+        &dir,
+        "/usr/bin/cmtime",
+        s,
+        &["-b", &ip, "-p", "7479", "-c", "10"],
+    );
+    let srv = std::thread::spawn(move || run(srv, Duration::from_secs(10)));
+    let until = Instant::now() + Duration::from_secs(20);
+    while !device_open(s) {
+        assert!(Instant::now() < until, "cmtime server device never opened");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let co = run(
+        cmd(
+            &dir,
+            "/usr/bin/cmtime",
+            c,
+            &["-s", &ip, "-p", "7479", "-c", "10"],
+        ),
+        Duration::from_secs(30),
+    )
+    .expect("cmtime client");
+    assert_ok(test, "client", &co);
+    for step in [
+        "create id",
+        "resolve addr",
+        "resolve route",
+        "create qp",
+        "connect",
+        "disconnect",
+        "destroy",
+    ] {
+        let row = co
+            .stdout
+            .lines()
+            .find(|l| l.split(':').next().map(str::trim) == Some(step))
+            .unwrap_or_else(|| panic!("no {step} row:\n{}", co.stdout));
+        let figures: Vec<f64> = row
+            .split(':')
+            .nth(1)
+            .unwrap_or("")
+            .split_whitespace()
+            .map(|w| w.parse().unwrap_or(f64::NAN))
+            .collect();
+        assert!(
+            figures.len() == 4 && figures.iter().all(|f| f.is_finite() && *f >= 0.0),
+            "{step}: {row}"
+        );
+    }
+    // The server waits for further clients until its limit.
+    let _ = srv.join();
 }
