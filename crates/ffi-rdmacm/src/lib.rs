@@ -10,9 +10,8 @@
 //! and every call fails with `ENOSYS`. docs/ARCHITECTURE.md ("librdmacm") says why the
 //! implementation is not in this library.
 //!
-//! Functions uroce does not implement (rsockets, multicast, SRQs on ids, ECE,
-//! `rdma_migrate_id`, `rdma_init_qp_attr`, `rdma_create_qp_ex`, `rdma_notify`) fail here
-//! with `-1` (NULL-equivalent) and `errno` `ENOSYS`.
+//! Functions uroce does not implement (rsockets, multicast, ECE) fail here with `-1`
+//! (NULL-equivalent) and `errno` `ENOSYS`.
 //!
 //! Each function has an internal name `urcm_<name>`; a `.symver` directive gives it the
 //! public versioned name (with the version nodes of `librdmacm.map`), as in `uroce-ffi`.
@@ -142,14 +141,14 @@ pub mod api {
     forward!(rdma_create_event_channel, "RDMACM_1.0", () -> *mut c_void, std::ptr::null_mut());
     forward!(rdma_create_id, "RDMACM_1.0", (channel: *mut c_void, id: *mut c_void, context: *mut c_void, ps: c_int) -> c_int, -1);
     forward!(rdma_create_qp, "RDMACM_1.0", (id: *mut c_void, pd: *mut c_void, attr: *mut c_void) -> c_int, -1);
-    unsupported!(rdma_create_qp_ex, "RDMACM_1.0");
-    unsupported!(rdma_create_srq, "RDMACM_1.0");
-    unsupported!(rdma_create_srq_ex, "RDMACM_1.0");
+    forward!(rdma_create_qp_ex, "RDMACM_1.0", (id: *mut c_void, attr: *mut c_void) -> c_int, -1);
+    forward!(rdma_create_srq, "RDMACM_1.0", (id: *mut c_void, pd: *mut c_void, attr: *mut c_void) -> c_int, -1);
+    forward!(rdma_create_srq_ex, "RDMACM_1.0", (id: *mut c_void, attr: *mut c_void) -> c_int, -1);
     forward!(rdma_destroy_ep, "RDMACM_1.0", (id: *mut c_void) -> (), ());
     forward!(rdma_destroy_event_channel, "RDMACM_1.0", (channel: *mut c_void) -> (), ());
     forward!(rdma_destroy_id, "RDMACM_1.0", (id: *mut c_void) -> c_int, -1);
     forward!(rdma_destroy_qp, "RDMACM_1.0", (id: *mut c_void) -> (), ());
-    unsupported!(rdma_destroy_srq, "RDMACM_1.0");
+    forward!(rdma_destroy_srq, "RDMACM_1.0", (id: *mut c_void) -> (), ());
     forward!(rdma_disconnect, "RDMACM_1.0", (id: *mut c_void) -> c_int, -1);
     forward!(rdma_event_str, "RDMACM_1.0", (event: c_int) -> *const c_char, c"UNKNOWN EVENT".as_ptr());
     forward!(rdma_free_devices, "RDMACM_1.0", (list: *mut c_void) -> (), ());
@@ -163,8 +162,8 @@ pub mod api {
     unsupported!(rdma_join_multicast, "RDMACM_1.0");
     unsupported!(rdma_leave_multicast, "RDMACM_1.0");
     forward!(rdma_listen, "RDMACM_1.0", (id: *mut c_void, backlog: c_int) -> c_int, -1);
-    unsupported!(rdma_migrate_id, "RDMACM_1.0");
-    unsupported!(rdma_notify, "RDMACM_1.0");
+    forward!(rdma_migrate_id, "RDMACM_1.0", (id: *mut c_void, channel: *mut c_void) -> c_int, -1);
+    forward!(rdma_notify, "RDMACM_1.0", (id: *mut c_void, event: c_int) -> c_int, -1);
     forward!(rdma_reject, "RDMACM_1.0", (id: *mut c_void, data: *mut c_void, len: u8) -> c_int, -1);
     forward!(rdma_resolve_addr, "RDMACM_1.0", (id: *mut c_void, src: *mut c_void, dst: *mut c_void, timeout_ms: c_int) -> c_int, -1);
     forward!(rdma_resolve_route, "RDMACM_1.0", (id: *mut c_void, timeout_ms: c_int) -> c_int, -1);
@@ -194,7 +193,7 @@ pub mod api {
     unsupported!(rwritev, "RDMACM_1.0");
     unsupported!(rdma_join_multicast_ex, "RDMACM_1.1");
     forward!(rdma_establish, "RDMACM_1.2", (id: *mut c_void) -> c_int, -1);
-    unsupported!(rdma_init_qp_attr, "RDMACM_1.2");
+    forward!(rdma_init_qp_attr, "RDMACM_1.2", (id: *mut c_void, qp_attr: *mut c_void, mask: *mut c_void) -> c_int, -1);
     unsupported!(rdma_get_remote_ece, "RDMACM_1.3");
     unsupported!(rdma_reject_ece, "RDMACM_1.3");
     unsupported!(rdma_set_local_ece, "RDMACM_1.3");

@@ -217,6 +217,8 @@ pub struct rdma_addrinfo {
 pub const RDMA_PS_TCP: c_int = 0x0106;
 /// `RDMA_PS_UDP`.
 pub const RDMA_PS_UDP: c_int = 0x0111;
+/// `RDMA_PS_IB` (any QP type; librdmacm's port space for XRC).
+pub const RDMA_PS_IB: c_int = 0x013F;
 /// `RAI_PASSIVE`.
 pub const RAI_PASSIVE: c_int = 1;
 
@@ -240,10 +242,28 @@ struct IdEntry {
     /// `chan` was made for this id (`rdma_create_id` without a channel) and goes with it.
     own_chan: bool,
     /// PD, CQs and channels this library made for the id (freed with it).
-    owned_pd: bool,
-    owned_cqs: bool,
+    owned: Owned,
     /// `rdma_create_ep`'s QP attributes of a listening endpoint, for `rdma_get_request`.
     ep_qp_attr: Option<QpAttrs>,
+    /// A synchronous id's last event (`id->event`), a copy that stays until the next
+    /// synchronous call or the id's destruction, as rdma-core keeps it.
+    held: Option<HeldEvent>,
+}
+
+/// What this library made for an id.
+#[derive(Clone, Copy, Default)]
+struct Owned {
+    pd: bool,
+    /// `send_cq` and `send_cq_channel`.
+    send_cq: bool,
+    /// `recv_cq` and `recv_cq_channel`.
+    recv_cq: bool,
+}
+
+/// A copy of a delivered event, with its own private data.
+struct HeldEvent {
+    _raw: CBox<rdma_cm_event>,
+    _private: Vec<u8>,
 }
 
 /// QP attributes kept for `rdma_get_request`.
@@ -274,6 +294,8 @@ struct Reg {
     by_token: HashMap<u64, usize>,
     events: HashMap<usize, EvEntry>,
     addrinfos: HashMap<usize, AddrInfoEntry>,
+    /// The XRC domain of the process's ids (`ibv_xrcd`), opened on first need.
+    xrcd: usize,
 }
 
 static REG: LazyLock<Mutex<Reg>> = LazyLock::new(|| Mutex::new(Reg::default()));
@@ -344,6 +366,7 @@ impl Reg {
         c.port_num = 1;
         let (ps, qpt) = match id.port_space() {
             PortSpace::Udp => (RDMA_PS_UDP, IBV_QPT_UD),
+            PortSpace::Ib => (RDMA_PS_IB, IBV_QPT_RC),
             _ => (RDMA_PS_TCP, IBV_QPT_RC),
         };
         c.ps = ps;
@@ -359,9 +382,9 @@ impl Reg {
                 chan: chan as usize,
                 sync,
                 own_chan: false,
-                owned_pd: false,
-                owned_cqs: false,
+                owned: Owned::default(),
                 ep_qp_attr: None,
+                held: None,
             },
         );
         sync_addrs(self.ids.get(&(p as usize)));
@@ -483,6 +506,7 @@ fn cm_error(op: &'static str, e: &CmError) -> FfiError {
         CmError::PrivateDataTooLong { .. } => libc::EINVAL,
         CmError::InUse(_) => libc::EBUSY,
         CmError::Timeout => libc::ETIMEDOUT,
+        CmError::AlreadyConnected => libc::EISCONN,
         _ => libc::EIO,
     };
     FfiError::Refused {
@@ -528,13 +552,17 @@ fn deliver(reg: &mut Reg, mut ev: Event) -> Option<*mut rdma_cm_event> {
             .as_ref()
             .and_then(|l| reg.by_token.get(&l.token()).copied())?;
         let new = ev.take_id()?;
-        let (lchan, lctx, lsync, lverbs) = {
+        let (lchan, lctx, lsync, lverbs, lqpt) = {
             let l = reg.ids.get(&listen)?;
             let r = l.raw.ptr();
             // SAFETY: a live id of the registry (lock held).
-            unsafe { ((*r).channel, (*r).context, l.sync, (*r).verbs) }
+            unsafe { ((*r).channel, (*r).context, l.sync, (*r).verbs, (*r).qp_type) }
         };
         let p = reg.add_id(new, lchan, lctx, lsync, lverbs);
+        // The new id takes the listener's QP type (as librdmacm's): an XRC_RECV listener's
+        // requests get XRC_RECV QPs.
+        // SAFETY: the id just registered (lock held).
+        unsafe { (*p).qp_type = lqpt };
         c.id = p;
         c.listen_id = listen as *mut rdma_cm_id;
     } else {
@@ -664,9 +692,9 @@ fn sync_wait(id: *mut rdma_cm_id, want: EventKind) -> Result<*mut rdma_cm_event,
         if kind == want {
             return Ok(p);
         }
-        let e = r.events.remove(&(p as usize));
         drop(r);
-        drop(e);
+        // The failure event stays as `id->event` (its status and private data).
+        hold(id, p)?;
         let errno = match kind {
             EventKind::Rejected => libc::ECONNREFUSED,
             EventKind::Unreachable => libc::ETIMEDOUT,
@@ -704,6 +732,53 @@ fn ack(ev: *mut rdma_cm_event) -> Result<(), FfiError> {
     // Dropped outside the lock (acknowledging may wake a destroy).
     drop(e);
     Ok(())
+}
+
+/// Keeps a copy of delivered event `ev` as synchronous id `id`'s `id->event` (replacing
+/// the one before) and acknowledges `ev`.
+fn hold(id: *mut rdma_cm_id, ev: *mut rdma_cm_event) -> Result<(), FfiError> {
+    let old = {
+        let mut r = reg();
+        if !r.events.contains_key(&(ev as usize)) {
+            return Err(FfiError::BadHandle {
+                what: "rdma_cm_event",
+            });
+        }
+        // SAFETY: a live event of the registry (lock held): plain data, copied bitwise.
+        let mut copy = unsafe { std::ptr::read(ev) };
+        // SAFETY: both union members start with the private data pointer and length,
+        // which `deliver` set from a buffer the event owns.
+        let private = unsafe {
+            let (p, n) = (
+                copy.param.conn.private_data,
+                copy.param.conn.private_data_len,
+            );
+            if p.is_null() || n == 0 {
+                Vec::new()
+            } else {
+                std::slice::from_raw_parts(p.cast::<u8>(), usize::from(n)).to_vec()
+            }
+        };
+        // The copy points at its own buffer (both union members alias the pointer).
+        copy.param.conn.private_data = if private.is_empty() {
+            std::ptr::null()
+        } else {
+            private.as_ptr().cast()
+        };
+        let held = HeldEvent {
+            _raw: CBox::new(copy),
+            _private: private,
+        };
+        let e = r
+            .ids
+            .get_mut(&(id as usize))
+            .ok_or(FfiError::BadHandle { what: "rdma_cm_id" })?;
+        // SAFETY: live id (lock held).
+        unsafe { (*e.raw.ptr()).event = held._raw.ptr() };
+        e.held.replace(held)
+    };
+    drop(old);
+    ack(ev)
 }
 
 /// A reference to the id behind `id`, whether it is synchronous.
@@ -765,9 +840,10 @@ pub unsafe extern "C" fn uroce_rdmacm_rdma_create_id(
             let space = match ps {
                 RDMA_PS_TCP => PortSpace::Tcp,
                 RDMA_PS_UDP => PortSpace::Udp,
+                RDMA_PS_IB => PortSpace::Ib,
                 _ => {
                     return Err(FfiError::Unsupported(
-                        "port space (only RDMA_PS_TCP and RDMA_PS_UDP)",
+                        "port space (only RDMA_PS_TCP, RDMA_PS_UDP and RDMA_PS_IB)",
                     ))
                 }
             };
@@ -819,9 +895,9 @@ fn destroy_id(id: *mut rdma_cm_id) -> Result<(), FfiError> {
         chan,
         sync,
         own_chan,
-        owned_pd,
-        owned_cqs,
+        owned,
         ep_qp_attr,
+        held,
     } = e;
     if let Err((back, err)) = rid.destroy() {
         // Put it back: the application must acknowledge its events first.
@@ -835,29 +911,26 @@ fn destroy_id(id: *mut rdma_cm_id) -> Result<(), FfiError> {
                 chan,
                 sync,
                 own_chan,
-                owned_pd,
-                owned_cqs,
+                owned,
                 ep_qp_attr,
+                held,
             },
         );
         return Err(cm_error("rdma_destroy_id", &err));
     }
     // SAFETY: `raw` is the id just removed from the registry, still allocated (`craw`).
     let c = unsafe { &mut *raw };
-    if owned_cqs {
-        // SAFETY: CQs and channels this library created on the id's context.
-        unsafe {
-            crate::verbs_api::uroce_ibv_destroy_cq(c.send_cq);
-            if c.recv_cq != c.send_cq {
-                crate::verbs_api::uroce_ibv_destroy_cq(c.recv_cq);
-            }
-            crate::verbs_api::uroce_ibv_destroy_comp_channel(c.send_cq_channel);
-            if c.recv_cq_channel != c.send_cq_channel {
-                crate::verbs_api::uroce_ibv_destroy_comp_channel(c.recv_cq_channel);
-            }
+    drop(held);
+    // SAFETY: CQs and channels this library created on the id's context.
+    unsafe {
+        if owned.send_cq {
+            destroy_cq_pair(c.send_cq, c.send_cq_channel);
+        }
+        if owned.recv_cq {
+            destroy_cq_pair(c.recv_cq, c.recv_cq_channel);
         }
     }
-    if owned_pd {
+    if owned.pd {
         // SAFETY: a PD this library allocated.
         unsafe { crate::verbs_api::uroce_ibv_dealloc_pd(c.pd) };
     }
@@ -939,7 +1012,7 @@ pub unsafe extern "C" fn uroce_rdmacm_rdma_resolve_addr(
             after_call(id);
             if sync {
                 let ev = sync_wait(id, EventKind::AddrResolved)?;
-                ack(ev)?;
+                hold(id, ev)?;
             }
             Ok(())
         })())
@@ -963,15 +1036,265 @@ pub unsafe extern "C" fn uroce_rdmacm_rdma_resolve_route(
                 .map_err(|e| cm_error("rdma_resolve_route", &e))?;
             if sync {
                 let ev = sync_wait(id, EventKind::RouteResolved)?;
-                ack(ev)?;
+                hold(id, ev)?;
             }
             Ok(())
         })())
     })
 }
 
-/// Creates the id's QP through this library's `ibv_create_qp` (CQs, channels and a PD
-/// when the caller gives none) and binds it to the id.
+/// Destroys a CQ and its completion channel this library made (either may be NULL).
+///
+/// # Safety
+/// Both are NULL or objects of this library that nothing else uses any more.
+unsafe fn destroy_cq_pair(cq: *mut ibv_cq, ch: *mut ibv_comp_channel) {
+    // SAFETY: caller guarantee.
+    unsafe {
+        if !cq.is_null() {
+            crate::verbs_api::uroce_ibv_destroy_cq(cq);
+        }
+        if !ch.is_null() {
+            crate::verbs_api::uroce_ibv_destroy_comp_channel(ch);
+        }
+    }
+}
+
+/// A CQ of `size` entries with its own completion channel, its context the id (as
+/// librdmacm makes them when the caller gives none).
+fn make_cq(
+    verbs: *mut ibv_context,
+    size: u32,
+    id: *mut rdma_cm_id,
+) -> Result<(*mut ibv_cq, *mut ibv_comp_channel), FfiError> {
+    // SAFETY: `verbs` is this library's context.
+    let ch = unsafe { crate::verbs_api::uroce_ibv_create_comp_channel(verbs) };
+    if ch.is_null() {
+        return Err(FfiError::Invalid(
+            "cannot create a completion channel for the id",
+        ));
+    }
+    // SAFETY: as above; `ch` was just made on it.
+    let cq = unsafe {
+        crate::verbs_api::uroce_ibv_create_cq(
+            verbs,
+            c_int::try_from(size.max(1)).unwrap_or(1),
+            id.cast(),
+            ch,
+            0,
+        )
+    };
+    if cq.is_null() {
+        // SAFETY: the channel just made, unused.
+        unsafe { destroy_cq_pair(std::ptr::null_mut(), ch) };
+        return Err(FfiError::Invalid("cannot create a CQ for the id"));
+    }
+    Ok((cq, ch))
+}
+
+/// The process's XRC domain for ids (librdmacm opens one per device: `fd` -1,
+/// `O_CREAT`), opened on first need and kept.
+fn ids_xrcd(verbs: *mut ibv_context) -> Result<*mut ibv_xrcd, FfiError> {
+    let mut r = reg();
+    if r.xrcd != 0 {
+        return Ok(r.xrcd as *mut ibv_xrcd);
+    }
+    let mut a = ibv_xrcd_init_attr {
+        comp_mask: IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS,
+        fd: -1,
+        oflags: libc::O_CREAT,
+    };
+    // SAFETY: `verbs` is this library's context; `a` a readable attribute struct.
+    let x = unsafe { crate::xrc::vctx_open_xrcd(verbs, &mut a) };
+    if x.is_null() {
+        return Err(FfiError::Refused {
+            op: "opening the ids' XRC domain",
+            errno: last_errno(),
+            reason: "ibv_open_xrcd failed".into(),
+        });
+    }
+    r.xrcd = x as usize;
+    Ok(x)
+}
+
+fn last_errno() -> c_int {
+    std::io::Error::last_os_error()
+        .raw_os_error()
+        .filter(|e| *e != 0)
+        .unwrap_or(libc::EINVAL)
+}
+
+fn einval(op: &'static str, reason: &str) -> FfiError {
+    FfiError::Refused {
+        op,
+        errno: libc::EINVAL,
+        reason: reason.into(),
+    }
+}
+
+/// The id's C struct (live while the application does not destroy the id).
+fn id_raw(id: *mut rdma_cm_id) -> Result<*mut rdma_cm_id, FfiError> {
+    Ok(reg().id(id)?.raw.ptr())
+}
+
+/// `rdma_create_qp_ex`'s work: the id's QP through this library's `ibv_create_qp_ex`
+/// (XRC_RECV: in the process's XRC domain), with CQs and channels for what the caller
+/// and the id give none of, and a PD when neither has one; bound to the id. On a
+/// `RDMA_PS_IB` id the attributes' QP type (RC, XRC_SEND, XRC_RECV) becomes the id's;
+/// on TCP / UDP ids the port space's type is used.
+fn create_qp_ex(id: *mut rdma_cm_id, attr: *mut ibv_qp_init_attr_ex) -> Result<(), FfiError> {
+    const OP: &str = "rdma_create_qp_ex";
+    if attr.is_null() {
+        return Err(FfiError::Invalid("qp_init_attr is NULL"));
+    }
+    let (rid, _) = id_ref(id)?;
+    let c = id_raw(id)?;
+    // SAFETY: live id of the registry.
+    let cur = unsafe { &*c };
+    if !cur.qp.is_null() {
+        return Err(einval(OP, "the id has a QP"));
+    }
+    // SAFETY: caller guarantee: readable (checked non-NULL).
+    let mut a = unsafe { attr.read() };
+    if a.comp_mask & IBV_QP_INIT_ATTR_PD != 0 && !a.pd.is_null() {
+        // SAFETY: a PD of the application (this library's).
+        if unsafe { (*a.pd).context } != cur.verbs {
+            return Err(einval(OP, "the PD is not of the id's context"));
+        }
+    } else {
+        a.pd = cur.pd;
+    }
+    if (!cur.recv_cq.is_null() && !a.recv_cq.is_null() && cur.recv_cq != a.recv_cq)
+        || (!cur.send_cq.is_null() && !a.send_cq.is_null() && cur.send_cq != a.send_cq)
+    {
+        return Err(einval(OP, "CQs other than the id's"));
+    }
+    if cur.ps == RDMA_PS_IB {
+        if !matches!(a.qp_type, IBV_QPT_RC | IBV_QPT_XRC_SEND | IBV_QPT_XRC_RECV) {
+            return Err(einval(
+                OP,
+                "RDMA_PS_IB ids take RC, XRC_SEND or XRC_RECV QPs",
+            ));
+        }
+    } else {
+        a.qp_type = cur.qp_type;
+    }
+    let qpt = a.qp_type;
+    if qpt == IBV_QPT_XRC_RECV && (a.comp_mask & IBV_QP_INIT_ATTR_XRCD == 0 || a.xrcd.is_null()) {
+        a.xrcd = ids_xrcd(cur.verbs)?;
+        a.comp_mask |= IBV_QP_INIT_ATTR_XRCD;
+    }
+    // What this call makes, undone on failure.
+    let mut made = Owned::default();
+    let mut pd = a.pd;
+    let (mut scq, mut sch) = (cur.send_cq, cur.send_cq_channel);
+    let (mut rcq, mut rch) = (cur.recv_cq, cur.recv_cq_channel);
+    let undo = |made: Owned,
+                pd,
+                s: (*mut ibv_cq, *mut ibv_comp_channel),
+                r: (*mut ibv_cq, *mut ibv_comp_channel)| {
+        // SAFETY: objects this call made, not handed out.
+        unsafe {
+            if made.send_cq {
+                destroy_cq_pair(s.0, s.1);
+            }
+            if made.recv_cq {
+                destroy_cq_pair(r.0, r.1);
+            }
+            if made.pd {
+                crate::verbs_api::uroce_ibv_dealloc_pd(pd);
+            }
+        }
+    };
+    let r = (|| {
+        if pd.is_null() {
+            // SAFETY: the id's context.
+            pd = unsafe { crate::verbs_api::uroce_ibv_alloc_pd(cur.verbs) };
+            if pd.is_null() {
+                return Err(FfiError::Invalid("cannot allocate a PD for the id"));
+            }
+            made.pd = true;
+        }
+        if qpt != IBV_QPT_XRC_RECV {
+            if a.send_cq.is_null() && scq.is_null() {
+                (scq, sch) = make_cq(cur.verbs, a.cap.max_send_wr, id)?;
+                made.send_cq = true;
+            }
+            // An XRC initiator has no receive side.
+            if qpt != IBV_QPT_XRC_SEND && a.recv_cq.is_null() && rcq.is_null() {
+                (rcq, rch) = make_cq(cur.verbs, a.cap.max_recv_wr, id)?;
+                made.recv_cq = true;
+            }
+        }
+        if a.send_cq.is_null() {
+            a.send_cq = scq;
+        }
+        if a.recv_cq.is_null() {
+            a.recv_cq = rcq;
+        }
+        if a.srq.is_null() {
+            a.srq = cur.srq;
+        }
+        a.pd = pd;
+        a.comp_mask |= IBV_QP_INIT_ATTR_PD;
+        // Inline data at least as large as the send SGEs (16 bytes each, up to 64 bytes, far
+        // below the device's limit), what the kernel's Soft-RoCE grants for such a request:
+        // rdma_xclient sends 16 bytes inline on a QP that asked for one SGE and no inline
+        // data.
+        if qpt != IBV_QPT_XRC_RECV {
+            a.cap.max_inline_data = a
+                .cap
+                .max_inline_data
+                .max(a.cap.max_send_sge.saturating_mul(16).min(64));
+        }
+        // SAFETY: `a` is a valid, writable init attr on this library's objects.
+        let qp = unsafe { crate::xrc::vctx_create_qp_ex(cur.verbs, &mut a) };
+        if qp.is_null() {
+            return Err(FfiError::Refused {
+                op: OP,
+                errno: last_errno(),
+                reason: "ibv_create_qp_ex failed".into(),
+            });
+        }
+        let bound = qp_ref(qp).and_then(|(q, _)| rid.bind_qp(&q).map_err(|e| cm_error(OP, &e)));
+        if let Err(e) = bound {
+            // SAFETY: the QP just created.
+            unsafe { crate::verbs_api::uroce_ibv_destroy_qp(qp) };
+            return Err(e);
+        }
+        Ok(qp)
+    })();
+    let qp = match r {
+        Ok(qp) => qp,
+        Err(e) => {
+            undo(made, pd, (scq, sch), (rcq, rch));
+            return Err(e);
+        }
+    };
+    // SAFETY: caller guarantee: writable.
+    unsafe { attr.write(a) };
+    let mut g = reg();
+    let e = g
+        .ids
+        .get_mut(&(id as usize))
+        .ok_or(FfiError::BadHandle { what: "rdma_cm_id" })?;
+    e.owned.pd |= made.pd;
+    e.owned.send_cq |= made.send_cq;
+    e.owned.recv_cq |= made.recv_cq;
+    // SAFETY: live id (lock held).
+    unsafe {
+        (*c).qp = qp;
+        (*c).pd = pd;
+        (*c).qp_type = qpt;
+        (*c).send_cq = scq;
+        (*c).send_cq_channel = sch;
+        (*c).recv_cq = rcq;
+        (*c).recv_cq_channel = rch;
+    }
+    Ok(())
+}
+
+/// `rdma_create_qp`'s work: [`create_qp_ex`] on the same attributes with `pd` (or the
+/// id's PD); the granted attributes are written back.
 fn create_qp(
     id: *mut rdma_cm_id,
     pd: *mut ibv_pd,
@@ -980,98 +1303,32 @@ fn create_qp(
     if attr.is_null() {
         return Err(FfiError::Invalid("qp_init_attr is NULL"));
     }
-    let (rid, _) = id_ref(id)?;
-    let (verbs, mut pd) = {
-        let r = reg();
-        let e = r.id(id)?;
-        let c = e.raw.ptr();
-        // SAFETY: live id (lock held).
-        unsafe { ((*c).verbs, if pd.is_null() { (*c).pd } else { pd }) }
-    };
-    let mut owned_pd = false;
-    if pd.is_null() {
-        // SAFETY: `verbs` is this library's context.
-        pd = unsafe { crate::verbs_api::uroce_ibv_alloc_pd(verbs) };
-        if pd.is_null() {
-            return Err(FfiError::Invalid("cannot allocate a PD for the id"));
-        }
-        owned_pd = true;
-    }
-    // SAFETY: caller guarantee: readable and writable attributes (checked non-NULL).
-    let mut a = unsafe { attr.read() };
-    let mut owned_cqs = false;
-    let mut chans = (std::ptr::null_mut(), std::ptr::null_mut());
-    if a.send_cq.is_null() || a.recv_cq.is_null() {
-        // SAFETY: the id's context; the CQ sizes are the QP's queue depths.
-        unsafe {
-            let rch = crate::verbs_api::uroce_ibv_create_comp_channel(verbs);
-            let sch = crate::verbs_api::uroce_ibv_create_comp_channel(verbs);
-            let rcq = crate::verbs_api::uroce_ibv_create_cq(
-                verbs,
-                c_int::try_from(a.cap.max_recv_wr.max(1)).unwrap_or(1),
-                id.cast(),
-                rch,
-                0,
-            );
-            let scq = crate::verbs_api::uroce_ibv_create_cq(
-                verbs,
-                c_int::try_from(a.cap.max_send_wr.max(1)).unwrap_or(1),
-                id.cast(),
-                sch,
-                0,
-            );
-            if rcq.is_null() || scq.is_null() {
-                return Err(FfiError::Invalid("cannot create the id's CQs"));
-            }
-            a.recv_cq = rcq;
-            a.send_cq = scq;
-            chans = (sch, rch);
-        }
-        owned_cqs = true;
-    }
-    a.qp_type = {
-        let r = reg();
-        // SAFETY: live id (lock held).
-        unsafe { (*r.id(id)?.raw.ptr()).qp_type }
-    };
-    // SAFETY: `a` is a valid init attr on this library's PD.
-    let qp = unsafe { crate::verbs_api::uroce_ibv_create_qp(pd, &mut a) };
-    if qp.is_null() {
-        return Err(FfiError::Refused {
-            op: "rdma_create_qp",
-            errno: std::io::Error::last_os_error()
-                .raw_os_error()
-                .unwrap_or(libc::EINVAL),
-            reason: "ibv_create_qp failed".into(),
-        });
-    }
-    let (qref, _) = qp_ref(qp)?;
-    if let Err(e) = rid.bind_qp(&qref) {
-        // SAFETY: the QP just created.
-        unsafe { crate::verbs_api::uroce_ibv_destroy_qp(qp) };
-        return Err(cm_error("rdma_create_qp", &e));
-    }
+    // SAFETY: caller guarantee: readable (checked non-NULL).
+    let a = unsafe { attr.read() };
+    // SAFETY: ibv_qp_init_attr_ex is pointers and integers: valid zeroed.
+    let mut x: ibv_qp_init_attr_ex = unsafe { zeroed() };
+    x.qp_context = a.qp_context;
+    x.send_cq = a.send_cq;
+    x.recv_cq = a.recv_cq;
+    x.srq = a.srq;
+    x.cap = a.cap;
+    x.qp_type = a.qp_type;
+    x.sq_sig_all = a.sq_sig_all;
+    x.comp_mask = IBV_QP_INIT_ATTR_PD;
+    x.pd = pd;
+    create_qp_ex(id, &mut x)?;
     // SAFETY: caller guarantee: writable.
-    unsafe { attr.write(a) };
-    let mut r = reg();
-    let e = r
-        .ids
-        .get_mut(&(id as usize))
-        .ok_or(FfiError::BadHandle { what: "rdma_cm_id" })?;
-    e.owned_pd |= owned_pd;
-    e.owned_cqs |= owned_cqs;
-    let c = e.raw.ptr();
-    // SAFETY: live id (lock held).
     unsafe {
-        (*c).qp = qp;
-        (*c).pd = pd;
-        if owned_cqs {
-            (*c).send_cq = a.send_cq;
-            (*c).recv_cq = a.recv_cq;
-            (*c).send_cq_channel = chans.0;
-            (*c).recv_cq_channel = chans.1;
-        }
-    }
+        attr.write(ibv_qp_init_attr {
+            qp_context: x.qp_context,
+            send_cq: x.send_cq,
+            recv_cq: x.recv_cq,
+            srq: x.srq,
+            cap: x.cap,
+            qp_type: x.qp_type,
+            sq_sig_all: x.sq_sig_all,
+        })
+    };
     Ok(())
 }
 
@@ -1086,6 +1343,182 @@ pub unsafe extern "C" fn uroce_rdmacm_rdma_create_qp(
     attr: *mut ibv_qp_init_attr,
 ) -> c_int {
     guard(-1, || minus_one(create_qp(id, pd, attr)))
+}
+
+/// `rdma_create_qp_ex(id, qp_init_attr_ex)`: see [`create_qp_ex`].
+///
+/// # Safety
+/// `attr` is readable and writable.
+#[no_mangle]
+pub unsafe extern "C" fn uroce_rdmacm_rdma_create_qp_ex(
+    id: *mut rdma_cm_id,
+    attr: *mut ibv_qp_init_attr_ex,
+) -> c_int {
+    guard(-1, || minus_one(create_qp_ex(id, attr)))
+}
+
+/// `rdma_create_srq_ex`'s work (librdmacm's rules): the id's PD when none is given; an
+/// XRC SRQ in the process's XRC domain completing into the id's receive CQ (made when the
+/// id has none); the SRQ becomes `id->srq`.
+fn create_srq_ex(id: *mut rdma_cm_id, attr: *mut ibv_srq_init_attr_ex) -> Result<(), FfiError> {
+    const OP: &str = "rdma_create_srq_ex";
+    if attr.is_null() {
+        return Err(FfiError::Invalid("srq_init_attr is NULL"));
+    }
+    let c = id_raw(id)?;
+    // SAFETY: live id of the registry.
+    let cur = unsafe { &*c };
+    // SAFETY: caller guarantee: readable (checked non-NULL).
+    let mut a = unsafe { attr.read() };
+    if a.comp_mask & IBV_SRQ_INIT_ATTR_TYPE == 0 {
+        return Err(einval(OP, "no SRQ type"));
+    }
+    let mut made = Owned::default();
+    if a.comp_mask & IBV_SRQ_INIT_ATTR_PD == 0 || a.pd.is_null() {
+        a.pd = cur.pd;
+        a.comp_mask |= IBV_SRQ_INIT_ATTR_PD;
+    }
+    if a.pd.is_null() {
+        // SAFETY: the id's context.
+        a.pd = unsafe { crate::verbs_api::uroce_ibv_alloc_pd(cur.verbs) };
+        if a.pd.is_null() {
+            return Err(FfiError::Invalid("cannot allocate a PD for the id"));
+        }
+        made.pd = true;
+    }
+    let (mut rcq, mut rch) = (cur.recv_cq, cur.recv_cq_channel);
+    let r = (|| {
+        if a.srq_type == IBV_SRQT_XRC {
+            if a.comp_mask & IBV_SRQ_INIT_ATTR_XRCD == 0 || a.xrcd.is_null() {
+                a.xrcd = ids_xrcd(cur.verbs)?;
+            }
+            if a.comp_mask & IBV_SRQ_INIT_ATTR_CQ == 0 || a.cq.is_null() {
+                if rcq.is_null() {
+                    (rcq, rch) = make_cq(cur.verbs, a.attr.max_wr, id)?;
+                    made.recv_cq = true;
+                }
+                a.cq = rcq;
+            }
+            a.comp_mask |= IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ;
+        }
+        // SAFETY: `a` is a valid, writable init attr on this library's objects.
+        let srq = unsafe { crate::xrc::vctx_create_srq_ex(cur.verbs, &mut a) };
+        if srq.is_null() {
+            return Err(FfiError::Refused {
+                op: OP,
+                errno: last_errno(),
+                reason: "ibv_create_srq_ex failed".into(),
+            });
+        }
+        Ok(srq)
+    })();
+    let srq = match r {
+        Ok(s) => s,
+        Err(e) => {
+            // SAFETY: objects this call made, not handed out.
+            unsafe {
+                if made.recv_cq {
+                    destroy_cq_pair(rcq, rch);
+                }
+                if made.pd {
+                    crate::verbs_api::uroce_ibv_dealloc_pd(a.pd);
+                }
+            }
+            return Err(e);
+        }
+    };
+    // SAFETY: caller guarantee: writable.
+    unsafe { attr.write(a) };
+    let mut g = reg();
+    let e = g
+        .ids
+        .get_mut(&(id as usize))
+        .ok_or(FfiError::BadHandle { what: "rdma_cm_id" })?;
+    e.owned.pd |= made.pd;
+    e.owned.recv_cq |= made.recv_cq;
+    // SAFETY: live id (lock held).
+    unsafe {
+        if (*c).pd.is_null() {
+            (*c).pd = a.pd;
+        }
+        (*c).srq = srq;
+        (*c).recv_cq = rcq;
+        (*c).recv_cq_channel = rch;
+    }
+    Ok(())
+}
+
+/// `rdma_create_srq_ex(id, attr)`: see [`create_srq_ex`].
+///
+/// # Safety
+/// `attr` is readable and writable.
+#[no_mangle]
+pub unsafe extern "C" fn uroce_rdmacm_rdma_create_srq_ex(
+    id: *mut rdma_cm_id,
+    attr: *mut ibv_srq_init_attr_ex,
+) -> c_int {
+    guard(-1, || minus_one(create_srq_ex(id, attr)))
+}
+
+/// `rdma_create_srq(id, pd, attr)`: an XRC SRQ on an XRC_RECV id, a basic one otherwise.
+///
+/// # Safety
+/// `attr` is readable and writable.
+#[no_mangle]
+pub unsafe extern "C" fn uroce_rdmacm_rdma_create_srq(
+    id: *mut rdma_cm_id,
+    pd: *mut ibv_pd,
+    attr: *mut ibv_srq_init_attr,
+) -> c_int {
+    guard(-1, || {
+        minus_one((|| {
+            if attr.is_null() {
+                return Err(FfiError::Invalid("srq_init_attr is NULL"));
+            }
+            let c = id_raw(id)?;
+            // SAFETY: caller guarantee: readable (checked non-NULL).
+            let a = unsafe { attr.read() };
+            // SAFETY: ibv_srq_init_attr_ex is pointers and integers: valid zeroed.
+            let mut x: ibv_srq_init_attr_ex = unsafe { zeroed() };
+            x.srq_context = a.srq_context;
+            x.attr = a.attr;
+            x.comp_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD;
+            // SAFETY: live id.
+            x.srq_type = if unsafe { (*c).qp_type } == IBV_QPT_XRC_RECV {
+                IBV_SRQT_XRC
+            } else {
+                IBV_SRQT_BASIC
+            };
+            x.pd = pd;
+            create_srq_ex(id, &mut x)?;
+            // SAFETY: caller guarantee: writable.
+            unsafe {
+                attr.write(ibv_srq_init_attr {
+                    srq_context: x.srq_context,
+                    attr: x.attr,
+                })
+            };
+            Ok(())
+        })())
+    })
+}
+
+/// `rdma_destroy_srq(id)`.
+///
+/// # Safety
+/// None beyond the C contract.
+#[no_mangle]
+pub unsafe extern "C" fn uroce_rdmacm_rdma_destroy_srq(id: *mut rdma_cm_id) {
+    guard((), || {
+        let Ok(c) = id_raw(id) else { return };
+        // SAFETY: live id; its SRQ, made by this library.
+        unsafe {
+            let srq = std::mem::replace(&mut (*c).srq, std::ptr::null_mut());
+            if !srq.is_null() {
+                crate::verbs_api::uroce_ibv_destroy_srq(srq);
+            }
+        }
+    });
 }
 
 /// `rdma_destroy_qp(id)`.
@@ -1138,8 +1571,9 @@ fn establishing(
     let (r, sync) = id_ref(id)?;
     start(&r).map_err(|e| cm_error(name, &e))?;
     if sync {
+        // `id->event` stays: rdma_xclient reads the accept's private data from it.
         let ev = sync_wait(id, EventKind::Established)?;
-        ack(ev)?;
+        hold(id, ev)?;
     }
     Ok(())
 }
@@ -1498,16 +1932,43 @@ pub unsafe extern "C" fn uroce_rdmacm_rdma_create_ep(
                 let _ = destroy_id(made);
                 e
             };
-            if !pd.is_null() {
-                // SAFETY: live id just made.
-                unsafe { (*p).pd = pd };
+            let qpt = match ai.ai_qp_type {
+                0 => None,
+                t => Some(
+                    u32::try_from(t)
+                        .ok()
+                        .filter(|t| {
+                            matches!(
+                                *t,
+                                IBV_QPT_RC | IBV_QPT_UD | IBV_QPT_XRC_SEND | IBV_QPT_XRC_RECV
+                            )
+                        })
+                        .ok_or_else(|| fail(einval("rdma_create_ep", "QP type")))?,
+                ),
+            };
+            // SAFETY: live id just made.
+            unsafe {
+                if !pd.is_null() {
+                    (*p).pd = pd;
+                }
+                if let Some(t) = qpt {
+                    (*p).qp_type = t;
+                }
             }
+            // librdmacm creates the endpoint's QP with the addrinfo's type.
+            let attr_typed = |attr: *mut ibv_qp_init_attr| {
+                if let Some(t) = qpt {
+                    // SAFETY: caller guarantee: writable (checked non-NULL by the caller).
+                    unsafe { (*attr).qp_type = t };
+                }
+            };
             if ai.ai_flags & RAI_PASSIVE != 0 {
                 // SAFETY: the addrinfo's source address.
                 if unsafe { uroce_rdmacm_rdma_bind_addr(p, ai.ai_src_addr) } != 0 {
                     return Err(fail(FfiError::Invalid("rdma_bind_addr failed")));
                 }
                 if !attr.is_null() {
+                    attr_typed(attr);
                     // SAFETY: caller guarantee: readable.
                     let a = unsafe { attr.read() };
                     if let Some(e) = reg().ids.get_mut(&(p as usize)) {
@@ -1527,6 +1988,7 @@ pub unsafe extern "C" fn uroce_rdmacm_rdma_create_ep(
                     return Err(fail(FfiError::Invalid("rdma_resolve_route failed")));
                 }
                 if !attr.is_null() {
+                    attr_typed(attr);
                     create_qp(p, pd, attr).map_err(fail)?;
                 }
             }
@@ -1545,7 +2007,10 @@ pub unsafe extern "C" fn uroce_rdmacm_rdma_create_ep(
 pub unsafe extern "C" fn uroce_rdmacm_rdma_destroy_ep(id: *mut rdma_cm_id) {
     guard((), || {
         // SAFETY: forwarded.
-        unsafe { uroce_rdmacm_rdma_destroy_qp(id) };
+        unsafe {
+            uroce_rdmacm_rdma_destroy_qp(id);
+            uroce_rdmacm_rdma_destroy_srq(id);
+        }
         let _ = destroy_id(id);
     });
 }
@@ -1589,9 +2054,9 @@ pub unsafe extern "C" fn uroce_rdmacm_rdma_get_request(
             }
             // SAFETY: caller guarantee (checked non-NULL).
             unsafe { *id = new };
-            // The event stays as `new->event` until the id goes (rdma-core acknowledges
-            // it at destroy); acknowledged here, the id keeps its own reference.
-            ack(ev)
+            // The request stays as `new->event` until the next synchronous call or the
+            // id's destruction, as in rdma-core.
+            hold(new, ev)
         })())
     })
 }
@@ -1653,4 +2118,142 @@ pub unsafe extern "C" fn uroce_rdmacm_rdma_free_devices(list: *mut *mut ibv_cont
         // SAFETY: the two-element array leaked by rdma_get_devices.
         drop(unsafe { Box::from_raw(list.cast::<[*mut ibv_context; 2]>()) });
     }
+}
+
+/// `rdma_migrate_id(id, channel)`: the id's later events, and those not retrieved yet,
+/// go to `channel`; NULL makes the id synchronous (a private channel, as librdmacm).
+///
+/// # Safety
+/// None beyond the C contract: unknown pointers are rejected.
+#[no_mangle]
+pub unsafe extern "C" fn uroce_rdmacm_rdma_migrate_id(
+    id: *mut rdma_cm_id,
+    channel: *mut rdma_event_channel,
+) -> c_int {
+    guard(-1, || {
+        trace("rdma_migrate_id", id as usize);
+        minus_one((|| {
+            let old = {
+                let mut r = reg();
+                let (cm, _) = r.cm()?;
+                let e = r.id(id)?;
+                let (old_chan, old_own, token) = (e.chan, e.own_chan, e.id.token());
+                let (new_chan, sync) = if channel.is_null() {
+                    (r.new_channel(&cm)?, true)
+                } else {
+                    if !r.chans.contains_key(&(channel as usize)) {
+                        return Err(FfiError::BadHandle {
+                            what: "rdma_event_channel",
+                        });
+                    }
+                    (channel, false)
+                };
+                if new_chan as usize == old_chan {
+                    return Ok(());
+                }
+                // Events a synchronous wait took off the old channel for this id move too.
+                let moved: Vec<Event> = match r.chans.get_mut(&old_chan) {
+                    Some(c) => {
+                        let (mine, rest): (VecDeque<Event>, VecDeque<Event>) =
+                            c.stash.drain(..).partition(|ev| ev.id.token() == token);
+                        c.stash = rest;
+                        mine.into()
+                    }
+                    None => Vec::new(),
+                };
+                let nc = r
+                    .chans
+                    .get_mut(&(new_chan as usize))
+                    .ok_or(FfiError::BadHandle {
+                        what: "rdma_event_channel",
+                    })?;
+                nc.stash.extend(moved);
+                let ch = nc.ch.clone();
+                let e = r
+                    .ids
+                    .get_mut(&(id as usize))
+                    .ok_or(FfiError::BadHandle { what: "rdma_cm_id" })?;
+                e.id.migrate(&ch);
+                e.chan = new_chan as usize;
+                e.sync = sync;
+                e.own_chan = sync;
+                // SAFETY: live id (lock held).
+                unsafe { (*e.raw.ptr()).channel = new_chan };
+                // The old private channel goes unless ids of the listener's requests still
+                // report to it (then it stays, unowned, until the process ends).
+                if old_own && !r.ids.values().any(|e| e.chan == old_chan) {
+                    r.chans.remove(&old_chan)
+                } else {
+                    None
+                }
+            };
+            drop(old);
+            Ok(())
+        })())
+    })
+}
+
+/// `rdma_notify(id, event)`: `IBV_EVENT_COMM_EST` (data arrived on the QP of an accepted
+/// connection before the RTU) establishes the connection; `EISCONN` when it is
+/// established, `EINVAL` for other ids and other events.
+///
+/// # Safety
+/// None beyond the C contract.
+#[no_mangle]
+pub unsafe extern "C" fn uroce_rdmacm_rdma_notify(id: *mut rdma_cm_id, event: c_int) -> c_int {
+    guard(-1, || {
+        trace("rdma_notify", id as usize);
+        minus_one((|| {
+            let (r, _) = id_ref(id)?;
+            if u32::try_from(event).ok() != Some(IBV_EVENT_COMM_EST) {
+                return Err(einval(
+                    "rdma_notify",
+                    "only IBV_EVENT_COMM_EST (no alternate paths)",
+                ));
+            }
+            r.notify_established()
+                .map_err(|e| cm_error("rdma_notify", &e))
+        })())
+    })
+}
+
+/// `rdma_init_qp_attr(id, qp_attr, qp_attr_mask)`: for `qp_attr->qp_state` INIT, RTR or
+/// RTS, the attributes (all of `*qp_attr`) and mask that move a QP of the id's type to
+/// it for the id's connection (see `CmIdRef::qp_attr`), for programs that move the QP
+/// themselves (`conn_param.qp_num` without `rdma_create_qp`).
+///
+/// # Safety
+/// `qp_attr` readable and writable; `mask` writable.
+#[no_mangle]
+pub unsafe extern "C" fn uroce_rdmacm_rdma_init_qp_attr(
+    id: *mut rdma_cm_id,
+    qp_attr: *mut ibv_qp_attr,
+    mask: *mut c_int,
+) -> c_int {
+    guard(-1, || {
+        minus_one((|| {
+            if qp_attr.is_null() || mask.is_null() {
+                return Err(FfiError::Invalid("qp_attr or qp_attr_mask is NULL"));
+            }
+            let (r, _) = id_ref(id)?;
+            let c = id_raw(id)?;
+            // SAFETY: caller guarantee: readable (checked non-NULL).
+            let want = unsafe { (*qp_attr).qp_state };
+            let state = uroce_verbs::QpState::from_u32(want)
+                .ok_or_else(|| einval("rdma_init_qp_attr", "unknown QP state"))?;
+            // SAFETY: live id.
+            let t = unsafe { (*c).qp_type };
+            let qpt = uroce_verbs::QpType::from_u32(t)
+                .ok_or_else(|| einval("rdma_init_qp_attr", "unknown QP type"))?;
+            let (a, m) = r
+                .qp_attr(qpt, state)
+                .map_err(|e| cm_error("rdma_init_qp_attr", &e))?;
+            // SAFETY: caller guarantee: writable (checked non-NULL).
+            unsafe {
+                qp_attr.write(crate::objects::qp_attr_to_c(&a));
+                mask.write(c_int::try_from(m.bits()).unwrap_or(0));
+            }
+            Ok(())
+        })())
+    })
 }

@@ -4,7 +4,8 @@
 //! bounded `-n`, and `ib_write_bw -a` (every size from 2 bytes to 8 MiB); over UD
 //! (`-c UD`) `ib_send_lat` and `ib_send_bw`; over UC (`-c UC`) `ib_send_lat`,
 //! `ib_send_bw`, `ib_write_lat` and `ib_write_bw`; over XRC (`-c XRC`) `ib_send_lat`,
-//! `ib_send_bw`, `ib_write_bw` and `ib_read_bw`.
+//! `ib_send_bw`, `ib_write_lat`, `ib_write_bw`, `ib_read_lat` and `ib_read_bw`. Every run
+//! passes `-x 0` (GID index 0, the device's address).
 //!
 //! perftest links libmlx5, libefa and librdmacm, which bind rdma-core's provider interface
 //! and kernel-ABI helpers: the programs only load if the library exports those too. The
@@ -324,4 +325,21 @@ fn perftest_xrc_read_bw() {
         200,
         &[65536],
     );
+}
+
+#[test]
+fn perftest_xrc_write_lat() {
+    run_pair(
+        "ib_write_lat",
+        addr(39),
+        addr(40),
+        &["-c", "XRC"],
+        300,
+        &[2],
+    );
+}
+
+#[test]
+fn perftest_xrc_read_lat() {
+    run_pair("ib_read_lat", addr(41), addr(42), &["-c", "XRC"], 300, &[2]);
 }

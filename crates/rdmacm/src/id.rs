@@ -12,7 +12,7 @@ use uroce_verbs::{
     AccessFlags, AttrMask, Pd, Qp, QpAttr, QpInitAttr, QpRef, QpState, QpType, RcConnect,
 };
 use uroce_wire::cm::rdma_cm::{self, CmaHeader, PortSpace, HEADER_LEN};
-use uroce_wire::cm::{private_data_len as pdl, rej_reason, PathRepr, ReqRepr};
+use uroce_wire::cm::{private_data_len as pdl, rej_reason, PathRepr, RepRepr, ReqRepr};
 use uroce_wire::pmtu::Pmtu;
 use uroce_wire::psn::Psn;
 
@@ -113,6 +113,8 @@ struct IdState {
     owned_qp: Option<Qp>,
     /// The REQ received (passive).
     req: Option<ReqRepr>,
+    /// The REP received (active).
+    rep: Option<RepRepr>,
     /// Our send PSN (sent in the REQ / REP).
     sq_psn: u32,
     /// What we asked for.
@@ -120,6 +122,9 @@ struct IdState {
     /// What the peer's REP said (active side), for the Established event.
     peer_param: Option<ConnParam>,
     disconnect_reported: bool,
+    /// The caller sent the RTU itself ([`CmIdRef::establish`]): as in the Linux RDMA CM,
+    /// no Established event follows (the caller knows).
+    rtu_by_caller: bool,
     cm_response_timeout: u8,
     max_cm_retries: u8,
     local_ack_timeout: u8,
@@ -128,7 +133,8 @@ struct IdState {
 pub(crate) struct IdInner {
     token: u64,
     cm: Arc<Inner>,
-    channel: Arc<ChannelInner>,
+    /// The channel the id reports to (`rdma_migrate_id` changes it).
+    channel: Mutex<Arc<ChannelInner>>,
     ps: PortSpace,
     st: Mutex<IdState>,
     /// Events not acknowledged plus callbacks in flight.
@@ -142,7 +148,7 @@ impl IdInner {
         Arc::new(IdInner {
             token: cm.token(),
             cm: cm.clone(),
-            channel: channel.clone(),
+            channel: Mutex::new(channel.clone()),
             ps,
             st: Mutex::new(IdState {
                 phase: Phase::Idle,
@@ -154,10 +160,12 @@ impl IdInner {
                 qp: None,
                 owned_qp: None,
                 req: None,
+                rep: None,
                 sq_psn: 0,
                 param: ConnParam::new(),
                 peer_param: None,
                 disconnect_reported: false,
+                rtu_by_caller: false,
                 // As the Linux RDMA CM: 4.096 µs × 2^20 ≈ 4.3 s per try, 15 tries.
                 cm_response_timeout: 20,
                 max_cm_retries: 15,
@@ -166,6 +174,10 @@ impl IdInner {
             refs: Mutex::new(0),
             refs_cv: Condvar::new(),
         })
+    }
+
+    fn channel(&self) -> Arc<ChannelInner> {
+        lock(&self.channel).clone()
     }
 
     fn enter(&self) {
@@ -201,7 +213,7 @@ impl BindingOwner for IdInner {
                     lock(&dev.ids).remove(&conn.0);
                 }
                 st.phase = Phase::Aborted;
-                let stale = self.channel.purge(self.token);
+                let stale = self.channel().purge(self.token);
                 drop(st);
                 drop(stale);
             }
@@ -253,6 +265,27 @@ fn cm_err<E: std::fmt::Display>(e: E) -> CmError {
     CmError::Cm(e.to_string())
 }
 
+/// How long a call that queued a CM message waits for the device's CM thread to put it
+/// on the wire ([`wait_transmitted`]).
+const TRANSMIT_WAIT: Duration = Duration::from_millis(250);
+
+/// Waits, at most [`TRANSMIT_WAIT`], until the device's CM has sent every MAD it queued.
+/// The CM thread sends them; a process that exits right after `rdma_disconnect` or
+/// `rdma_destroy_id` (perftest does) would otherwise take its DREQ, DREP or REJ with it,
+/// and the peer would wait out its retries (about a minute) for an answer. Called without
+/// the id's lock.
+fn wait_transmitted(dev: &DevState) {
+    let deadline = Instant::now() + TRANSMIT_WAIT;
+    // Bounded by the deadline.
+    loop {
+        let c = dev.cm.counters();
+        if c.mads_sent + c.send_failures >= c.agent.sent || Instant::now() >= deadline {
+            return;
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
 /// A 24-bit starting PSN that differs per connection.
 fn fresh_psn(token: u64) -> u32 {
     let t = std::time::SystemTime::now()
@@ -271,8 +304,8 @@ fn pmtu_of(v: u8) -> Pmtu {
 
 impl CmId {
     pub(crate) fn new(cm: &RdmaCm, ch: &EventChannel, ps: PortSpace) -> Result<CmId, CmError> {
-        if !matches!(ps, PortSpace::Tcp | PortSpace::Udp) {
-            return Err(CmError::Invalid("port space must be TCP or UDP"));
+        if !matches!(ps, PortSpace::Tcp | PortSpace::Udp | PortSpace::Ib) {
+            return Err(CmError::Invalid("port space must be TCP, UDP or IB"));
         }
         Ok(CmId {
             r: CmIdRef {
@@ -325,7 +358,7 @@ impl CmIdRef {
     }
 
     fn push(&self, ev: Event) {
-        self.inner.channel.push(ev);
+        self.inner.channel().push(ev);
     }
 
     /// Whether `other` is the same id.
@@ -446,10 +479,14 @@ impl CmIdRef {
         Ok(())
     }
 
-    fn qp_type(&self) -> QpType {
+    /// Whether the id's port space takes a QP of type `t`: UDP a UD QP, TCP an RC QP, IB
+    /// an RC QP or either XRC half (`RDMA_PS_IB` is how librdmacm connects XRC).
+    fn accepts(&self, t: QpType) -> bool {
         match self.inner.ps {
-            PortSpace::Udp => QpType::Ud,
-            _ => QpType::Rc,
+            PortSpace::Udp => t == QpType::Ud,
+            PortSpace::Tcp => t == QpType::Rc,
+            PortSpace::Ib => matches!(t, QpType::Rc | QpType::XrcSend | QpType::XrcRecv),
+            PortSpace::IpoIb => false,
         }
     }
 
@@ -474,7 +511,7 @@ impl CmIdRef {
     }
 
     fn init_qp(&self, qp: &QpRef) -> Result<(), CmError> {
-        if qp.qp_type() != self.qp_type() {
+        if !self.accepts(qp.qp_type()) {
             return Err(CmError::Invalid("QP type does not match the port space"));
         }
         match (self.inner.ps, qp.state()) {
@@ -489,7 +526,7 @@ impl CmIdRef {
                 );
                 qp.modify(&attr, mask).map_err(verbs)
             }
-            (PortSpace::Tcp, QpState::Init) => Ok(()),
+            (PortSpace::Tcp | PortSpace::Ib, QpState::Init) => Ok(()),
             _ => Err(CmError::Invalid("the QP must be in RESET or INIT")),
         }
     }
@@ -500,7 +537,7 @@ impl CmIdRef {
     /// # Errors
     /// Verbs errors; [`CmError::QpBound`] when the id has a QP.
     pub fn create_qp(&self, pd: &Pd, attr: &QpInitAttr<'_>) -> Result<QpRef, CmError> {
-        if attr.qp_type != self.qp_type() {
+        if !self.accepts(attr.qp_type) {
             return Err(CmError::Invalid("QP type does not match the port space"));
         }
         if lock(&self.inner.st).qp.is_some() {
@@ -758,27 +795,14 @@ impl CmIdRef {
         else {
             return Err(invalid("accept", st.phase));
         };
-        let psn = fresh_psn(self.inner.token);
+        // Fixed when the request came (`qp_attr` reports it before the accept).
+        let psn = st.sq_psn;
         let responder = param.responder_resources.min(req.initiator_depth);
         let initiator = param.initiator_depth.min(req.responder_resources);
         let local_qpn = match (&st.qp, param.qp_num) {
             (Some(q), _) => {
-                let c = RcConnect {
-                    access: AccessFlags::REMOTE_READ
-                        | AccessFlags::REMOTE_WRITE
-                        | AccessFlags::REMOTE_ATOMIC,
-                    dest_ip: dst.ip(),
-                    dest_qpn: req.local_qpn,
-                    path_mtu: pmtu_of(req.path_mtu),
-                    rq_psn: Psn::new(req.starting_psn),
-                    max_dest_rd_atomic: responder,
-                    min_rnr_timer: 12,
-                    sq_psn: Psn::new(psn),
-                    timeout: req.primary_path.local_ack_timeout,
-                    retry_cnt: req.retry_count,
-                    rnr_retry: req.rnr_retry_count,
-                    max_rd_atomic: initiator,
-                };
+                let c = passive_connect(&st, param, dst.ip())
+                    .ok_or_else(|| invalid("accept", st.phase))?;
                 to_rts(q, &c)?;
                 q.qp_num()
             }
@@ -834,22 +858,120 @@ impl CmIdRef {
             .map_err(cm_err)?;
         lock(&dev.ids).remove(&conn.0);
         st.phase = Phase::Disconnected;
+        drop(st);
+        wait_transmitted(&dev);
         Ok(())
     }
 
     /// For an id without QP after [`EventKind::ConnectResponse`]: sends the RTU
-    /// (`rdma_establish`).
+    /// (`rdma_establish`). The id is connected; no [`EventKind::Established`] follows (as
+    /// with the Linux RDMA CM, where the active side learns of nothing more).
     ///
     /// # Errors
     /// [`CmError::InvalidState`], CM errors.
     pub fn establish(&self) -> Result<(), CmError> {
-        let st = lock(&self.inner.st);
+        let mut st = lock(&self.inner.st);
         let (Some(dev), Some(conn)) = (st.dev.clone(), st.conn) else {
             return Err(invalid("establish", st.phase));
         };
         dev.cm
             .with_agent(|a, now| a.establish(now, conn))
+            .map_err(cm_err)?;
+        st.rtu_by_caller = st.phase == Phase::Connecting;
+        Ok(())
+    }
+
+    /// Data arrived on the QP of an accepted connection before the RTU (`rdma_notify`
+    /// with `IBV_EVENT_COMM_EST`): the connection is established now
+    /// ([`EventKind::Established`] follows), as the RTU would (IBA Vol 1, 12.9.8.1: a
+    /// communication-established event stands in for a lost RTU).
+    ///
+    /// # Errors
+    /// [`CmError::AlreadyConnected`] when it is established; [`CmError::InvalidState`]
+    /// unless the id accepted a request (or connected) and waits for the RTU; CM errors.
+    pub fn notify_established(&self) -> Result<(), CmError> {
+        let st = lock(&self.inner.st);
+        match st.phase {
+            Phase::Connected => return Err(CmError::AlreadyConnected),
+            Phase::ReqReceived | Phase::Connecting => {}
+            p => return Err(invalid("notify", p)),
+        }
+        let (Some(dev), Some(conn)) = (st.dev.clone(), st.conn) else {
+            return Err(invalid("notify", st.phase));
+        };
+        dev.cm
+            .with_agent(|a, now| a.establish(now, conn))
             .map_err(cm_err)
+    }
+
+    /// Moves the id to another event channel (`rdma_migrate_id`): its later events, and
+    /// those not retrieved yet (in order), go to `channel`.
+    pub fn migrate(&self, channel: &EventChannel) {
+        let _st = lock(&self.inner.st);
+        let mut ch = lock(&self.inner.channel);
+        if Arc::ptr_eq(&ch, &channel.inner) {
+            return;
+        }
+        let pending = ch.purge(self.inner.token);
+        *ch = channel.inner.clone();
+        for ev in pending {
+            ch.push(ev);
+        }
+    }
+
+    /// The attributes and mask that move a QP of type `qp_type` to `state` for this id's
+    /// connection (`rdma_init_qp_attr`), for a QP the caller moves itself: INIT any time
+    /// after the address is bound; RTR and RTS (RC, XRC) once the peer is known (the REQ on
+    /// the passive side, the REP on the active side). UD: INIT with the RDMA CM's Q_Key,
+    /// RTR, RTS.
+    ///
+    /// # Errors
+    /// [`CmError::InvalidState`] (too early), [`CmError::Invalid`] (another state).
+    pub fn qp_attr(&self, qp_type: QpType, state: QpState) -> Result<(QpAttr, AttrMask), CmError> {
+        let st = lock(&self.inner.st);
+        if matches!(st.phase, Phase::Idle | Phase::Destroyed) {
+            return Err(invalid("init_qp_attr", st.phase));
+        }
+        if qp_type == QpType::Ud {
+            let mut a = QpAttr {
+                qp_state: state,
+                ..QpAttr::default()
+            };
+            let mask = match state {
+                QpState::Init => {
+                    a.pkey_index = 0;
+                    a.port_num = uroce_verbs::device::PORT_NUM;
+                    a.qkey = UDP_QKEY;
+                    AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::QKEY
+                }
+                QpState::Rtr => AttrMask::STATE,
+                QpState::Rts => AttrMask::STATE | AttrMask::SQ_PSN,
+                _ => return Err(CmError::Invalid("init_qp_attr: INIT, RTR or RTS")),
+            };
+            return Ok((a, mask));
+        }
+        let access = AccessFlags::LOCAL_WRITE
+            | AccessFlags::REMOTE_READ
+            | AccessFlags::REMOTE_WRITE
+            | AccessFlags::REMOTE_ATOMIC;
+        if state == QpState::Init {
+            return Ok(uroce_verbs::rc_init_attr(access));
+        }
+        if !matches!(state, QpState::Rtr | QpState::Rts) {
+            return Err(CmError::Invalid("init_qp_attr: INIT, RTR or RTS"));
+        }
+        let dst = st.dst.ok_or_else(|| invalid("init_qp_attr", st.phase))?;
+        let c = if st.req.is_some() {
+            passive_connect(&st, &st.param, dst.ip())
+        } else {
+            active_connect(&st, dst.ip())
+        }
+        .ok_or_else(|| invalid("init_qp_attr", st.phase))?;
+        Ok(if state == QpState::Rtr {
+            c.rtr_attr_for(qp_type)
+        } else {
+            c.rts_attr_for(qp_type)
+        })
     }
 
     /// Disconnects (`rdma_disconnect`): the QP goes to ERR and a DREQ leaves (or, while
@@ -871,13 +993,16 @@ impl CmIdRef {
         }
         dev.cm
             .with_agent(|a, now| a.disconnect(now, conn, &[]))
-            .map_err(cm_err)
+            .map_err(cm_err)?;
+        drop(st);
+        wait_transmitted(&dev);
+        Ok(())
     }
 
     /// Destroy's work (see [`CmId::destroy`]).
     fn retire(&self) -> Result<(), CmError> {
         let inner = &self.inner;
-        let (qp, owned) = {
+        let (qp, owned, dev) = {
             let mut st = lock(&inner.st);
             let prev = st.phase;
             if prev != Phase::Destroyed {
@@ -908,8 +1033,11 @@ impl CmIdRef {
                 }
                 inner.cm.live_ids.fetch_sub(1, Ordering::SeqCst);
             }
-            (st.qp.take(), st.owned_qp.take())
+            (st.qp.take(), st.owned_qp.take(), st.dev.clone())
         };
+        if let Some(dev) = dev {
+            wait_transmitted(&dev);
+        }
         if let Some(q) = qp {
             q.unbind_endpoint(inner.token);
         }
@@ -917,7 +1045,7 @@ impl CmIdRef {
             // Unbound above: the destroy calls no one back.
             let _ = q.destroy();
         }
-        drop(inner.channel.purge(inner.token));
+        drop(inner.channel().purge(inner.token));
         // Bounded wait for acknowledgements and callbacks in flight.
         let deadline = Instant::now() + DESTROY_TIMEOUT;
         let mut r = lock(&inner.refs);
@@ -941,10 +1069,49 @@ fn to_rts(q: &QpRef, c: &RcConnect) -> Result<(), CmError> {
         let (a, m) = c.init_attr();
         q.modify(&a, m).map_err(verbs)?;
     }
-    let (a, m) = c.rtr_attr();
+    // The XRC halves leave out the attributes their side does not have (IBA Annex A14).
+    let (a, m) = c.rtr_attr_for(q.qp_type());
     q.modify(&a, m).map_err(verbs)?;
-    let (a, m) = c.rts_attr();
+    let (a, m) = c.rts_attr_for(q.qp_type());
     q.modify(&a, m).map_err(verbs)
+}
+
+/// The active side's QP attributes after the REP (`None` before it).
+fn active_connect(st: &IdState, dest_ip: IpAddr) -> Option<RcConnect> {
+    let rep = st.rep.as_ref()?;
+    Some(RcConnect {
+        access: AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC,
+        dest_ip,
+        dest_qpn: rep.local_qpn,
+        path_mtu: Pmtu::Mtu1024,
+        rq_psn: Psn::new(rep.starting_psn),
+        max_dest_rd_atomic: st.param.responder_resources.min(rep.initiator_depth),
+        min_rnr_timer: 12,
+        sq_psn: Psn::new(st.sq_psn),
+        timeout: st.local_ack_timeout,
+        retry_cnt: st.param.retry_count.min(7),
+        rnr_retry: rep.rnr_retry_count,
+        max_rd_atomic: st.param.initiator_depth.min(rep.responder_resources),
+    })
+}
+
+/// The passive side's QP attributes from the REQ (`param`: what it accepts with).
+fn passive_connect(st: &IdState, param: &ConnParam, dest_ip: IpAddr) -> Option<RcConnect> {
+    let req = st.req.as_ref()?;
+    Some(RcConnect {
+        access: AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC,
+        dest_ip,
+        dest_qpn: req.local_qpn,
+        path_mtu: pmtu_of(req.path_mtu),
+        rq_psn: Psn::new(req.starting_psn),
+        max_dest_rd_atomic: param.responder_resources.min(req.initiator_depth),
+        min_rnr_timer: 12,
+        sq_psn: Psn::new(st.sq_psn),
+        timeout: req.primary_path.local_ack_timeout,
+        retry_cnt: req.retry_count,
+        rnr_retry: req.rnr_retry_count,
+        max_rd_atomic: param.initiator_depth.min(req.responder_resources),
+    })
 }
 
 fn qp_error(q: &QpRef) {
@@ -1042,27 +1209,9 @@ impl CmIdRef {
                 };
                 let Some(conn) = st.conn else { return };
                 let Some(dst) = st.dst else { return };
-                match st.qp.clone() {
-                    Some(q) => {
-                        let c = RcConnect {
-                            access: AccessFlags::REMOTE_READ
-                                | AccessFlags::REMOTE_WRITE
-                                | AccessFlags::REMOTE_ATOMIC,
-                            dest_ip: dst.ip(),
-                            dest_qpn: rep.local_qpn,
-                            path_mtu: Pmtu::Mtu1024,
-                            rq_psn: Psn::new(rep.starting_psn),
-                            max_dest_rd_atomic: st
-                                .param
-                                .responder_resources
-                                .min(rep.initiator_depth),
-                            min_rnr_timer: 12,
-                            sq_psn: Psn::new(st.sq_psn),
-                            timeout: st.local_ack_timeout,
-                            retry_cnt: st.param.retry_count.min(7),
-                            rnr_retry: rep.rnr_retry_count,
-                            max_rd_atomic: st.param.initiator_depth.min(rep.responder_resources),
-                        };
+                st.rep = Some(*rep);
+                match (st.qp.clone(), active_connect(&st, dst.ip())) {
+                    (Some(q), Some(c)) => {
                         match to_rts(&q, &c) {
                             Ok(()) => {
                                 st.peer_param = Some(param);
@@ -1080,12 +1229,15 @@ impl CmIdRef {
                             }
                         }
                     }
-                    None => self.report(EventKind::ConnectResponse, 0, param, None),
+                    _ => self.report(EventKind::ConnectResponse, 0, param, None),
                 }
             }
             CmEvent::Established { .. } => {
                 if matches!(st.phase, Phase::Connecting | Phase::ReqReceived) {
                     st.phase = Phase::Connected;
+                    if st.rtu_by_caller {
+                        return;
+                    }
                     let param = st.peer_param.clone().unwrap_or_else(|| st.param.clone());
                     self.report(EventKind::Established, 0, param, None);
                 }
@@ -1195,7 +1347,7 @@ impl CmIdRef {
         else {
             return;
         };
-        let child = IdInner::new(&self.inner.cm, &self.inner.channel, self.inner.ps);
+        let child = IdInner::new(&self.inner.cm, &self.inner.channel(), self.inner.ps);
         {
             let mut cs = lock(&child.st);
             cs.phase = Phase::ReqReceived;
@@ -1246,7 +1398,7 @@ impl CmIdRef {
             refuse(rej_reason::CONSUMER_DEFINED);
             return;
         };
-        let child = IdInner::new(&self.inner.cm, &self.inner.channel, self.inner.ps);
+        let child = IdInner::new(&self.inner.cm, &self.inner.channel(), self.inner.ps);
         {
             let mut cs = lock(&child.st);
             cs.phase = Phase::ReqReceived;
@@ -1255,6 +1407,7 @@ impl CmIdRef {
             cs.dst = Some(SocketAddr::new(hdr.src_ip, hdr.src_port));
             cs.conn = Some(conn);
             cs.req = Some(*req);
+            cs.sq_psn = fresh_psn(child.token);
             cs.param = ConnParam {
                 responder_resources: req.responder_resources,
                 initiator_depth: req.initiator_depth,

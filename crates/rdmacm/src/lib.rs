@@ -129,6 +129,9 @@ pub enum CmError {
     /// An id of another `RdmaCm` or channel was given.
     #[error("invalid argument: {0}")]
     Invalid(&'static str),
+    /// The connection is established already.
+    #[error("the connection is established already")]
+    AlreadyConnected,
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -314,10 +317,11 @@ impl RdmaCm {
         EventChannel::new()
     }
 
-    /// A new id reporting to `channel` (`rdma_create_id`): port space TCP (RC) or UDP (UD).
+    /// A new id reporting to `channel` (`rdma_create_id`): port space TCP (RC), UDP (UD)
+    /// or IB (RC, XRC_SEND or XRC_RECV).
     ///
     /// # Errors
-    /// [`CmError::Invalid`] for the IB and IPoIB port spaces.
+    /// [`CmError::Invalid`] for the IPoIB port space.
     pub fn create_id(&self, channel: &EventChannel, ps: PortSpace) -> Result<CmId, CmError> {
         CmId::new(self, channel, ps)
     }

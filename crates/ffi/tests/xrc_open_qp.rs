@@ -1,0 +1,50 @@
+//! `ibv_open_qp` through the C API: `tests/c/xrc_open_qp.c` (compiled against the system
+//! header, run against the library) opens two contexts of the one device, an XRC domain
+//! on a file from each (the same domain), an XRC SRQ and an XRC_RECV QP through the first,
+//! then the target QP by number through the second (`ibv_open_qp`; an unknown number is
+//! refused). The target is moved to INIT and RTR through the second context's handle only;
+//! an XRC_SEND QP naming the SRQ's number sends to it, and the receive completes on the
+//! SRQ's CQ with the target's QP number and the bytes sent.
+
+use std::net::Ipv4Addr;
+use std::time::Duration;
+
+mod support;
+
+use support::{compile_c, run_c_program};
+use uroce_testkit::TempFile;
+
+#[test]
+fn open_qp_second_context_receives() {
+    let test = "open_qp_second_context_receives";
+    let Some(exe) = compile_c(test, "xrc_open_qp.c", &[]) else {
+        return;
+    };
+    let domain = TempFile::new("xrc-open-qp-domain", "");
+    let path = domain.path().to_str().expect("temp path");
+    let out = run_c_program(
+        test,
+        &exe,
+        Ipv4Addr::new(127, 0, 79, 3),
+        &[path],
+        Duration::from_secs(60),
+    );
+    let passed: Vec<&str> = out
+        .stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("PASS "))
+        .collect();
+    assert_eq!(
+        passed,
+        [
+            "open_unknown_number",
+            "open_by_number",
+            "modify_through_opened",
+            "receive_through_opened",
+            "initiator_destroyed",
+        ],
+        "{}\n{}",
+        out.stdout,
+        out.stderr
+    );
+}
