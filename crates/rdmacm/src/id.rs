@@ -6,7 +6,9 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use uroce_proto::cm::{AcceptParams, CmEvent, ConnId, ConnectParams, SidrAnswer, SidrParams};
+use uroce_proto::cm::{
+    AcceptParams, CmEvent, ConnId, ConnectParams, SidrAnswer, SidrParams, StartPsns,
+};
 use uroce_verbs::binding::{BindError, BindingOwner};
 use uroce_verbs::{
     AccessFlags, AttrMask, Pd, Qp, QpAttr, QpInitAttr, QpRef, QpState, QpType, RcConnect,
@@ -113,8 +115,9 @@ struct IdState {
     owned_qp: Option<Qp>,
     /// The REQ received (passive).
     req: Option<ReqRepr>,
-    /// Our send PSN (sent in the REQ / REP).
-    sq_psn: u32,
+    /// Our receive PSN, announced in the REQ (active) or REP (passive): see
+    /// [`uroce_proto::cm::StartPsns`].
+    rq_psn: u32,
     /// What we asked for.
     param: ConnParam,
     /// What the peer's REP said (active side), for the Established event.
@@ -154,7 +157,7 @@ impl IdInner {
                 qp: None,
                 owned_qp: None,
                 req: None,
-                sq_psn: 0,
+                rq_psn: 0,
                 param: ConnParam::new(),
                 peer_param: None,
                 disconnect_reported: false,
@@ -702,7 +705,7 @@ impl CmIdRef {
                 srq: param.srq,
                 private_data: self.private_with_header(&st, &param.private_data, pdl::REQ)?,
             };
-            st.sq_psn = psn;
+            st.rq_psn = psn;
             dev.cm.with_agent(|a, now| {
                 let c = a.connect(now, &p)?;
                 lock(&dev.ids).insert(c.0, weak);
@@ -758,7 +761,9 @@ impl CmIdRef {
         else {
             return Err(invalid("accept", st.phase));
         };
+        // The REP announces the PSN we expect; we send from the REQ's.
         let psn = fresh_psn(self.inner.token);
+        let psns = StartPsns::passive(req.starting_psn, psn);
         let responder = param.responder_resources.min(req.initiator_depth);
         let initiator = param.initiator_depth.min(req.responder_resources);
         let local_qpn = match (&st.qp, param.qp_num) {
@@ -770,10 +775,10 @@ impl CmIdRef {
                     dest_ip: dst.ip(),
                     dest_qpn: req.local_qpn,
                     path_mtu: pmtu_of(req.path_mtu),
-                    rq_psn: Psn::new(req.starting_psn),
+                    rq_psn: Psn::new(psns.rq_psn),
                     max_dest_rd_atomic: responder,
                     min_rnr_timer: 12,
-                    sq_psn: Psn::new(psn),
+                    sq_psn: Psn::new(psns.sq_psn),
                     timeout: req.primary_path.local_ack_timeout,
                     retry_cnt: req.retry_count,
                     rnr_retry: req.rnr_retry_count,
@@ -805,7 +810,7 @@ impl CmIdRef {
         dev.cm
             .with_agent(|a, now| a.accept(now, conn, &p))
             .map_err(cm_err)?;
-        st.sq_psn = psn;
+        st.rq_psn = psn;
         st.param = param.clone();
         Ok(())
     }
@@ -1044,6 +1049,7 @@ impl CmIdRef {
                 let Some(dst) = st.dst else { return };
                 match st.qp.clone() {
                     Some(q) => {
+                        let psns = StartPsns::active(st.rq_psn, rep.starting_psn);
                         let c = RcConnect {
                             access: AccessFlags::REMOTE_READ
                                 | AccessFlags::REMOTE_WRITE
@@ -1051,13 +1057,13 @@ impl CmIdRef {
                             dest_ip: dst.ip(),
                             dest_qpn: rep.local_qpn,
                             path_mtu: Pmtu::Mtu1024,
-                            rq_psn: Psn::new(rep.starting_psn),
+                            rq_psn: Psn::new(psns.rq_psn),
                             max_dest_rd_atomic: st
                                 .param
                                 .responder_resources
                                 .min(rep.initiator_depth),
                             min_rnr_timer: 12,
-                            sq_psn: Psn::new(st.sq_psn),
+                            sq_psn: Psn::new(psns.sq_psn),
                             timeout: st.local_ack_timeout,
                             retry_cnt: st.param.retry_count.min(7),
                             rnr_retry: rep.rnr_retry_count,
