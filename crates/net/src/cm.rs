@@ -26,6 +26,16 @@
 //! step each round (it is then what moves CM MADs through the socket). Every loop is
 //! bounded: one round receives at most [`CM_RECV_BATCH`] MADs, and the thread ends when the
 //! device closes (stop flag + doorbell) or QP1 is flushed.
+//!
+//! # Closing
+//! What the agent still has queued when the device closes (a DREQ from an id destroyed
+//! just before the device) is handed to QP1 while the device's progress thread still runs,
+//! so that it leaves: by the CM thread as it ends, when the closing thread joins it, or by
+//! the closing thread itself when that *is* the CM thread — the last reference to the
+//! device can go inside an event sink (the application dropped its last handle while an
+//! event was being delivered), and the CM thread's own final flush would then come after
+//! the progress thread stopped. That race lost the DREQ in about one run of three of the
+//! RDMA-CM tests run in parallel.
 
 use std::net::IpAddr;
 use std::os::fd::OwnedFd;
@@ -179,8 +189,9 @@ impl CmService {
         let _ = rustix::io::write(&self.doorbell, &1u64.to_ne_bytes());
     }
 
-    /// Sends the MADs the agent has queued (nothing else: no receive, timer or event).
-    fn flush_transmits(&self, gsi: &Gsi) {
+    /// Sends the MADs the agent has queued (nothing else: no receive, timer or event). The
+    /// device calls it when it closes, after the CM thread stopped or on the CM thread.
+    pub(crate) fn flush_transmits(&self, gsi: &Gsi) {
         let tx: Vec<_> = {
             let mut a = lock(&self.agent);
             std::iter::from_fn(|| a.poll_transmit()).collect()

@@ -1006,6 +1006,14 @@ impl NetDevice {
                 let _ = t.join();
             }
         }
+        // What the agent still has to say goes onto QP1 now, while the progress thread
+        // runs: on the CM thread itself (the last reference went in an event sink) the
+        // thread's own final flush would come after the progress thread stopped, and a DREQ
+        // queued by an id destroyed just before would never leave (see `crate::cm`).
+        // After a join this finds nothing left.
+        if let (Some(svc), Some(g)) = (self.cm.get(), self.gsi.as_deref()) {
+            svc.flush_transmits(g);
+        }
         if let Some(g) = self.gsi.take() {
             match Arc::try_unwrap(g) {
                 Ok(g) => g.close(),
