@@ -3,7 +3,9 @@
 //! message the connection manager produces — REQ, REP, RTU, DREQ and DREP (a connection
 //! closed by the client and one closed by the server), REJ (a port nobody listens on),
 //! SIDR_REQ and SIDR_REP (a UDP id) — read back by tshark, which must name every message
-//! and report no malformed packet and no expert info of warning level or above.
+//! and report no malformed packet and no expert info of warning level or above. The first
+//! connection's SENDs also pin the starting-PSN rule: the client's first PSN is the REP's
+//! Starting PSN, the server's the REQ's.
 
 mod common;
 
@@ -51,7 +53,8 @@ fn connection(cm: &RdmaCm, port: u16, client_ends: bool) {
     listener.listen(1).unwrap();
     let (cid, chc) = resolved(cm, PortSpace::Tcp, port);
     let cres = Res::new(&cid);
-    cid.create_qp(&cres.pd, &cres.attr(QpType::Rc)).unwrap();
+    let cqp = cid.create_qp(&cres.pd, &cres.attr(QpType::Rc)).unwrap();
+    cqp.post_recv(cres.recv_wr(0, 64)).unwrap();
     let mut p = ConnParam::new();
     p.private_data = b"private".to_vec();
     cid.connect(&p).unwrap();
@@ -59,10 +62,18 @@ fn connection(cm: &RdmaCm, port: u16, client_ends: bool) {
     let sid = req.take_id().unwrap();
     drop(req);
     let sres = Res::new(&sid);
-    sid.create_qp(&sres.pd, &sres.attr(QpType::Rc)).unwrap();
+    let sqp = sid.create_qp(&sres.pd, &sres.attr(QpType::Rc)).unwrap();
+    sqp.post_recv(sres.recv_wr(0, 64)).unwrap();
     sid.accept(&ConnParam::new()).unwrap();
     chc.expect(EventKind::Established, T).unwrap();
     chs.expect(EventKind::Established, T).unwrap();
+    // One SEND each way: their PSNs are checked against the REQ and REP.
+    cqp.post_send(cres.send_wr(1024, b"ping")).unwrap();
+    ok(&cres.completion());
+    ok(&sres.completion());
+    sqp.post_send(sres.send_wr(1024, b"pong")).unwrap();
+    ok(&sres.completion());
+    ok(&cres.completion());
     let (closer, other) = if client_ends {
         (&cid, &chs)
     } else {
@@ -126,10 +137,34 @@ fn every_cm_mad_uroce_sends_decodes_in_tshark() {
             "infiniband.bth.destqp",
             "infiniband.mad.attributeid",
             "_ws.col.Info",
+            "infiniband.bth.opcode",
+            "infiniband.bth.psn",
+            "infiniband.cm.req.startpsn",
+            "infiniband.cm.rep.startpsn",
         ],
         &[],
     );
     let mut seen: BTreeMap<u64, usize> = BTreeMap::new();
+    // The first connection's REQ and REP starting PSNs and the first RC SEND ONLY (opcode 4)
+    // from each end.
+    let mut req_psn = None;
+    let mut rep_psn = None;
+    let mut first_send: BTreeMap<String, u64> = BTreeMap::new();
+    for row in &rows {
+        req_psn = req_psn.or(row.number("infiniband.cm.req.startpsn"));
+        rep_psn = rep_psn.or(row.number("infiniband.cm.rep.startpsn"));
+        if row.number("infiniband.bth.opcode") == Some(4) {
+            let src = row.single("ip.src").unwrap_or_default().to_string();
+            let psn = row.number("infiniband.bth.psn").expect("PSN");
+            first_send.entry(src).or_insert(psn);
+        }
+    }
+    // The REQ announces what the passive side sends with, the REP what the active side
+    // sends with (uroce_proto::cm::StartPsns; the Linux CM reads them so).
+    let (req_psn, rep_psn) = (req_psn.expect("REQ PSN"), rep_psn.expect("REP PSN"));
+    assert_ne!(req_psn, rep_psn, "the check needs two different PSNs");
+    assert_eq!(first_send.get(CLIENT), Some(&rep_psn), "{first_send:x?}");
+    assert_eq!(first_send.get(SERVER), Some(&req_psn), "{first_send:x?}");
     for row in &rows {
         let what = format!("frame {:?}", row.single("frame.number"));
         assert!(row.all("_ws.malformed").is_empty(), "{what}: malformed");
