@@ -60,8 +60,7 @@ KEEP_RUNS = 5  # earlier runs kept under WORK/runs
 # (default: the server's arguments followed by the server's address). {gid} is the GID
 # index of the side running it (uroce: 0, rxe: its RoCE v2 IPv4 GID), {peer} the server's
 # address. `port` is the TCP port the server listens on (0: rdma_cm, no TCP socket).
-# `uroce=False` keeps a scenario guest to guest until uroce interoperates on it (the rdma_cm
-# programs: the CM handshake with rxe completes, the data phase does not yet; docs/INTEROP.md).
+# `uroce=False` keeps a scenario guest to guest until uroce interoperates on it (none now).
 # `vanish=S`: the server is killed S seconds after it starts, in the middle of the
 # exchange, and the client's transport retries are judged instead of exit statuses (see
 # judge_vanish and docs/INTEROP.md). `one_way=True`: only the client sends RoCE packets
