@@ -888,11 +888,12 @@ impl NetDevice {
         if let Some(c) = self.cm.get() {
             return Ok(c);
         }
-        let svc = Arc::new(CmService::new(self.local.ip()).map_err(NetError::Io)?);
         let gsi = match &self.gsi {
             Some(g) => g.clone(),
             None => return Err(NetError::Device("the device is closing".to_owned())),
         };
+        let svc =
+            Arc::new(CmService::new(self.local.ip(), Arc::downgrade(&gsi)).map_err(NetError::Io)?);
         let progress: Option<Box<dyn Fn() + Send + Sync>> = if self.progress_thread {
             None
         } else {
