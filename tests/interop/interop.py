@@ -49,6 +49,8 @@ STEP_LIMIT = 60  # seconds one program may run (a step takes 0.5-3 s under TCG o
 SUITE_LIMIT = 540  # seconds of steps after which the remaining ones are failed unrun
 MAX_BOOTS = 3  # guest boots per run: the first, and fresh ones after failed steps
 VANISH_CLIENT_LIMIT = 8  # seconds a client whose server vanished may run
+REJECT_SERVER_LIMIT = 4  # seconds the server of a `reject` scenario (listening elsewhere) runs
+REJ_ATTR = 0x0012  # the CM REJ's MAD attribute ID
 BOOT_LIMIT = 120  # seconds until a guest reports rxe0 up
 KEEP_RUNS = 5  # earlier runs kept under WORK/runs
 
@@ -58,12 +60,16 @@ KEEP_RUNS = 5  # earlier runs kept under WORK/runs
 # (default: the server's arguments followed by the server's address). {gid} is the GID
 # index of the side running it (uroce: 0, rxe: its RoCE v2 IPv4 GID), {peer} the server's
 # address. `port` is the TCP port the server listens on (0: rdma_cm, no TCP socket).
-# `uroce=False` keeps a scenario guest to guest until uroce interoperates on it (the rdma_cm
-# programs: the CM handshake with rxe completes, the data phase does not yet; docs/INTEROP.md).
+# `uroce=False` keeps a scenario guest to guest until uroce interoperates on it (none now).
 # `vanish=S`: the server is killed S seconds after it starts, in the middle of the
 # exchange, and the client's transport retries are judged instead of exit statuses (see
 # judge_vanish and docs/INTEROP.md). `one_way=True`: only the client sends RoCE packets
 # (UD SEND bandwidth: no ACKs), so the capture must hold packets from the client alone.
+# `reject=R`: the client connects (rdma_cm) to a port nobody listens on; the server's side
+# must answer the REQ with a REJ and the client must exit with status R (ucmatose returns
+# the REJ's reason: 8, invalid service ID). The server program listens on another port so
+# that its end has an RDMA device (uroce's CM runs in the process) and is ended after
+# REJECT_SERVER_LIMIT seconds.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,6 +81,10 @@ class Scenario:
     uroce: bool = True
     vanish: int = 0
     one_way: bool = False
+    reject: int = 0
+
+    def server_limit(self):
+        return self.vanish or (REJECT_SERVER_LIMIT if self.reject else STEP_LIMIT)
 
     def argv(self, role, gid, peer):
         text = self.server if role == "server" else (self.client or self.server + " {peer}")
@@ -103,9 +113,11 @@ SCENARIOS = [
     Scenario("send_bw_ud", f"ib_send_bw {PT} -c UD -n 20", one_way=True),
     Scenario("send_lat_uc", f"ib_send_lat {PT} -c UC -n 20"),
     Scenario("write_bw_uc", f"ib_write_bw {PT} -c UC -n 20 -s 4096", one_way=True),
-    Scenario("rping", "rping -s -a {peer} -C 5 -v", 0, "rping -c -a {peer} -C 5 -v", uroce=False),
-    Scenario("ucmatose", "ucmatose -b {peer} -c 1 -C 5", 0, "ucmatose -s {peer} -c 1 -C 5", uroce=False),
-    Scenario("udaddy", "udaddy -b {peer} -c 1 -C 5", 0, "udaddy -s {peer} -c 1 -C 5", uroce=False),
+    Scenario("rping", "rping -s -a {peer} -C 5 -v", 0, "rping -c -a {peer} -C 5 -v"),
+    Scenario("ucmatose", "ucmatose -b {peer} -c 1 -C 5", 0, "ucmatose -s {peer} -c 1 -C 5"),
+    Scenario("udaddy", "udaddy -b {peer} -c 1 -C 5", 0, "udaddy -s {peer} -c 1 -C 5"),
+    Scenario("ucmatose_reject", "ucmatose -b {peer} -p 7471 -c 1 -C 5", 0, "ucmatose -s {peer} -p 7472 -c 1 -C 5",
+             reject=8),
 ]
 BY_NAME = {s.name: s for s in SCENARIOS}
 
@@ -415,7 +427,7 @@ class Guest:
 
     def serve(self, step, scen, peer):
         words = " ".join(shlex.quote(w) for w in scen.argv("server", "@GID@", peer)).replace("@GID@", "$GID")
-        self.plan.append(f"serve {step} {scen.port} {scen.vanish or STEP_LIMIT} {words}")
+        self.plan.append(f"serve {step} {scen.port} {scen.server_limit()} {words}")
 
     def connect(self, step, scen, peer):
         words = " ".join(shlex.quote(w) for w in scen.argv("client", "@GID@", peer)).replace("@GID@", "$GID")
@@ -477,11 +489,15 @@ class Guest:
 
 
 def listening(port):
-    want = f":{port:04X}"
-    for f in ("/proc/net/tcp", "/proc/net/tcp6"):
+    """Whether a TCP socket listens on `port` in this namespace. Port 0 (a program that
+    listens through rdma_cm): whether a UDP socket is bound to the RoCEv2 port, which the
+    uroce device opens when the program binds its id, just before it listens."""
+    want = f":{port or 4791:04X}"
+    files = ("/proc/net/tcp", "/proc/net/tcp6") if port else ("/proc/net/udp", "/proc/net/udp6")
+    for f in files:
         for line in Path(f).read_text().splitlines()[1:]:
             w = line.split()
-            if len(w) > 3 and w[1].endswith(want) and w[3] == "0A":
+            if len(w) > 3 and w[1].endswith(want) and (w[3] == "0A" or not port):
                 return True
     return False
 
@@ -627,12 +643,14 @@ def run_step(s, env, lib, uroce, rundir, ip_of):
     peer = ip_of(s.server)
     if s.server == "host":
         host_procs["server"] = Proc(s.scen.argv("server", "0", peer), rundir / f"{name}.server.out", env,
-                                    s.scen.vanish or STEP_LIMIT)
+                                    s.scen.server_limit())
         end = time.monotonic() + 30
         while not listening(s.scen.port) and host_procs["server"].p.poll() is None and time.monotonic() < end:
             time.sleep(0.02)
         if not listening(s.scen.port):
             why.append("the uroce server never listened")
+        elif s.scen.port == 0:
+            time.sleep(0.5)  # from binding its id to listening (the guest gives rxe 1 s)
     elif not s.server.wait(rf"step={s.number} listen", STEP_LIMIT):
         why.append("the rxe server never listened")
     if not why:
@@ -662,7 +680,10 @@ def run_step(s, env, lib, uroce, rundir, ip_of):
     for role, side in (("server", s.server), ("client", s.client)):
         outputs[role] = host_procs[role].text() if side == "host" and role in host_procs else (
             side.output(s.number) if side != "host" else "")
-    if s.scen.vanish:
+    if s.scen.reject:
+        verdict, problem = judge_reject(s, rcs, cap.pcap, ip_of(s.server))
+        why += [problem] if problem else []
+    elif s.scen.vanish:
         verdict, problem = judge_vanish(s, rcs, outputs["client"], cap.pcap, ip_of(s.client))
         why += [problem] if problem else []
     else:
@@ -676,6 +697,23 @@ def run_step(s, env, lib, uroce, rundir, ip_of):
         for role, text in outputs.items():
             print(f"    --- {role} output:\n" + "\n".join("    " + l for l in text.splitlines()[-20:]), flush=True)
     return s, not why, secs, packets, why
+
+
+def judge_reject(s, rcs, pcap, server_ip):
+    """The client connected to a port nobody listens on: the server's end must have sent a
+    CM REJ and the client must exit with the expected status; the server (listening on
+    another port) is ended by its time limit."""
+    rejs = sh("tshark", "-n", "-r", str(pcap), "-Y",
+              f"ip.src == {server_ip} && infiniband.mad.attributeid == {REJ_ATTR:#06x}",
+              "-T", "fields", "-e", "frame.number").split()
+    verdict = f", {len(rejs)} REJ"
+    if not rejs:
+        return verdict, "no CM REJ from the server's end"
+    if rcs.get("client") != s.scen.reject:
+        return verdict, f"client exit {rcs.get('client')}, expected {s.scen.reject} (rejected)"
+    if rcs.get("server") not in ("timeout", 124, 143):  # host; coreutils, busybox timeout
+        return verdict, f"server exit {rcs.get('server')}, expected to be ended by its limit"
+    return verdict, None
 
 
 RETRY_CNT = 7  # what ibv_rc_pingpong sets (and perftest); IBA: 7 retries, then an error

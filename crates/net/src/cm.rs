@@ -9,16 +9,19 @@
 //! * takes MADs off QP1 and hands them to the agent ([`CmAgent::handle_mad`]; the agent
 //!   drops and counts what is not a CM MAD),
 //! * runs the agent's timers ([`CmAgent::handle_timeout`] at [`CmAgent::poll_timeout`]),
-//! * sends what the agent wants sent ([`CmAgent::poll_transmit`] → [`Gsi::send_mad`] to the
-//!   peer's QP1), and
+//! * sends what the agent wants sent after a received MAD or a timer
+//!   ([`CmAgent::poll_transmit`] → [`Gsi::send_mad`] to the peer's QP1), and
 //! * hands the agent's events, in the agent's order, to the one [`CmEventSink`] installed
 //!   ([`CmService::set_sink`]; the RDMA-CM layer above installs one per device). No lock of
 //!   this module is held while the sink runs, so a sink may issue commands.
 //!
 //! Application threads issue commands through [`CmService::with_agent`]: the closure runs
-//! under the agent's lock, then the CM thread is woken through an eventfd (the *doorbell*)
-//! to send and report what the command produced. So every event goes through one thread,
-//! in order, and nothing the sink does re-enters the agent's lock.
+//! under the agent's lock, the MADs it produced are handed to QP1 from the calling thread
+//! (still under that lock, so MADs leave in the agent's order whoever sends them), then the
+//! CM thread is woken through an eventfd (the *doorbell*) to report the command's events
+//! and rearm its timers. So every event goes through one thread, in order, nothing the sink
+//! does re-enters the agent's lock, and a command's MAD has left when the call returns —
+//! a program that disconnects and exits at once does not take its DREQ with it.
 //!
 //! The CM thread sleeps in `poll(2)` on the GSI receive CQ's completion channel and the
 //! doorbell, until the agent's next deadline and at most [`CM_MAX_SLEEP`]; on a device
@@ -26,11 +29,21 @@
 //! step each round (it is then what moves CM MADs through the socket). Every loop is
 //! bounded: one round receives at most [`CM_RECV_BATCH`] MADs, and the thread ends when the
 //! device closes (stop flag + doorbell) or QP1 is flushed.
+//!
+//! # Closing
+//! What the agent still has queued when the device closes (a DREQ from an id destroyed
+//! just before the device) is handed to QP1 while the device's progress thread still runs,
+//! so that it leaves: by the CM thread as it ends, when the closing thread joins it, or by
+//! the closing thread itself when that *is* the CM thread — the last reference to the
+//! device can go inside an event sink (the application dropped its last handle while an
+//! event was being delivered), and the CM thread's own final flush would then come after
+//! the progress thread stopped. That race lost the DREQ in about one run of three of the
+//! RDMA-CM tests run in parallel.
 
 use std::net::IpAddr;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
 use rustix::event::{eventfd, EventfdFlags, PollFd, PollFlags, Timespec};
@@ -71,6 +84,8 @@ pub struct CmCounters {
 /// The CM of one device (see the module documentation).
 pub struct CmService {
     agent: Mutex<CmAgent>,
+    /// QP1, for commands that send from the calling thread (see [`CmService::with_agent`]).
+    gsi: Weak<Gsi>,
     sink: Mutex<Option<Arc<dyn CmEventSink>>>,
     doorbell: OwnedFd,
     epoch: std::time::Instant,
@@ -107,7 +122,7 @@ fn ca_guid(ip: IpAddr) -> u64 {
 }
 
 impl CmService {
-    pub(crate) fn new(local: IpAddr) -> Result<CmService, std::io::Error> {
+    pub(crate) fn new(local: IpAddr, gsi: Weak<Gsi>) -> Result<CmService, std::io::Error> {
         let doorbell = eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)
             .map_err(std::io::Error::from)?;
         // Communication IDs and transaction IDs start somewhere that depends on the time,
@@ -125,6 +140,7 @@ impl CmService {
         };
         Ok(CmService {
             agent: Mutex::new(CmAgent::new(config)),
+            gsi,
             sink: Mutex::new(None),
             doorbell,
             epoch: std::time::Instant::now(),
@@ -148,12 +164,21 @@ impl CmService {
     }
 
     /// Runs `f` on the agent (a command: `listen`, `connect`, `accept`, …) with the current
-    /// time, then wakes the CM thread to send and report what it produced.
+    /// time, sends the MADs it produced from this thread, then wakes the CM thread to
+    /// report its events and rearm the timers. A command's MAD is on QP1 (and, unless the
+    /// progress thread holds the socket just then, on the wire) when this returns: a
+    /// program that disconnects and exits at once (`rping`'s client) would otherwise take
+    /// its DREQ with it before the CM thread ran.
     pub fn with_agent<R>(&self, f: impl FnOnce(&mut CmAgent, Instant) -> R) -> R {
         let r = {
             let mut a = lock(&self.agent);
             let now = self.now();
-            f(&mut a, now)
+            let r = f(&mut a, now);
+            if let Some(gsi) = self.gsi.upgrade() {
+                // A closing device (QP1 flushed) keeps them for its final flush.
+                let _ = self.send_queued(&mut a, &gsi);
+            }
+            r
         };
         self.wake();
         r
@@ -179,18 +204,25 @@ impl CmService {
         let _ = rustix::io::write(&self.doorbell, &1u64.to_ne_bytes());
     }
 
-    /// Sends the MADs the agent has queued (nothing else: no receive, timer or event).
-    fn flush_transmits(&self, gsi: &Gsi) {
-        let tx: Vec<_> = {
-            let mut a = lock(&self.agent);
-            std::iter::from_fn(|| a.poll_transmit()).collect()
-        };
-        for (dst, mad) in tx {
+    /// Sends the MADs the agent has queued (nothing else: no receive, timer or event). The
+    /// device calls it when it closes, after the CM thread stopped or on the CM thread.
+    pub(crate) fn flush_transmits(&self, gsi: &Gsi) {
+        let mut a = lock(&self.agent);
+        let _ = self.send_queued(&mut a, gsi);
+    }
+
+    /// Hands what the agent has queued to QP1, under the agent's lock (`a`), so that MADs
+    /// leave in the agent's order whichever thread sends them. `Err(Flushed)` when QP1 was
+    /// flushed (the device is closing): the MADs not yet sent stay queued.
+    fn send_queued(&self, a: &mut CmAgent, gsi: &Gsi) -> Result<(), GsiError> {
+        while let Some((dst, mad)) = a.poll_transmit() {
             match gsi.send_mad(dst, GSI_QPN, &mad) {
                 Ok(()) => self.mads_sent.fetch_add(1, Ordering::Relaxed),
+                Err(GsiError::Flushed) => return Err(GsiError::Flushed),
                 Err(_) => self.send_failures.fetch_add(1, Ordering::Relaxed),
             };
         }
+        Ok(())
     }
 
     /// One round: receive, timers, transmit, events. Returns the agent's next deadline.
@@ -202,7 +234,7 @@ impl CmService {
                 None => break,
             }
         }
-        let (tx, events, deadline) = {
+        let (sent, events, deadline) = {
             let mut a = lock(&self.agent);
             let now = self.now();
             for m in &received {
@@ -211,19 +243,13 @@ impl CmService {
             if a.poll_timeout().is_some_and(|t| t <= now) {
                 a.handle_timeout(now);
             }
-            let tx: Vec<_> = std::iter::from_fn(|| a.poll_transmit()).collect();
+            let sent = self.send_queued(&mut a, gsi);
             let events: Vec<_> = std::iter::from_fn(|| a.poll_event()).collect();
-            (tx, events, a.poll_timeout())
+            (sent, events, a.poll_timeout())
         };
         self.mads_received
             .fetch_add(received.len() as u64, Ordering::Relaxed);
-        for (dst, mad) in tx {
-            match gsi.send_mad(dst, GSI_QPN, &mad) {
-                Ok(()) => self.mads_sent.fetch_add(1, Ordering::Relaxed),
-                Err(GsiError::Flushed) => return Err(GsiError::Flushed),
-                Err(_) => self.send_failures.fetch_add(1, Ordering::Relaxed),
-            };
-        }
+        sent?;
         if !events.is_empty() {
             let sink = lock(&self.sink).clone();
             for ev in events {

@@ -888,11 +888,12 @@ impl NetDevice {
         if let Some(c) = self.cm.get() {
             return Ok(c);
         }
-        let svc = Arc::new(CmService::new(self.local.ip()).map_err(NetError::Io)?);
         let gsi = match &self.gsi {
             Some(g) => g.clone(),
             None => return Err(NetError::Device("the device is closing".to_owned())),
         };
+        let svc =
+            Arc::new(CmService::new(self.local.ip(), Arc::downgrade(&gsi)).map_err(NetError::Io)?);
         let progress: Option<Box<dyn Fn() + Send + Sync>> = if self.progress_thread {
             None
         } else {
@@ -1005,6 +1006,14 @@ impl NetDevice {
             if t.thread().id() != std::thread::current().id() {
                 let _ = t.join();
             }
+        }
+        // What the agent still has to say goes onto QP1 now, while the progress thread
+        // runs: on the CM thread itself (the last reference went in an event sink) the
+        // thread's own final flush would come after the progress thread stopped, and a DREQ
+        // queued by an id destroyed just before would never leave (see `crate::cm`).
+        // After a join this finds nothing left.
+        if let (Some(svc), Some(g)) = (self.cm.get(), self.gsi.as_deref()) {
+            svc.flush_transmits(g);
         }
         if let Some(g) = self.gsi.take() {
             match Arc::try_unwrap(g) {

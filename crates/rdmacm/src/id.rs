@@ -6,7 +6,9 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use uroce_proto::cm::{AcceptParams, CmEvent, ConnId, ConnectParams, SidrAnswer, SidrParams};
+use uroce_proto::cm::{
+    AcceptParams, CmEvent, ConnId, ConnectParams, SidrAnswer, SidrParams, StartPsns,
+};
 use uroce_verbs::binding::{BindError, BindingOwner};
 use uroce_verbs::{
     AccessFlags, AttrMask, Pd, Qp, QpAttr, QpInitAttr, QpRef, QpState, QpType, RcConnect,
@@ -115,8 +117,9 @@ struct IdState {
     req: Option<ReqRepr>,
     /// The REP received (active).
     rep: Option<RepRepr>,
-    /// Our send PSN (sent in the REQ / REP).
-    sq_psn: u32,
+    /// Our receive PSN, announced in the REQ (active) or REP (passive): see
+    /// [`uroce_proto::cm::StartPsns`].
+    rq_psn: u32,
     /// What we asked for.
     param: ConnParam,
     /// What the peer's REP said (active side), for the Established event.
@@ -161,7 +164,7 @@ impl IdInner {
                 owned_qp: None,
                 req: None,
                 rep: None,
-                sq_psn: 0,
+                rq_psn: 0,
                 param: ConnParam::new(),
                 peer_param: None,
                 disconnect_reported: false,
@@ -739,7 +742,7 @@ impl CmIdRef {
                 srq: param.srq,
                 private_data: self.private_with_header(&st, &param.private_data, pdl::REQ)?,
             };
-            st.sq_psn = psn;
+            st.rq_psn = psn;
             dev.cm.with_agent(|a, now| {
                 let c = a.connect(now, &p)?;
                 lock(&dev.ids).insert(c.0, weak);
@@ -795,8 +798,9 @@ impl CmIdRef {
         else {
             return Err(invalid("accept", st.phase));
         };
-        // Fixed when the request came (`qp_attr` reports it before the accept).
-        let psn = st.sq_psn;
+        // Fixed when the request came (`qp_attr` reports it before the accept): the
+        // PSN the REP announces, which we expect to receive.
+        let psn = st.rq_psn;
         let responder = param.responder_resources.min(req.initiator_depth);
         let initiator = param.initiator_depth.min(req.responder_resources);
         let local_qpn = match (&st.qp, param.qp_num) {
@@ -829,7 +833,6 @@ impl CmIdRef {
         dev.cm
             .with_agent(|a, now| a.accept(now, conn, &p))
             .map_err(cm_err)?;
-        st.sq_psn = psn;
         st.param = param.clone();
         Ok(())
     }
@@ -1079,15 +1082,16 @@ fn to_rts(q: &QpRef, c: &RcConnect) -> Result<(), CmError> {
 /// The active side's QP attributes after the REP (`None` before it).
 fn active_connect(st: &IdState, dest_ip: IpAddr) -> Option<RcConnect> {
     let rep = st.rep.as_ref()?;
+    let psns = StartPsns::active(st.rq_psn, rep.starting_psn);
     Some(RcConnect {
         access: AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC,
         dest_ip,
         dest_qpn: rep.local_qpn,
         path_mtu: Pmtu::Mtu1024,
-        rq_psn: Psn::new(rep.starting_psn),
+        rq_psn: Psn::new(psns.rq_psn),
         max_dest_rd_atomic: st.param.responder_resources.min(rep.initiator_depth),
         min_rnr_timer: 12,
-        sq_psn: Psn::new(st.sq_psn),
+        sq_psn: Psn::new(psns.sq_psn),
         timeout: st.local_ack_timeout,
         retry_cnt: st.param.retry_count.min(7),
         rnr_retry: rep.rnr_retry_count,
@@ -1098,15 +1102,16 @@ fn active_connect(st: &IdState, dest_ip: IpAddr) -> Option<RcConnect> {
 /// The passive side's QP attributes from the REQ (`param`: what it accepts with).
 fn passive_connect(st: &IdState, param: &ConnParam, dest_ip: IpAddr) -> Option<RcConnect> {
     let req = st.req.as_ref()?;
+    let psns = StartPsns::passive(req.starting_psn, st.rq_psn);
     Some(RcConnect {
         access: AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC,
         dest_ip,
         dest_qpn: req.local_qpn,
         path_mtu: pmtu_of(req.path_mtu),
-        rq_psn: Psn::new(req.starting_psn),
+        rq_psn: Psn::new(psns.rq_psn),
         max_dest_rd_atomic: param.responder_resources.min(req.initiator_depth),
         min_rnr_timer: 12,
-        sq_psn: Psn::new(st.sq_psn),
+        sq_psn: Psn::new(psns.sq_psn),
         timeout: req.primary_path.local_ack_timeout,
         retry_cnt: req.retry_count,
         rnr_retry: req.rnr_retry_count,
@@ -1407,7 +1412,7 @@ impl CmIdRef {
             cs.dst = Some(SocketAddr::new(hdr.src_ip, hdr.src_port));
             cs.conn = Some(conn);
             cs.req = Some(*req);
-            cs.sq_psn = fresh_psn(child.token);
+            cs.rq_psn = fresh_psn(child.token);
             cs.param = ConnParam {
                 responder_resources: req.responder_resources,
                 initiator_depth: req.initiator_depth,

@@ -100,21 +100,18 @@ fn round_trip(cm: &RdmaCm, client: &str, server: &str, port: u16, client_ends: b
 
 #[test]
 fn connect_send_disconnect_from_the_client() {
-    let _serial = serial();
     let cm = cm_with(&["127.0.210.1", "127.0.210.2"], None);
     round_trip(&cm, "127.0.210.1", "127.0.210.2", 7001, true);
 }
 
 #[test]
 fn connect_send_disconnect_from_the_server() {
-    let _serial = serial();
     let cm = cm_with(&["127.0.211.1", "127.0.211.2"], None);
     round_trip(&cm, "127.0.211.1", "127.0.211.2", 7002, false);
 }
 
 #[test]
 fn reject_with_private_data_reaches_the_client() {
-    let _serial = serial();
     let cm = cm_with(&["127.0.212.1", "127.0.212.2"], None);
     let (_l, chs, cid, chc) = setup(&cm, "127.0.212.1", "127.0.212.2", 7003);
     let cres = Res::new(&cid);
@@ -132,7 +129,6 @@ fn reject_with_private_data_reaches_the_client() {
 
 #[test]
 fn connect_to_a_port_nobody_listens_on_is_rejected() {
-    let _serial = serial();
     let cm = cm_with(&["127.0.213.1", "127.0.213.2"], None);
     let chc = cm.create_event_channel().unwrap();
     let cid = cm.create_id(&chc, PortSpace::Tcp).unwrap();
@@ -151,7 +147,6 @@ fn connect_to_a_port_nobody_listens_on_is_rejected() {
 
 #[test]
 fn a_vanished_peer_ends_in_unreachable_and_a_closed_one_in_disconnected() {
-    let _serial = serial();
     // Nobody at the destination: every REQ is lost.
     let cm = cm_with(&["127.0.214.1"], None);
     let chc = cm.create_event_channel().unwrap();
@@ -207,7 +202,6 @@ fn a_vanished_peer_ends_in_unreachable_and_a_closed_one_in_disconnected() {
 
 #[test]
 fn lost_cm_messages_are_retried() {
-    let _serial = serial();
     // 30 % of every packet each device sends is lost, REQ/REP/RTU/DREQ/DREP included.
     let faults = Some("drop=0.3,seed=11");
     for (i, port) in (7010u16..7014).enumerate() {

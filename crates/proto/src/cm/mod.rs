@@ -104,6 +104,41 @@ impl Default for AgentConfig {
     }
 }
 
+/// The starting PSNs of one side's RC/UC QP, taken from the REQ and REP of its connection.
+///
+/// Each side announces the PSN it expects to *receive*: the REQ's Starting PSN is the PSN of
+/// the packets from the passive to the active side, the REP's the PSN of the packets from the
+/// active to the passive side (REQ and REP of IBA Vol 1 §12.6.5 and §12.6.8; the Linux
+/// kernel's CM fills and reads the two fields this way). Taking the REQ's PSN as the active
+/// side's send PSN instead makes a Linux passive side see every packet as a duplicate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StartPsns {
+    /// The PSN of the first packet this side sends (`sq_psn` of its QP's RTS transition).
+    pub sq_psn: u32,
+    /// The PSN of the first packet this side expects (`rq_psn` of its RTR transition).
+    pub rq_psn: u32,
+}
+
+impl StartPsns {
+    /// The active side's PSNs: receives from the REQ's PSN, sends from the REP's.
+    #[must_use]
+    pub const fn active(req_starting_psn: u32, rep_starting_psn: u32) -> StartPsns {
+        StartPsns {
+            sq_psn: rep_starting_psn & 0x00FF_FFFF,
+            rq_psn: req_starting_psn & 0x00FF_FFFF,
+        }
+    }
+
+    /// The passive side's PSNs: sends from the REQ's PSN, receives from the REP's.
+    #[must_use]
+    pub const fn passive(req_starting_psn: u32, rep_starting_psn: u32) -> StartPsns {
+        StartPsns {
+            sq_psn: req_starting_psn & 0x00FF_FFFF,
+            rq_psn: rep_starting_psn & 0x00FF_FFFF,
+        }
+    }
+}
+
 /// What the active side asks for in its REQ.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnectParams {
@@ -113,7 +148,8 @@ pub struct ConnectParams {
     pub service_id: u64,
     /// Our QPN.
     pub local_qpn: u32,
-    /// The PSN the passive side starts sending with.
+    /// The PSN the passive side starts sending with: the PSN we expect to receive
+    /// (see [`StartPsns`]).
     pub starting_psn: u32,
     /// Q_Key (UD) or 0.
     pub qkey: u32,
@@ -151,7 +187,8 @@ pub struct ConnectParams {
 pub struct AcceptParams {
     /// Our QPN.
     pub local_qpn: u32,
-    /// The PSN the active side starts sending with.
+    /// The PSN the active side starts sending with: the PSN we expect to receive
+    /// (see [`StartPsns`]).
     pub starting_psn: u32,
     /// Q_Key (UD) or 0.
     pub qkey: u32,

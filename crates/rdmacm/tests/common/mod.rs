@@ -114,15 +114,3 @@ impl Res {
 pub fn ok(wc: &WorkCompletion) {
     assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
 }
-
-/// Runs the tests that take it one at a time. In parallel, the vanished-peer test of
-/// `connect.rs` lost the closing peer's DREQ in about one run of three (its client never
-/// saw DISCONNECTED); alone it passed every time. Not understood yet: the serialisation
-/// keeps the suite honest about what is known to work, and the note in the project's
-/// issue tracks the rest.
-pub fn serial() -> std::sync::MutexGuard<'static, ()> {
-    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    SERIAL
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
