@@ -61,6 +61,7 @@ fn connect_params(from: IpAddr, to: IpAddr) -> ConnectParams {
         responder_resources: 1,
         initiator_depth: 1,
         transport_service_type: 0,
+        extended_transport_type: 0,
         path: PathRepr {
             local_lid: 0xffff,
             remote_lid: 0xffff,

@@ -39,6 +39,7 @@ fn connect_params(to: usize, from: usize, qpn: u32) -> ConnectParams {
         responder_resources: 4,
         initiator_depth: 4,
         transport_service_type: 0,
+        extended_transport_type: 0,
         path: PathRepr {
             local_lid: 0xffff,
             remote_lid: 0xffff,

@@ -712,6 +712,8 @@ impl CmIdRef {
                 (None, n) if n != 0 => n,
                 _ => return Err(CmError::NoQp),
             };
+            let (transport_service_type, extended_transport_type) =
+                req_transport(st.qp.as_ref().map(|q| q.qp_type()));
             let psn = fresh_psn(self.inner.token);
             let path = PathRepr {
                 local_lid: 0xFFFF,
@@ -730,7 +732,8 @@ impl CmIdRef {
                 qkey: 0,
                 responder_resources: param.responder_resources,
                 initiator_depth: param.initiator_depth,
-                transport_service_type: 0,
+                transport_service_type,
+                extended_transport_type,
                 path,
                 pkey: 0xFFFF,
                 path_mtu: Pmtu::Mtu1024.enum_value(),
@@ -1077,6 +1080,17 @@ fn to_rts(q: &QpRef, c: &RcConnect) -> Result<(), CmError> {
     q.modify(&a, m).map_err(verbs)?;
     let (a, m) = c.rts_attr_for(q.qp_type());
     q.modify(&a, m).map_err(verbs)
+}
+
+/// The REQ's Transport Service Type and Extended Transport Type for a QP of `qp_type`
+/// (IBA 12.6.5, and Annex A14 for XRC: type 3 with extended type 1, as the Linux CM
+/// writes it); RC when the id has no QP of its own.
+fn req_transport(qp_type: Option<QpType>) -> (u8, u8) {
+    match qp_type {
+        Some(QpType::Uc) => (1, 0),
+        Some(QpType::XrcSend) => (3, 1),
+        _ => (0, 0),
+    }
 }
 
 /// The active side's QP attributes after the REP (`None` before it).
@@ -1447,5 +1461,18 @@ impl CmIdRef {
         let ev = ev.with_new_id(owner);
         drop(st);
         self.push(ev);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn req_names_the_transport_of_the_qp() {
+        assert_eq!(req_transport(Some(QpType::Rc)), (0, 0));
+        assert_eq!(req_transport(None), (0, 0));
+        assert_eq!(req_transport(Some(QpType::Uc)), (1, 0));
+        assert_eq!(req_transport(Some(QpType::XrcSend)), (3, 1));
     }
 }

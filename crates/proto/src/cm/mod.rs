@@ -157,8 +157,10 @@ pub struct ConnectParams {
     pub responder_resources: u8,
     /// RDMA reads/atomics we issue at once.
     pub initiator_depth: u8,
-    /// Transport service type (0 RC, 1 UC).
+    /// Transport service type (0 RC, 1 UC, 3 with an extended type: IBA 12.6.5).
     pub transport_service_type: u8,
+    /// Extended transport type when `transport_service_type` is 3 (1 XRC: IBA Annex A14).
+    pub extended_transport_type: u8,
     /// The primary path (GIDs are the IP addresses).
     pub path: PathRepr,
     /// Partition key.
@@ -598,7 +600,7 @@ impl CmAgent {
             rnr_retry_count: p.rnr_retry_count,
             max_cm_retries: p.max_cm_retries,
             srq: p.srq,
-            extended_transport_type: 0,
+            extended_transport_type: p.extended_transport_type,
             primary_path: p.path,
             alternate_path: PathRepr::default(),
             sap_supported: false,
