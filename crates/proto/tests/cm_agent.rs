@@ -709,6 +709,50 @@ fn req_waits_briefly_for_a_listener() {
 }
 
 #[test]
+fn sidr_req_waits_briefly_for_a_listener() {
+    let service = PortSpace::Udp.service_id(7175);
+    let params = SidrParams {
+        remote: addr(B),
+        service_id: service,
+        pkey: 0xffff,
+        timeout: RESPONSE,
+        max_retries: RETRIES,
+        private_data: vec![],
+    };
+    // The server listens within the grace: answered SUCCESS, not UNSUPPORTED.
+    let mut w = World::new();
+    let now = w.now;
+    let id = w.agents[A].sidr_request(now, &params).unwrap();
+    w.run(Duration::from_millis(10));
+    assert!(!w.has(A, |e| matches!(e, CmEvent::SidrReply { .. })));
+    w.agents[B]
+        .listen(
+            service,
+            Some(SidrAnswer {
+                qpn: 0x42,
+                qkey: 0x0123_4567,
+            }),
+        )
+        .unwrap();
+    w.run(Duration::from_millis(100));
+    assert!(w.has(A, |e| matches!(
+        e,
+        CmEvent::SidrReply { id: i, status, .. } if *i == id && *status == sidr_status::SUCCESS
+    )));
+    // Nobody listens: UNSUPPORTED, but only once the grace is over.
+    let mut w = World::new();
+    let now = w.now;
+    let id = w.agents[A].sidr_request(now, &params).unwrap();
+    w.run(Duration::from_millis(10));
+    assert!(!w.has(A, |e| matches!(e, CmEvent::SidrReply { .. })));
+    w.run(Duration::from_millis(100));
+    assert!(w.has(A, |e| matches!(
+        e,
+        CmEvent::SidrReply { id: i, status, .. } if *i == id && *status == sidr_status::UNSUPPORTED
+    )));
+}
+
+#[test]
 fn deferred_sidr_answer() {
     let mut w = World::new();
     let service = PortSpace::Udp.service_id(7174);

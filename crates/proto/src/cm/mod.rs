@@ -432,8 +432,8 @@ pub struct CmAgent {
     next_id: u32,
     next_tid: u32,
     listeners: BTreeMap<u32, Listener>,
-    /// REQs for a service nobody listens to, rejected at their deadline if still nobody
-    /// does ([`UNMATCHED_REQ_GRACE`]).
+    /// REQs and SIDR_REQs for a service nobody listens to, rejected (SIDR: answered
+    /// UNSUPPORTED) at their deadline if still nobody does ([`UNMATCHED_REQ_GRACE`]).
     held_reqs: Vec<(Instant, IpAddr, [u8; MAD_LEN])>,
     conns: BTreeMap<u32, Conn>,
     tx: VecDeque<(IpAddr, [u8; MAD_LEN])>,
@@ -820,6 +820,21 @@ impl CmAgent {
                 }
             }
             CmMessage::Req(req) => self.on_req(now, from, tid, req, ctx),
+            CmMessage::SidrReq(req)
+                if may_hold
+                    && self.held_reqs.len() < MAX_HELD_REQS
+                    && !self
+                        .listeners
+                        .values()
+                        .any(|l| l.service_id == req.service_id) =>
+            {
+                // As for a REQ: a UD server may be listening again in a moment.
+                if let Ok(raw) = <[u8; MAD_LEN]>::try_from(mad) {
+                    self.held_reqs.push((now + UNMATCHED_REQ_GRACE, from, raw));
+                } else {
+                    self.on_sidr_req(now, from, tid, req, ctx);
+                }
+            }
             CmMessage::SidrReq(req) => self.on_sidr_req(now, from, tid, req, ctx),
             CmMessage::Mra(r) => self.deliver(now, from, r.remote_comm_id, CmInput::RecvMra, ctx),
             CmMessage::Rej(r) => self.deliver(now, from, r.remote_comm_id, CmInput::RecvRej, ctx),
