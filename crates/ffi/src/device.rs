@@ -208,15 +208,9 @@ fn make_device(cfg: &NetConfig) -> ibv_device {
         ibdev_path: [0; 256],
     };
     put_str(&mut d.name, &cfg.name);
-    put_str(&mut d.dev_name, &cfg.name);
-    put_str(
-        &mut d.dev_path,
-        &format!("/sys/class/infiniband_verbs/{}", cfg.name),
-    );
-    put_str(
-        &mut d.ibdev_path,
-        &format!("/sys/class/infiniband/{}", cfg.name),
-    );
+    put_str(&mut d.dev_name, crate::sysfs::UVERBS_NAME);
+    put_str(&mut d.dev_path, &crate::sysfs::dev_path());
+    put_str(&mut d.ibdev_path, &crate::sysfs::ibdev_path(&cfg.name));
     d
 }
 
@@ -266,6 +260,7 @@ impl Registry {
             Some(d) if !dev.is_null() && d.ptr.load(Ordering::Acquire) == dev => d.cfg.clone(),
             _ => return Err(FfiError::BadHandle { what: "device" }),
         };
+        let cfg_name = cfg.name.clone();
         let net = match st.net.upgrade() {
             Some(n) => n,
             None => {
@@ -277,6 +272,7 @@ impl Registry {
                     );
                 })?);
                 st.net = Arc::downgrade(&n);
+                crate::sysfs::publish_gid(&cfg_name, n.local_addr().ip());
                 n
             }
         };

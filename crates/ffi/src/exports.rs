@@ -359,16 +359,18 @@ pub unsafe extern "C" fn uroce__ibv_query_gid_ex(
             set_errno(libc::EINVAL);
             return libc::EINVAL;
         }
-        let r =
-            Registry::net(context).and_then(|net| device::gid(&net, port_num, gid_index.into()));
+        let r = Registry::net(context).and_then(|net| {
+            let g = device::gid(&net, port_num, gid_index.into())?;
+            Ok(g.map(|g| (g, crate::sysfs::ndev_ifindex(net.local_addr().ip()))))
+        });
         match r {
-            Ok(Some(g)) => {
+            Ok(Some((g, ndev_ifindex))) => {
                 let e = ibv_gid_entry {
                     gid: ibv_gid { raw: g.0 },
                     gid_index,
                     port_num,
                     gid_type: IBV_GID_TYPE_ROCE_V2,
-                    ndev_ifindex: 0,
+                    ndev_ifindex,
                 };
                 // SAFETY: `entry` is valid for `entry_size >= size_of::<ibv_gid_entry>()`
                 // bytes (checked above; caller guarantee).
