@@ -169,7 +169,10 @@ pub unsafe extern "C" fn uroce_ibv_open_device(device: *mut ibv_device) -> *mut 
     guard(std::ptr::null_mut(), || match Registry::open(device) {
         Ok(c) => c,
         Err(e) => {
-            crate::entry::report(&e);
+            // An `Open` failure was already printed, always, in one line (Registry::open).
+            if !matches!(e, FfiError::Open(_)) {
+                crate::entry::report(&e);
+            }
             set_errno(e.errno());
             std::ptr::null_mut()
         }
@@ -407,6 +410,9 @@ pub unsafe extern "C" fn uroce_ibv_read_sysfs_file(
 ) -> c_int {
     guard(-1, || {
         if dir.is_null() || file.is_null() || buf.is_null() || size == 0 {
+            crate::entry::report(&FfiError::Invalid(
+                "ibv_read_sysfs_file: dir, file or buf is NULL, or size is 0",
+            ));
             set_errno(libc::EINVAL);
             return -1;
         }
