@@ -536,3 +536,31 @@ fn parser_reads_unittest_reports() {
         "summary without a FAIL header"
     );
 }
+
+#[test]
+fn skip_reasons_are_classified() {
+    assert_eq!(
+        classify("Can not run the test over non MLX5 device"),
+        SkipKind::HardwareOnly
+    );
+    assert_eq!(
+        classify("Create Raw Packet QP with extended attrs is not supported"),
+        SkipKind::HardwareOnly
+    );
+    assert_eq!(
+        classify("Create UD QP with extended attrs is not supported"),
+        SkipKind::Random
+    );
+    assert_eq!(
+        classify("Extended QP is not supported on this device"),
+        SkipKind::Owed
+    );
+    assert_eq!(
+        classify("Device uroce0 doesn't have net interface"),
+        SkipKind::Unpresented
+    );
+    assert_eq!(
+        classify("Something new is not supported"),
+        SkipKind::Unknown
+    );
+}
