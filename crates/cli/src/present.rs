@@ -268,16 +268,85 @@ fn userns_switches() -> String {
     .join(", ")
 }
 
+/// In a namespace just made by `unshare`: maps `uid`/`gid` to themselves, makes every
+/// mount private to it and mounts a tmpfs on `stage`.
+fn enter(uid: libc::uid_t, gid: libc::gid_t, stage: &Path) -> io::Result<()> {
+    std::fs::write("/proc/self/setgroups", "deny")?;
+    std::fs::write("/proc/self/uid_map", format!("{uid} {uid} 1"))?;
+    std::fs::write("/proc/self/gid_map", format!("{gid} {gid} 1"))?;
+    mount(
+        None,
+        Path::new("/"),
+        None,
+        libc::MS_REC | libc::MS_PRIVATE,
+        None,
+    )?;
+    mount(
+        Some(Path::new("tmpfs")),
+        stage,
+        Some("tmpfs"),
+        libc::MS_NOSUID,
+        Some("mode=0755"),
+    )
+}
+
+/// Runs `unshare` + [`enter`] in a forked child (this process must be single-threaded);
+/// the child's exit status carries the `errno` of the first refused step.
+fn probe(uid: libc::uid_t, gid: libc::gid_t, stage: &Path) -> io::Result<()> {
+    // SAFETY: the process is single-threaded (caller contract of `present`), so the child
+    // may use the allocator and the file system functions before `_exit`.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if pid == 0 {
+        // SAFETY: unshare takes flags only.
+        let r = check(unsafe { libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS) })
+            .and_then(|()| enter(uid, gid, stage));
+        let code = match r {
+            Ok(()) => 0,
+            Err(e) => e.raw_os_error().unwrap_or(libc::EPERM).clamp(1, 255),
+        };
+        // SAFETY: ends the child without running the parent's exit handlers.
+        unsafe { libc::_exit(code) };
+    }
+    let mut status = 0;
+    // SAFETY: `pid` is our child; `status` is writable. Bounded: the child does a few
+    // system calls and exits.
+    let waited = unsafe { libc::waitpid(pid, &mut status, 0) };
+    if waited != pid {
+        return Err(io::Error::last_os_error());
+    }
+    if libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0 {
+        Ok(())
+    } else if libc::WIFEXITED(status) {
+        Err(io::Error::from_raw_os_error(libc::WEXITSTATUS(status)))
+    } else {
+        Err(io::Error::other("the namespace probe ended abnormally"))
+    }
+}
+
 /// Enters a user + mount namespace and presents the tree for `facts`, staging it under
 /// `stage` (an existing directory of the caller's). Must run while the process has one
 /// thread (the kernel refuses `CLONE_NEWUSER` otherwise).
 ///
 /// # Errors
 /// The reason, in words, when the kernel refuses a step; the program should then run
-/// without the tree (it may already be in the new namespaces, which change nothing else).
+/// without the tree. The namespace steps are tried in a child first, so a refusal there
+/// leaves this process untouched; a later refusal (rare: a bind over sysfs or `/dev`)
+/// leaves it in the new namespaces, with the host's view of every path.
 pub fn present(facts: &Facts, stage: &Path) -> Result<(), String> {
     // SAFETY: getuid/getgid cannot fail.
     let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    // Try the namespace steps in a child first, so that a kernel that allows the namespace
+    // but not what follows (an AppArmor restriction, a seccomp filter) leaves this process
+    // as it was.
+    probe(uid, gid, stage).map_err(|e| {
+        format!(
+            "the kernel refuses an unprivileged user namespace ({e}; {})",
+            userns_switches()
+        )
+    })?;
     // SAFETY: unshare takes flags only.
     if let Err(e) = check(unsafe { libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS) }) {
         return Err(format!(
@@ -286,23 +355,7 @@ pub fn present(facts: &Facts, stage: &Path) -> Result<(), String> {
         ));
     }
     let step = || -> io::Result<()> {
-        std::fs::write("/proc/self/setgroups", "deny")?;
-        std::fs::write("/proc/self/uid_map", format!("{uid} {uid} 1"))?;
-        std::fs::write("/proc/self/gid_map", format!("{gid} {gid} 1"))?;
-        mount(
-            None,
-            Path::new("/"),
-            None,
-            libc::MS_REC | libc::MS_PRIVATE,
-            None,
-        )?;
-        mount(
-            Some(Path::new("tmpfs")),
-            stage,
-            Some("tmpfs"),
-            libc::MS_NOSUID,
-            Some("mode=0755"),
-        )?;
+        enter(uid, gid, stage)?;
         let (ib, verbs, devib) = (stage.join("ib"), stage.join("verbs"), stage.join("devib"));
         write_ib_device(&ib.join(&facts.name), facts)?;
         write_verbs_class(&verbs, facts)?;
