@@ -44,6 +44,8 @@ use uroce_verbs::Gid;
 pub const PRESENTED_ENV: &str = "UROCE_PRESENTED";
 /// `UROCE_PRESENT=0` turns the presentation off (the program then runs as before).
 pub const PRESENT_ENV: &str = "UROCE_PRESENT";
+/// `UROCE_NETNS=1`: the program also gets a network namespace of its own (only `lo`, up).
+pub const NETNS_ENV: &str = "UROCE_NETNS";
 /// The RoCEv2 UDP port (IBA Annex A17).
 const ROCE_PORT: u16 = 4791;
 /// How many loopback addresses the library tries without `UROCE_ADDR`
@@ -270,7 +272,7 @@ fn userns_switches() -> String {
 
 /// In a namespace just made by `unshare`: maps `uid`/`gid` to themselves, makes every
 /// mount private to it and mounts a tmpfs on `stage`.
-fn enter(uid: libc::uid_t, gid: libc::gid_t, stage: &Path) -> io::Result<()> {
+fn enter(flags: libc::c_int, uid: libc::uid_t, gid: libc::gid_t, stage: &Path) -> io::Result<()> {
     std::fs::write("/proc/self/setgroups", "deny")?;
     std::fs::write("/proc/self/uid_map", format!("{uid} {uid} 1"))?;
     std::fs::write("/proc/self/gid_map", format!("{gid} {gid} 1"))?;
@@ -287,12 +289,35 @@ fn enter(uid: libc::uid_t, gid: libc::gid_t, stage: &Path) -> io::Result<()> {
         Some("tmpfs"),
         libc::MS_NOSUID,
         Some("mode=0755"),
-    )
+    )?;
+    if flags & libc::CLONE_NEWNET != 0 {
+        loopback_up()?;
+    }
+    Ok(())
+}
+
+/// Sets `lo` of this (new) network namespace up.
+fn loopback_up() -> io::Result<()> {
+    // Binding the unspecified address needs no interface up.
+    let sock = std::net::UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0))?;
+    use std::os::fd::AsRawFd as _;
+    // SAFETY: all-zero bytes are a valid ifreq (a name and a union of integers).
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (d, b) in req.ifr_name.iter_mut().zip(b"lo") {
+        *d = *b as libc::c_char;
+    }
+    // SAFETY: `req` is a valid ifreq naming "lo" for the duration of both calls; the
+    // descriptor is a live socket.
+    unsafe {
+        check(libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req))?;
+        req.ifr_ifru.ifru_flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
+        check(libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req))
+    }
 }
 
 /// Runs `unshare` + [`enter`] in a forked child (this process must be single-threaded);
 /// the child's exit status carries the `errno` of the first refused step.
-fn probe(uid: libc::uid_t, gid: libc::gid_t, stage: &Path) -> io::Result<()> {
+fn probe(flags: libc::c_int, uid: libc::uid_t, gid: libc::gid_t, stage: &Path) -> io::Result<()> {
     // SAFETY: the process is single-threaded (caller contract of `present`), so the child
     // may use the allocator and the file system functions before `_exit`.
     let pid = unsafe { libc::fork() };
@@ -301,8 +326,7 @@ fn probe(uid: libc::uid_t, gid: libc::gid_t, stage: &Path) -> io::Result<()> {
     }
     if pid == 0 {
         // SAFETY: unshare takes flags only.
-        let r = check(unsafe { libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS) })
-            .and_then(|()| enter(uid, gid, stage));
+        let r = check(unsafe { libc::unshare(flags) }).and_then(|()| enter(flags, uid, gid, stage));
         let code = match r {
             Ok(()) => 0,
             Err(e) => e.raw_os_error().unwrap_or(libc::EPERM).clamp(1, 255),
@@ -335,27 +359,29 @@ fn probe(uid: libc::uid_t, gid: libc::gid_t, stage: &Path) -> io::Result<()> {
 /// without the tree. The namespace steps are tried in a child first, so a refusal there
 /// leaves this process untouched; a later refusal (rare: a bind over sysfs or `/dev`)
 /// leaves it in the new namespaces, with the host's view of every path.
-pub fn present(facts: &Facts, stage: &Path) -> Result<(), String> {
+pub fn present(facts: &Facts, stage: &Path, netns: bool) -> Result<(), String> {
     // SAFETY: getuid/getgid cannot fail.
     let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    let flags =
+        libc::CLONE_NEWUSER | libc::CLONE_NEWNS | if netns { libc::CLONE_NEWNET } else { 0 };
     // Try the namespace steps in a child first, so that a kernel that allows the namespace
     // but not what follows (an AppArmor restriction, a seccomp filter) leaves this process
     // as it was.
-    probe(uid, gid, stage).map_err(|e| {
+    probe(flags, uid, gid, stage).map_err(|e| {
         format!(
             "the kernel refuses an unprivileged user namespace ({e}; {})",
             userns_switches()
         )
     })?;
     // SAFETY: unshare takes flags only.
-    if let Err(e) = check(unsafe { libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS) }) {
+    if let Err(e) = check(unsafe { libc::unshare(flags) }) {
         return Err(format!(
             "the kernel refuses an unprivileged user namespace ({e}; {})",
             userns_switches()
         ));
     }
     let step = || -> io::Result<()> {
-        enter(uid, gid, stage)?;
+        enter(flags, uid, gid, stage)?;
         let (ib, verbs, devib) = (stage.join("ib"), stage.join("verbs"), stage.join("devib"));
         write_ib_device(&ib.join(&facts.name), facts)?;
         write_verbs_class(&verbs, facts)?;

@@ -135,7 +135,8 @@ fn presentation(dir: &Path) -> Result<(), String> {
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
         Err(e) => return Err(format!("creating {}: {e}", stage.display())),
     }
-    present::present(&facts, &stage)
+    let netns = std::env::var_os(present::NETNS_ENV).is_some_and(|v| v == "1");
+    present::present(&facts, &stage, netns)
 }
 
 /// Runs `program` on uroce's libraries: replaces this process with it (`execvp`), so

@@ -194,8 +194,8 @@ pub mod api {
     unsupported!(rwritev, "RDMACM_1.0");
     unsupported!(rdma_join_multicast_ex, "RDMACM_1.1");
     forward!(rdma_establish, "RDMACM_1.2", (id: *mut c_void) -> c_int, -1);
-    unsupported!(rdma_init_qp_attr, "RDMACM_1.2");
-    unsupported!(rdma_get_remote_ece, "RDMACM_1.3");
+    forward!(rdma_init_qp_attr, "RDMACM_1.2", (id: *mut c_void, qp_attr: *mut c_void, qp_attr_mask: *mut c_int) -> c_int, -1);
+    forward!(rdma_get_remote_ece, "RDMACM_1.3", (id: *mut c_void, ece: *mut c_void) -> c_int, -1);
     unsupported!(rdma_reject_ece, "RDMACM_1.3");
-    unsupported!(rdma_set_local_ece, "RDMACM_1.3");
+    forward!(rdma_set_local_ece, "RDMACM_1.3", (id: *mut c_void, ece: *mut c_void) -> c_int, -1);
 }

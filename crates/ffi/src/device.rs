@@ -114,6 +114,9 @@ struct State {
     dev: Option<Dev>,
     /// The shared network device while any context is open.
     net: Weak<NetDevice>,
+    /// The process that opened `net`: a child made by `fork` inherits the memory but not
+    /// the device's threads, so it opens a device of its own.
+    net_pid: u32,
     /// Live contexts by the address of their `ibv_context`.
     contexts: HashMap<usize, Ctx>,
 }
@@ -261,7 +264,8 @@ impl Registry {
             _ => return Err(FfiError::BadHandle { what: "device" }),
         };
         let cfg_name = cfg.name.clone();
-        let net = match st.net.upgrade() {
+        let pid = std::process::id();
+        let net = match st.net.upgrade().filter(|_| st.net_pid == pid) {
             Some(n) => n,
             None => {
                 let n = Arc::new(open_net(cfg).inspect_err(|e| {
@@ -272,6 +276,7 @@ impl Registry {
                     );
                 })?);
                 st.net = Arc::downgrade(&n);
+                st.net_pid = pid;
                 crate::sysfs::publish_gid(&cfg_name, n.local_addr().ip());
                 n
             }

@@ -269,6 +269,11 @@ struct AddrInfoEntry {
 #[derive(Default)]
 struct Reg {
     cm: Option<(RdmaCm, usize)>,
+    /// The context's default PD (`id->pd` of every id, as librdmacm's per-device PD):
+    /// allocated with the context, kept as long as it.
+    default_pd: usize,
+    /// The process that started `cm`.
+    cm_pid: u32,
     chans: HashMap<usize, ChanEntry>,
     ids: HashMap<usize, IdEntry>,
     by_token: HashMap<u64, usize>,
@@ -286,6 +291,13 @@ fn reg() -> MutexGuard<'static, Reg> {
 impl Reg {
     /// The process's RDMA CM and its context, opened on first use.
     fn cm(&mut self) -> Result<(RdmaCm, *mut ibv_context), FfiError> {
+        let pid = std::process::id();
+        if self.cm_pid != pid {
+            // A child made by `fork`: the parent's CM has no threads here; it is left
+            // alone (never dropped: its teardown would wait for them) and a new one starts.
+            std::mem::forget(self.cm.take());
+            self.default_pd = 0;
+        }
         if let Some((cm, ctx)) = &self.cm {
             return Ok((cm.clone(), *ctx as *mut ibv_context));
         }
@@ -297,7 +309,11 @@ impl Reg {
             let _ = Registry::close(ctx);
             return Err(cm_error("starting the CM", &e));
         }
+        // SAFETY: `ctx` is the live context just opened. A NULL result leaves `id->pd`
+        // NULL, and `rdma_create_qp` then allocates one per id, as before.
+        self.default_pd = unsafe { crate::verbs_api::uroce_ibv_alloc_pd(ctx) } as usize;
         self.cm = Some((cm.clone(), ctx as usize));
+        self.cm_pid = pid;
         Ok((cm, ctx))
     }
 
@@ -341,6 +357,7 @@ impl Reg {
         c.channel = chan;
         c.context = context;
         c.verbs = ctx;
+        c.pd = self.default_pd as *mut ibv_pd;
         c.port_num = 1;
         let (ps, qpt) = match id.port_space() {
             PortSpace::Udp => (RDMA_PS_UDP, IBV_QPT_UD),
@@ -1297,17 +1314,210 @@ pub extern "C" fn uroce_rdmacm_rdma_event_str(event: c_int) -> *const c_char {
     s.as_ptr()
 }
 
-/// `rdma_set_option(id, level, optname, optval, optlen)`: accepted and ignored (type of
-/// service, reuse address, ACK timeout: uroce uses its defaults).
+/// `rdma_init_qp_attr(id, qp_attr, qp_attr_mask)`: the attributes that move an
+/// application's own QP (an "external" QP, connected with `conn_param.qp_num`) to
+/// `qp_attr->qp_state` for this id's connection, as the kernel's CM computes them: INIT
+/// (P_Key index 0, port 1, remote READ/WRITE/atomic access), RTR (the peer's GID 0 as the
+/// address vector, its QPN and PSN, path MTU, responder resources, RNR timer) and RTS (the
+/// send PSN that the REQ/REP carries, ACK timeout, retry counts, initiator depth); RTR and
+/// RTS need the connection request (passive) or the reply (active, after
+/// `RDMA_CM_EVENT_CONNECT_RESPONSE`). `EINVAL` for another state or when neither is at hand.
+///
+/// # Safety
+/// `qp_attr` and `qp_attr_mask` are NULL or valid for reading and writing.
 #[no_mangle]
-pub extern "C" fn uroce_rdmacm_rdma_set_option(
-    _id: *mut rdma_cm_id,
-    _level: c_int,
-    _optname: c_int,
-    _optval: *mut c_void,
-    _optlen: usize,
+pub unsafe extern "C" fn uroce_rdmacm_rdma_init_qp_attr(
+    id: *mut rdma_cm_id,
+    qp_attr: *mut ibv_qp_attr,
+    qp_attr_mask: *mut c_int,
 ) -> c_int {
-    0
+    guard(-1, || {
+        trace("rdma_init_qp_attr", id as usize);
+        minus_one((|| {
+            if qp_attr.is_null() || qp_attr_mask.is_null() {
+                return Err(FfiError::Invalid(
+                    "rdma_init_qp_attr: qp_attr or qp_attr_mask is NULL",
+                ));
+            }
+            let (r, _) = id_ref(id)?;
+            // SAFETY: non-NULL and readable/writable (caller contract).
+            let a = unsafe { &mut *qp_attr };
+            let mask = match a.qp_state {
+                IBV_QPS_INIT => {
+                    a.pkey_index = 0;
+                    a.port_num = 1;
+                    a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE
+                        | IBV_ACCESS_REMOTE_READ
+                        | IBV_ACCESS_REMOTE_WRITE
+                        | IBV_ACCESS_REMOTE_ATOMIC;
+                    IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS
+                }
+                IBV_QPS_RTR => {
+                    let c = r
+                        .connect_attrs()
+                        .map_err(|e| cm_error("rdma_init_qp_attr", &e))?;
+                    a.path_mtu = c.path_mtu.enum_value().into();
+                    a.dest_qp_num = c.dest_qpn;
+                    a.rq_psn = c.rq_psn.value();
+                    a.max_dest_rd_atomic = c.max_dest_rd_atomic;
+                    a.min_rnr_timer = c.min_rnr_timer;
+                    // SAFETY: all-zero bytes are a valid ibv_ah_attr (integers).
+                    a.ah_attr = unsafe { zeroed() };
+                    a.ah_attr.is_global = 1;
+                    a.ah_attr.port_num = 1;
+                    a.ah_attr.grh.dgid = ibv_gid {
+                        raw: uroce_verbs::Gid::from_ip(c.dest_ip).0,
+                    };
+                    a.ah_attr.grh.hop_limit = 64;
+                    IBV_QP_STATE
+                        | IBV_QP_AV
+                        | IBV_QP_PATH_MTU
+                        | IBV_QP_DEST_QPN
+                        | IBV_QP_RQ_PSN
+                        | IBV_QP_MAX_DEST_RD_ATOMIC
+                        | IBV_QP_MIN_RNR_TIMER
+                }
+                IBV_QPS_RTS => {
+                    let c = r
+                        .connect_attrs()
+                        .map_err(|e| cm_error("rdma_init_qp_attr", &e))?;
+                    a.sq_psn = c.sq_psn.value();
+                    a.timeout = c.timeout;
+                    a.retry_cnt = c.retry_cnt;
+                    a.rnr_retry = c.rnr_retry;
+                    a.max_rd_atomic = c.max_rd_atomic;
+                    IBV_QP_STATE
+                        | IBV_QP_SQ_PSN
+                        | IBV_QP_TIMEOUT
+                        | IBV_QP_RETRY_CNT
+                        | IBV_QP_RNR_RETRY
+                        | IBV_QP_MAX_QP_RD_ATOMIC
+                }
+                _ => {
+                    return Err(FfiError::Invalid(
+                        "rdma_init_qp_attr: qp_state must be INIT, RTR or RTS",
+                    ))
+                }
+            };
+            // SAFETY: non-NULL and writable (caller contract).
+            unsafe { qp_attr_mask.write(c_int::try_from(mask).unwrap_or(c_int::MAX)) };
+            Ok(())
+        })())
+    })
+}
+
+/// `struct ibv_ece` (`<infiniband/verbs.h>`): enhanced connection establishment options.
+#[repr(C)]
+pub struct ibv_ece {
+    /// The provider's IEEE OUI; 0: no ECE.
+    pub vendor_id: u32,
+    /// Vendor-specific options.
+    pub options: u32,
+    /// Reserved (0).
+    pub comp_mask: u32,
+}
+
+/// The checks rdma-core's ECE calls make: an id of this library without a QP of its own
+/// (ECE is for external QPs) and a non-NULL `ece`.
+fn ece_id(id: *mut rdma_cm_id, ece: *mut ibv_ece, op: &'static str) -> Result<(), FfiError> {
+    if ece.is_null() {
+        return Err(FfiError::Invalid(op));
+    }
+    let r = reg();
+    let e = r.id(id)?;
+    // SAFETY: live id (lock held).
+    if !unsafe { (*e.raw.ptr()).qp }.is_null() {
+        return Err(FfiError::Invalid(op));
+    }
+    Ok(())
+}
+
+/// `rdma_set_local_ece(id, ece)`: accepted for an id without QP; uroce's CM carries no ECE
+/// in its REQ/REP, so the options are not sent (the peer reads none).
+///
+/// # Safety
+/// `ece` is NULL or readable.
+#[no_mangle]
+pub unsafe extern "C" fn uroce_rdmacm_rdma_set_local_ece(
+    id: *mut rdma_cm_id,
+    ece: *mut ibv_ece,
+) -> c_int {
+    guard(-1, || {
+        minus_one(ece_id(
+            id,
+            ece,
+            "rdma_set_local_ece: ece is NULL or the id has a QP",
+        ))
+    })
+}
+
+/// `rdma_get_remote_ece(id, ece)`: the peer's ECE, which uroce's CM does not carry: vendor
+/// 0, no options (what rdma-core reports for a peer without ECE).
+///
+/// # Safety
+/// `ece` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn uroce_rdmacm_rdma_get_remote_ece(
+    id: *mut rdma_cm_id,
+    ece: *mut ibv_ece,
+) -> c_int {
+    guard(-1, || {
+        minus_one(
+            ece_id(
+                id,
+                ece,
+                "rdma_get_remote_ece: ece is NULL or the id has a QP",
+            )
+            .map(|()| {
+                // SAFETY: non-NULL (checked), writable per the caller's contract.
+                unsafe {
+                    ece.write(ibv_ece {
+                        vendor_id: 0,
+                        options: 0,
+                        comp_mask: 0,
+                    })
+                };
+            }),
+        )
+    })
+}
+
+/// `rdma_set_option(id, level, optname, optval, optlen)`: `RDMA_OPTION_ID_ACK_TIMEOUT`
+/// sets the local ACK timeout of the id's QP (on either side, as the kernel's CM); the
+/// other options (type of service, reuse address, IPv6 only, IB paths) are accepted and
+/// ignored.
+///
+/// # Safety
+/// `optval` is NULL or readable for `optlen` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn uroce_rdmacm_rdma_set_option(
+    id: *mut rdma_cm_id,
+    level: c_int,
+    optname: c_int,
+    optval: *mut c_void,
+    optlen: usize,
+) -> c_int {
+    /// `RDMA_OPTION_ID` / `RDMA_OPTION_ID_ACK_TIMEOUT` (`<rdma/rdma_cma.h>`).
+    const RDMA_OPTION_ID: c_int = 0;
+    const RDMA_OPTION_ID_ACK_TIMEOUT: c_int = 3;
+    guard(-1, || {
+        if level != RDMA_OPTION_ID || optname != RDMA_OPTION_ID_ACK_TIMEOUT {
+            return 0;
+        }
+        minus_one((|| {
+            if optval.is_null() || optlen != 1 {
+                return Err(FfiError::Invalid(
+                    "rdma_set_option(ACK_TIMEOUT): optval must be one uint8_t",
+                ));
+            }
+            let (r, _) = id_ref(id)?;
+            // SAFETY: `optval` is non-NULL and points to `optlen` = 1 readable byte
+            // (caller contract).
+            let timeout = unsafe { optval.cast::<u8>().read() };
+            r.set_ack_timeout(timeout);
+            Ok(())
+        })())
+    })
 }
 
 /// Reads the text `s` (NULL: `None`).

@@ -12,6 +12,8 @@ use uroce_verbs::{
     AccessFlags, AttrMask, Pd, Qp, QpAttr, QpInitAttr, QpRef, QpState, QpType, RcConnect,
 };
 use uroce_wire::cm::rdma_cm::{self, CmaHeader, PortSpace, HEADER_LEN};
+
+use crate::alias;
 use uroce_wire::cm::{private_data_len as pdl, rej_reason, PathRepr, ReqRepr};
 use uroce_wire::pmtu::Pmtu;
 use uroce_wire::psn::Psn;
@@ -123,6 +125,17 @@ struct IdState {
     cm_response_timeout: u8,
     max_cm_retries: u8,
     local_ack_timeout: u8,
+    /// `local_ack_timeout` was set by `rdma_set_option(RDMA_OPTION_ID_ACK_TIMEOUT)`: it
+    /// is the QP's timeout on the passive side too (else the REQ's path gives it).
+    ack_timeout_set: bool,
+    /// `sq_psn` was chosen (by [`CmIdRef::connect_attrs`] before an accept).
+    psn_chosen: bool,
+    /// The connection's QP attributes from the REP, for an active id without QP.
+    rep_connect: Option<RcConnect>,
+    /// The loopback address the id was bound to when its device has another one.
+    alias: Option<IpAddr>,
+    /// A listener's announcement of its aliased address (see `alias`).
+    announcement: Option<alias::Announcement>,
 }
 
 pub(crate) struct IdInner {
@@ -162,6 +175,11 @@ impl IdInner {
                 cm_response_timeout: 20,
                 max_cm_retries: 15,
                 local_ack_timeout: 14,
+                ack_timeout_set: false,
+                psn_chosen: false,
+                rep_connect: None,
+                alias: None,
+                announcement: None,
             }),
             refs: Mutex::new(0),
             refs_cv: Condvar::new(),
@@ -363,6 +381,56 @@ impl CmIdRef {
         lock(&self.inner.st).qp.clone()
     }
 
+    /// The QP attributes of the connection being established (`rdma_init_qp_attr` for an
+    /// application's own QP): on the passive side from the connection request (the send
+    /// PSN is chosen here and the later accept's REP carries it), on the active side from
+    /// the REP (after [`EventKind::ConnectResponse`]).
+    ///
+    /// # Errors
+    /// [`CmError::InvalidState`] when neither a request nor a reply is at hand.
+    pub fn connect_attrs(&self) -> Result<RcConnect, CmError> {
+        let mut st = lock(&self.inner.st);
+        if let Some(c) = &st.rep_connect {
+            return Ok(*c);
+        }
+        let (Some(req), Some(dst), Phase::ReqReceived) = (st.req, st.dst, st.phase) else {
+            return Err(invalid("init_qp_attr", st.phase));
+        };
+        if !st.psn_chosen {
+            st.sq_psn = fresh_psn(self.inner.token);
+            st.psn_chosen = true;
+        }
+        Ok(RcConnect {
+            access: AccessFlags::REMOTE_READ
+                | AccessFlags::REMOTE_WRITE
+                | AccessFlags::REMOTE_ATOMIC,
+            dest_ip: dst.ip(),
+            dest_qpn: req.local_qpn,
+            path_mtu: pmtu_of(req.path_mtu),
+            rq_psn: Psn::new(req.starting_psn),
+            max_dest_rd_atomic: req.initiator_depth,
+            min_rnr_timer: 12,
+            sq_psn: Psn::new(st.sq_psn),
+            timeout: if st.ack_timeout_set {
+                st.local_ack_timeout
+            } else {
+                req.primary_path.local_ack_timeout
+            },
+            retry_cnt: req.retry_count,
+            rnr_retry: req.rnr_retry_count,
+            max_rd_atomic: req.responder_resources,
+        })
+    }
+
+    /// Sets the QP's local ACK timeout exponent (`rdma_set_option` with
+    /// `RDMA_OPTION_ID_ACK_TIMEOUT`): used for the id's QP on either side of a connection
+    /// established afterwards (values above 31 are clamped).
+    pub fn set_ack_timeout(&self, timeout: u8) {
+        let mut st = lock(&self.inner.st);
+        st.local_ack_timeout = timeout.min(31);
+        st.ack_timeout_set = true;
+    }
+
     /// Sets the CM timeouts of later connects: each try waits 4.096 µs ×
     /// 2^`response_timeout` (plus packet lifetimes), `max_retries` resends (4 bits); and
     /// the QP's local ACK timeout exponent put in the REQ's path.
@@ -392,8 +460,11 @@ impl CmIdRef {
         if st.phase != Phase::Idle {
             return Err(invalid("bind_addr", st.phase));
         }
-        let dev = self.inner.cm.device_for(addr.ip())?;
-        self.bind_locked(&mut st, dev, addr.port())
+        let dev = self.inner.cm.device_or_loopback(addr.ip())?;
+        let aliased = (dev.ip() != addr.ip()).then_some(addr.ip());
+        self.bind_locked(&mut st, dev, addr.port())?;
+        st.alias = aliased;
+        Ok(())
     }
 
     /// Resolves `dst` to a device (`rdma_resolve_addr`): the one owning `src` when given,
@@ -412,7 +483,7 @@ impl CmIdRef {
             Phase::Idle => {
                 let (dev, port) = match src {
                     Some(s) if !s.ip().is_unspecified() => {
-                        (self.inner.cm.device_for(s.ip())?, s.port())
+                        (self.inner.cm.device_or_loopback(s.ip())?, s.port())
                     }
                     Some(s) => (self.inner.cm.device_reaching(dst.ip())?, s.port()),
                     None => (self.inner.cm.device_reaching(dst.ip())?, 0),
@@ -604,6 +675,16 @@ impl CmIdRef {
             .map_err(cm_err::<uroce_proto::cm::CmError>)?;
         st.conn = Some(conn);
         st.phase = Phase::Listening;
+        if let Some(a) = st.alias {
+            // Without the announcement only processes that connect to the device's own
+            // address reach this listener; the listen itself stands.
+            st.announcement = alias::announce(
+                self.inner.ps.value(),
+                SocketAddr::new(a, src.port()),
+                dev.ip(),
+            )
+            .ok();
+        }
         Ok(())
     }
 
@@ -647,9 +728,17 @@ impl CmIdRef {
         if st.phase != Phase::RouteResolved {
             return Err(invalid("connect", st.phase));
         }
-        let (Some(dev), Some(src), Some(dst)) = (st.dev.clone(), st.src, st.dst) else {
+        let (Some(dev), Some(src), Some(mut dst)) = (st.dev.clone(), st.src, st.dst) else {
             return Err(invalid("connect", st.phase));
         };
+        // A listener on a loopback address that another process's device owns announces
+        // the device it is on (see `alias`).
+        if dst.ip().is_loopback() {
+            if let Some(real) = alias::find(self.inner.ps.value(), dst) {
+                dst = SocketAddr::new(real, dst.port());
+                st.dst = Some(dst);
+            }
+        }
         let weak = Arc::downgrade(&self.inner);
         let sid = self.inner.ps.service_id(dst.port());
         let conn = if self.inner.ps == PortSpace::Udp {
@@ -758,7 +847,11 @@ impl CmIdRef {
         else {
             return Err(invalid("accept", st.phase));
         };
-        let psn = fresh_psn(self.inner.token);
+        let psn = if st.psn_chosen {
+            st.sq_psn
+        } else {
+            fresh_psn(self.inner.token)
+        };
         let responder = param.responder_resources.min(req.initiator_depth);
         let initiator = param.initiator_depth.min(req.responder_resources);
         let local_qpn = match (&st.qp, param.qp_num) {
@@ -774,7 +867,11 @@ impl CmIdRef {
                     max_dest_rd_atomic: responder,
                     min_rnr_timer: 12,
                     sq_psn: Psn::new(psn),
-                    timeout: req.primary_path.local_ack_timeout,
+                    timeout: if st.ack_timeout_set {
+                        st.local_ack_timeout
+                    } else {
+                        req.primary_path.local_ack_timeout
+                    },
                     retry_cnt: req.retry_count,
                     rnr_retry: req.rnr_retry_count,
                     max_rd_atomic: initiator,
@@ -860,6 +957,14 @@ impl CmIdRef {
     /// [`CmError::InvalidState`], CM errors.
     pub fn disconnect(&self) -> Result<(), CmError> {
         let st = lock(&self.inner.st);
+        if st.phase == Phase::Disconnected {
+            // The peer disconnected first: as the kernel's CM, a late disconnect succeeds
+            // (the QP is already in the error state and the DREP was sent).
+            if let Some(q) = &st.qp {
+                qp_error(q);
+            }
+            return Ok(());
+        }
         if !matches!(st.phase, Phase::Connected | Phase::Connecting) {
             return Err(invalid("disconnect", st.phase));
         }
@@ -1080,11 +1185,37 @@ impl CmIdRef {
                             }
                         }
                     }
-                    None => self.report(EventKind::ConnectResponse, 0, param, None),
+                    None => {
+                        // For `rdma_init_qp_attr` on the application's QP.
+                        st.rep_connect = Some(RcConnect {
+                            access: AccessFlags::REMOTE_READ
+                                | AccessFlags::REMOTE_WRITE
+                                | AccessFlags::REMOTE_ATOMIC,
+                            dest_ip: dst.ip(),
+                            dest_qpn: rep.local_qpn,
+                            path_mtu: Pmtu::Mtu1024,
+                            rq_psn: Psn::new(rep.starting_psn),
+                            max_dest_rd_atomic: st
+                                .param
+                                .responder_resources
+                                .min(rep.initiator_depth),
+                            min_rnr_timer: 12,
+                            sq_psn: Psn::new(st.sq_psn),
+                            timeout: st.local_ack_timeout,
+                            retry_cnt: st.param.retry_count.min(7),
+                            rnr_retry: rep.rnr_retry_count,
+                            max_rd_atomic: st.param.initiator_depth.min(rep.responder_resources),
+                        });
+                        self.report(EventKind::ConnectResponse, 0, param, None)
+                    }
                 }
             }
             CmEvent::Established { .. } => {
-                if matches!(st.phase, Phase::Connecting | Phase::ReqReceived) {
+                if st.phase == Phase::Connecting && st.rep_connect.is_some() {
+                    // An active id without QP got CONNECT_RESPONSE and established
+                    // itself (`rdma_establish`): the kernel's CM reports nothing more.
+                    st.phase = Phase::Connected;
+                } else if matches!(st.phase, Phase::Connecting | Phase::ReqReceived) {
                     st.phase = Phase::Connected;
                     let param = st.peer_param.clone().unwrap_or_else(|| st.param.clone());
                     self.report(EventKind::Established, 0, param, None);
