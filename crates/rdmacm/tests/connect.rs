@@ -198,10 +198,12 @@ fn a_vanished_peer_ends_in_unreachable_and_a_closed_one_in_disconnected() {
     // resources and device. The client ends disconnected, not hanging.
     drop((sid, l, sres, chs, server));
     chc.expect(EventKind::Disconnected, T).unwrap();
-    assert!(matches!(
-        cid.disconnect(),
-        Err(CmError::InvalidState { .. })
-    ));
+    // A disconnect after the peer's succeeds, as with the kernel's RDMA CM (rdma-core's
+    // RDMA-CM tests disconnect after DISCONNECTED); no second event follows.
+    cid.disconnect().expect("a late disconnect succeeds");
+    assert!(chc
+        .expect(EventKind::Disconnected, Duration::from_millis(200))
+        .is_err());
     std::thread::sleep(Duration::from_millis(1));
 }
 
