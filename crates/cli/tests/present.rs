@@ -323,3 +323,27 @@ fn an_unprivileged_user_gets_the_tree_too() {
     }
     assert_eq!(o.stdout, "65534\nlo\ndev\n", "{:?}\n{}", o.status, o.stderr);
 }
+
+#[test]
+fn uroce_netns_gives_a_network_namespace_with_lo_up() {
+    let test = "uroce_netns_gives_a_network_namespace_with_lo_up";
+    if !presentable(test) {
+        return;
+    }
+    // /proc/net/dev lists the interfaces of the caller's network namespace.
+    let script = "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '; \
+                  cat /sys/class/infiniband/uroce0/ports/1/gid_attrs/ndevs/0";
+    let mut c = uroce_run("127.0.0.1", &["sh", "-c", script]);
+    c.env("UROCE_NETNS", "1");
+    let o = run(c, LIMIT).expect("uroce run");
+    assert!(o.status.success(), "{}", o.stderr);
+    assert_eq!(o.stdout, "lo\nlo\n", "{}", o.stderr);
+    // A device opens at 127.0.0.1 there, whatever the host's 127.0.0.1 holds: the address
+    // exists only once lo is up.
+    if Path::new("/usr/bin/ibv_devinfo").exists() {
+        let mut c = uroce_run("127.0.0.1", &["ibv_devinfo"]);
+        c.env("UROCE_NETNS", "1");
+        let o = run(c, LIMIT).expect("ibv_devinfo");
+        assert!(o.status.success(), "{}\n{}", o.stdout, o.stderr);
+    }
+}
