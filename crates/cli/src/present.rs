@@ -26,6 +26,9 @@
 //! the runner writes the one that would be chosen now and the library rewrites `gids/0`
 //! with the one it took (`UROCE_PRESENTED=1`, set here).
 //!
+//! With `UROCE_NETNS=1` the program also gets a network namespace of its own
+//! (`CLONE_NEWNET`), whose `lo` the runner sets up before the exec.
+//!
 //! Where the kernel refuses (unprivileged user namespaces off, e.g.
 //! `kernel.unprivileged_userns_clone=0`, `user.max_user_namespaces=0` or an AppArmor
 //! restriction), [`present`] returns the reason and the program runs without the tree.

@@ -16,7 +16,9 @@
 //!
 //! The suite runs inside `uroce run`'s presentation (`<target>/<profile>/uroce run --`, with
 //! the freshly built library and uroce's `librdmacm.so.1`), so that it finds
-//! `/sys/class/infiniband/uroce0/device/net/lo` and runs its RDMA-CM tests. Where that is
+//! `/sys/class/infiniband/uroce0/device/net/lo` and runs its RDMA-CM tests, in a network
+//! namespace of its own (`UROCE_NETNS=1`: the RDMA-CM tests use 127.0.0.1 and port 7471,
+//! which must not meet other tests of the host). Where that is
 //! not possible (the `uroce` binary or `liburoce_ffi_rdmacm.so` not built, or no
 //! unprivileged user namespaces) it runs on the library alone, as a program would without
 //! the runner, and says so; under `UROCE_REQUIRE_TOOLS=1` that is a failure.
