@@ -338,11 +338,17 @@ fn probe(flags: libc::c_int, uid: libc::uid_t, gid: libc::gid_t, stage: &Path) -
         unsafe { libc::_exit(code) };
     }
     let mut status = 0;
-    // SAFETY: `pid` is our child; `status` is writable. Bounded: the child does a few
-    // system calls and exits.
-    let waited = unsafe { libc::waitpid(pid, &mut status, 0) };
-    if waited != pid {
-        return Err(io::Error::last_os_error());
+    // Bounded: the child does a few system calls and exits; a signal may interrupt the
+    // wait (EINTR) a few times.
+    for _ in 0..1000 {
+        // SAFETY: `pid` is our child; `status` is writable.
+        if unsafe { libc::waitpid(pid, &mut status, 0) } == pid {
+            break;
+        }
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EINTR) {
+            return Err(e);
+        }
     }
     if libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0 {
         Ok(())
