@@ -340,15 +340,20 @@ fn probe(flags: libc::c_int, uid: libc::uid_t, gid: libc::gid_t, stage: &Path) -
     let mut status = 0;
     // Bounded: the child does a few system calls and exits; a signal may interrupt the
     // wait (EINTR) a few times.
+    let mut reaped = false;
     for _ in 0..1000 {
         // SAFETY: `pid` is our child; `status` is writable.
         if unsafe { libc::waitpid(pid, &mut status, 0) } == pid {
+            reaped = true;
             break;
         }
         let e = io::Error::last_os_error();
         if e.raw_os_error() != Some(libc::EINTR) {
             return Err(e);
         }
+    }
+    if !reaped {
+        return Err(io::Error::from_raw_os_error(libc::EINTR));
     }
     if libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0 {
         Ok(())
