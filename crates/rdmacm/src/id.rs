@@ -272,6 +272,24 @@ fn cm_err<E: std::fmt::Display>(e: E) -> CmError {
 }
 
 /// A 24-bit starting PSN that differs per connection.
+/// How long a call that ends a connection waits for its MAD to leave ([`wait_sent`]).
+const FLUSH_WAIT: Duration = Duration::from_millis(200);
+
+/// Waits, bounded by [`FLUSH_WAIT`], until the device's CM thread has sent every MAD its
+/// agent queued so far. As with the kernel's CM, a REJ, DREQ or DREP then leaves even if
+/// the process ends right after the call (rdma-core's RDMA-CM tests end their processes
+/// with `os._exit` after rejecting or disconnecting).
+fn wait_sent(dev: &DevState) {
+    let deadline = Instant::now() + FLUSH_WAIT;
+    loop {
+        let c = dev.cm.counters();
+        if c.mads_sent + c.send_failures >= c.agent.sent || Instant::now() >= deadline {
+            return;
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
 fn fresh_psn(token: u64) -> u32 {
     let t = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -931,6 +949,8 @@ impl CmIdRef {
             .map_err(cm_err)?;
         lock(&dev.ids).remove(&conn.0);
         st.phase = Phase::Disconnected;
+        drop(st);
+        wait_sent(&dev);
         Ok(())
     }
 
@@ -976,12 +996,16 @@ impl CmIdRef {
         }
         dev.cm
             .with_agent(|a, now| a.disconnect(now, conn, &[]))
-            .map_err(cm_err)
+            .map_err(cm_err)?;
+        drop(st);
+        wait_sent(&dev);
+        Ok(())
     }
 
     /// Destroy's work (see [`CmId::destroy`]).
     fn retire(&self) -> Result<(), CmError> {
         let inner = &self.inner;
+        let mut flush = None;
         let (qp, owned) = {
             let mut st = lock(&inner.st);
             let prev = st.phase;
@@ -1006,6 +1030,9 @@ impl CmIdRef {
                                 let _ = a.disconnect(now, conn, &[]);
                             }
                         });
+                        if prev != Phase::Listening {
+                            flush = Some(dev.clone());
+                        }
                     }
                     if let Some(p) = st.port_reserved.take() {
                         dev.release_port(inner.ps, p, inner.token);
@@ -1015,6 +1042,9 @@ impl CmIdRef {
             }
             (st.qp.take(), st.owned_qp.take())
         };
+        if let Some(dev) = flush {
+            wait_sent(&dev);
+        }
         if let Some(q) = qp {
             q.unbind_endpoint(inner.token);
         }
