@@ -272,6 +272,11 @@ fn cm_err<E: std::fmt::Display>(e: E) -> CmError {
 }
 
 /// A 24-bit starting PSN that differs per connection.
+/// The RNR NAK timer code `rdma_init_qp_attr` gives an application's QP: 0 (655.36 ms,
+/// IBA Vol 1 §9.7), what the kernel's CM puts in its RTR attributes. A peer that
+/// sends before the receive is posted waits, rather than exhausting its RNR retries.
+const EXTERNAL_QP_MIN_RNR_TIMER: u8 = 0;
+
 /// How long a call that ends a connection waits for its MAD to leave ([`wait_sent`]).
 const FLUSH_WAIT: Duration = Duration::from_millis(200);
 
@@ -427,7 +432,7 @@ impl CmIdRef {
             path_mtu: pmtu_of(req.path_mtu),
             rq_psn: Psn::new(req.starting_psn),
             max_dest_rd_atomic: req.initiator_depth,
-            min_rnr_timer: 12,
+            min_rnr_timer: EXTERNAL_QP_MIN_RNR_TIMER,
             sq_psn: Psn::new(st.sq_psn),
             timeout: if st.ack_timeout_set {
                 st.local_ack_timeout
@@ -1229,7 +1234,7 @@ impl CmIdRef {
                                 .param
                                 .responder_resources
                                 .min(rep.initiator_depth),
-                            min_rnr_timer: 12,
+                            min_rnr_timer: EXTERNAL_QP_MIN_RNR_TIMER,
                             sq_psn: Psn::new(st.sq_psn),
                             timeout: st.local_ack_timeout,
                             retry_cnt: st.param.retry_count.min(7),
