@@ -271,7 +271,6 @@ fn cm_err<E: std::fmt::Display>(e: E) -> CmError {
     CmError::Cm(e.to_string())
 }
 
-/// A 24-bit starting PSN that differs per connection.
 /// The RNR NAK timer code `rdma_init_qp_attr` gives an application's QP: 0 (655.36 ms,
 /// IBA Vol 1 §9.7), what the kernel's CM puts in its RTR attributes. A peer that
 /// sends before the receive is posted waits, rather than exhausting its RNR retries.
@@ -295,6 +294,7 @@ fn wait_sent(dev: &DevState) {
     }
 }
 
+/// A 24-bit starting PSN that differs per connection.
 fn fresh_psn(token: u64) -> u32 {
     let t = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -1016,6 +1016,8 @@ impl CmIdRef {
             let prev = st.phase;
             if prev != Phase::Destroyed {
                 st.phase = Phase::Destroyed;
+                // Withdrawn now, not when the last reference to the id goes.
+                st.announcement = None;
                 if let Some(dev) = st.dev.clone() {
                     if let Some(conn) = st.conn.take() {
                         // Unpublished first: no callback starts for it after this.
