@@ -277,12 +277,14 @@ fn a_listener_on_another_process_loopback_address_is_reached() {
     // Once the listener is gone, nothing announces the address any more: a new connect
     // goes to 127.0.216.9 itself, where no device answers.
     drop((sid, l));
-    let cid2 = client.create_id(&chc, PortSpace::Tcp).unwrap();
+    // Its own channel: the first connection's DISCONNECTED may still arrive on `chc`.
+    let chc2 = client.create_event_channel().unwrap();
+    let cid2 = client.create_id(&chc2, PortSpace::Tcp).unwrap();
     cid2.set_cm_timeouts(12, 2, 14);
     cid2.resolve_addr(None, sa("127.0.216.9", 7006), T).unwrap();
-    chc.expect(EventKind::AddrResolved, T).unwrap();
+    chc2.expect(EventKind::AddrResolved, T).unwrap();
     cid2.resolve_route(T).unwrap();
-    chc.expect(EventKind::RouteResolved, T).unwrap();
+    chc2.expect(EventKind::RouteResolved, T).unwrap();
     let cres2 = Res::new(&cid2);
     cid2.create_qp(&cres2.pd, &cres2.attr(QpType::Rc)).unwrap();
     cid2.connect(&ConnParam::new()).unwrap();
