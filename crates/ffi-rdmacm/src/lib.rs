@@ -10,8 +10,8 @@
 //! and every call fails with `ENOSYS`. docs/ARCHITECTURE.md ("librdmacm") says why the
 //! implementation is not in this library.
 //!
-//! Functions uroce does not implement (rsockets, multicast, SRQs on ids, ECE,
-//! `rdma_migrate_id`, `rdma_init_qp_attr`, `rdma_create_qp_ex`, `rdma_notify`) fail here
+//! Functions uroce does not implement (rsockets, multicast, SRQs on ids,
+//! `rdma_reject_ece`, `rdma_migrate_id`, `rdma_create_qp_ex`, `rdma_notify`) fail here
 //! with `-1` (NULL-equivalent) and `errno` `ENOSYS`.
 //!
 //! Each function has an internal name `urcm_<name>`; a `.symver` directive gives it the
