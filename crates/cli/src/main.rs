@@ -26,6 +26,7 @@
 mod capture;
 mod devinfo;
 mod perf;
+mod present;
 mod runner;
 
 use std::fs::File;

@@ -12,12 +12,20 @@
 //! device takes the first free address of 127.0.0.1, 127.0.0.2, … (see
 //! `uroce_ffi::device`), so a server and a client started with `uroce run` on one host
 //! find each other at 127.0.0.1.
+//!
+//! Before it executes the program, the runner presents the device as the kernel's verbs
+//! stack would (`/sys/class/infiniband/uroce0`, `/sys/class/infiniband_verbs/uverbs0`,
+//! `/dev/infiniband/uverbs0`) in a private user + mount namespace ([`present`]); where the
+//! kernel does not allow that without privileges, one line on stderr says why and the
+//! program runs without them. `UROCE_PRESENT=0` turns the presentation off.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{bail, Context, Result};
+
+use crate::present;
 
 /// The built libraries and the names programs load them by.
 pub const LIBS: [(&str, &str); 2] = [
@@ -117,6 +125,20 @@ fn library_path(dir: &Path) -> OsString {
     v
 }
 
+/// Presents the device's sysfs and `/dev` entries to this process and its children
+/// ([`present`]), staged in `<dir>/present`.
+fn presentation(dir: &Path) -> Result<(), String> {
+    let facts = present::Facts::from_env().map_err(|e| e.to_string())?;
+    let stage = dir.join("present");
+    match std::fs::create_dir(&stage) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(format!("creating {}: {e}", stage.display())),
+    }
+    let netns = std::env::var_os(present::NETNS_ENV).is_some_and(|v| v == "1");
+    present::present(&facts, &stage, netns)
+}
+
 /// Runs `program` on uroce's libraries: replaces this process with it (`execvp`), so
 /// that signals and time limits reach the program itself; returns only on failure.
 pub fn run_cmd(program: &[OsString]) -> Result<u8> {
@@ -126,9 +148,23 @@ pub fn run_cmd(program: &[OsString]) -> Result<u8> {
     };
     let lib_dir = find_lib_dir()?;
     let dir = link_dir(&lib_dir)?;
-    let err = Command::new(prog)
-        .args(args)
-        .env("LD_LIBRARY_PATH", library_path(&dir))
-        .exec();
+    let mut cmd = Command::new(prog);
+    cmd.args(args).env("LD_LIBRARY_PATH", library_path(&dir));
+    if std::env::var_os(present::PRESENT_ENV).is_some_and(|v| v == "0") {
+        cmd.env_remove(present::PRESENTED_ENV);
+    } else {
+        match presentation(&dir) {
+            Ok(()) => {
+                cmd.env(present::PRESENTED_ENV, "1");
+            }
+            Err(why) => {
+                cmd.env_remove(present::PRESENTED_ENV);
+                eprintln!(
+                    "uroce run: running without /sys/class/infiniband and /dev/infiniband: {why}"
+                );
+            }
+        }
+    }
+    let err = cmd.exec();
     Err(err).with_context(|| format!("starting {}", prog.to_string_lossy()))
 }

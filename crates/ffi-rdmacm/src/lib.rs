@@ -10,8 +10,8 @@
 //! and every call fails with `ENOSYS`. docs/ARCHITECTURE.md ("librdmacm") says why the
 //! implementation is not in this library.
 //!
-//! Functions uroce does not implement (rsockets, multicast, ECE) fail here with `-1`
-//! (NULL-equivalent) and `errno` `ENOSYS`.
+//! Functions uroce does not implement (rsockets, multicast, `rdma_reject_ece`) fail here
+//! with `-1` (NULL-equivalent) and `errno` `ENOSYS`.
 //!
 //! Each function has an internal name `urcm_<name>`; a `.symver` directive gives it the
 //! public versioned name (with the version nodes of `librdmacm.map`), as in `uroce-ffi`.
@@ -193,8 +193,8 @@ pub mod api {
     unsupported!(rwritev, "RDMACM_1.0");
     unsupported!(rdma_join_multicast_ex, "RDMACM_1.1");
     forward!(rdma_establish, "RDMACM_1.2", (id: *mut c_void) -> c_int, -1);
-    forward!(rdma_init_qp_attr, "RDMACM_1.2", (id: *mut c_void, qp_attr: *mut c_void, mask: *mut c_void) -> c_int, -1);
-    unsupported!(rdma_get_remote_ece, "RDMACM_1.3");
+    forward!(rdma_init_qp_attr, "RDMACM_1.2", (id: *mut c_void, qp_attr: *mut c_void, qp_attr_mask: *mut c_int) -> c_int, -1);
+    forward!(rdma_get_remote_ece, "RDMACM_1.3", (id: *mut c_void, ece: *mut c_void) -> c_int, -1);
     unsupported!(rdma_reject_ece, "RDMACM_1.3");
-    unsupported!(rdma_set_local_ece, "RDMACM_1.3");
+    forward!(rdma_set_local_ece, "RDMACM_1.3", (id: *mut c_void, ece: *mut c_void) -> c_int, -1);
 }

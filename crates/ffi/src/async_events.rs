@@ -117,6 +117,7 @@ pub unsafe extern "C-unwind" fn uroce_ibv_get_async_event(
     event: *mut ibv_async_event,
 ) -> c_int {
     if event.is_null() {
+        report(&FfiError::Invalid("ibv_get_async_event: event is NULL"));
         set_errno(libc::EINVAL);
         return -1;
     }

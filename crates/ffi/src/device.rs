@@ -114,6 +114,9 @@ struct State {
     dev: Option<Dev>,
     /// The shared network device while any context is open.
     net: Weak<NetDevice>,
+    /// The process that opened `net`: a child made by `fork` inherits the memory but not
+    /// the device's threads, so it opens a device of its own.
+    net_pid: u32,
     /// Live contexts by the address of their `ibv_context`.
     contexts: HashMap<usize, Ctx>,
 }
@@ -208,15 +211,9 @@ fn make_device(cfg: &NetConfig) -> ibv_device {
         ibdev_path: [0; 256],
     };
     put_str(&mut d.name, &cfg.name);
-    put_str(&mut d.dev_name, &cfg.name);
-    put_str(
-        &mut d.dev_path,
-        &format!("/sys/class/infiniband_verbs/{}", cfg.name),
-    );
-    put_str(
-        &mut d.ibdev_path,
-        &format!("/sys/class/infiniband/{}", cfg.name),
-    );
+    put_str(&mut d.dev_name, crate::sysfs::UVERBS_NAME);
+    put_str(&mut d.dev_path, &crate::sysfs::dev_path());
+    put_str(&mut d.ibdev_path, &crate::sysfs::ibdev_path(&cfg.name));
     d
 }
 
@@ -266,7 +263,9 @@ impl Registry {
             Some(d) if !dev.is_null() && d.ptr.load(Ordering::Acquire) == dev => d.cfg.clone(),
             _ => return Err(FfiError::BadHandle { what: "device" }),
         };
-        let net = match st.net.upgrade() {
+        let cfg_name = cfg.name.clone();
+        let pid = std::process::id();
+        let net = match st.net.upgrade().filter(|_| st.net_pid == pid) {
             Some(n) => n,
             None => {
                 let n = Arc::new(open_net(cfg).inspect_err(|e| {
@@ -277,6 +276,8 @@ impl Registry {
                     );
                 })?);
                 st.net = Arc::downgrade(&n);
+                st.net_pid = pid;
+                crate::sysfs::publish_gid(&cfg_name, n.local_addr().ip());
                 n
             }
         };

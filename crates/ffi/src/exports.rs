@@ -169,7 +169,10 @@ pub unsafe extern "C" fn uroce_ibv_open_device(device: *mut ibv_device) -> *mut 
     guard(std::ptr::null_mut(), || match Registry::open(device) {
         Ok(c) => c,
         Err(e) => {
-            crate::entry::report(&e);
+            // An `Open` failure was already printed, always, in one line (Registry::open).
+            if !matches!(e, FfiError::Open(_)) {
+                crate::entry::report(&e);
+            }
             set_errno(e.errno());
             std::ptr::null_mut()
         }
@@ -359,16 +362,18 @@ pub unsafe extern "C" fn uroce__ibv_query_gid_ex(
             set_errno(libc::EINVAL);
             return libc::EINVAL;
         }
-        let r =
-            Registry::net(context).and_then(|net| device::gid(&net, port_num, gid_index.into()));
+        let r = Registry::net(context).and_then(|net| {
+            let g = device::gid(&net, port_num, gid_index.into())?;
+            Ok(g.map(|g| (g, crate::sysfs::ndev_ifindex(net.local_addr().ip()))))
+        });
         match r {
-            Ok(Some(g)) => {
+            Ok(Some((g, ndev_ifindex))) => {
                 let e = ibv_gid_entry {
                     gid: ibv_gid { raw: g.0 },
                     gid_index,
                     port_num,
                     gid_type: IBV_GID_TYPE_ROCE_V2,
-                    ndev_ifindex: 0,
+                    ndev_ifindex,
                 };
                 // SAFETY: `entry` is valid for `entry_size >= size_of::<ibv_gid_entry>()`
                 // bytes (checked above; caller guarantee).
@@ -405,6 +410,9 @@ pub unsafe extern "C" fn uroce_ibv_read_sysfs_file(
 ) -> c_int {
     guard(-1, || {
         if dir.is_null() || file.is_null() || buf.is_null() || size == 0 {
+            crate::entry::report(&FfiError::Invalid(
+                "ibv_read_sysfs_file: dir, file or buf is NULL, or size is 0",
+            ));
             set_errno(libc::EINVAL);
             return -1;
         }

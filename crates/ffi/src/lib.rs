@@ -25,6 +25,8 @@
 //! * [`rdmacm`]: librdmacm's API over `uroce-rdmacm`, exported as `uroce_rdmacm_<name>`
 //!   for uroce's `librdmacm.so.1` (`crates/ffi-rdmacm`), which forwards to it.
 //! * [`device`]: the process-wide registry of the device and open contexts.
+//! * [`sysfs`]: `ibv_get_sysfs_path`, the device's sysfs paths and net device, as `uroce
+//!   run` presents them.
 //! * [`objects`]: the registry of the objects handed out, and the conversions between the
 //!   C work requests/completions/attributes and uroce-verbs' types.
 //!
@@ -46,6 +48,7 @@ pub mod mw;
 pub mod objects;
 pub mod qp_ex;
 pub mod rdmacm;
+pub mod sysfs;
 pub mod unsupported;
 pub mod utility;
 pub mod verbs_api;

@@ -301,14 +301,14 @@ pub unsafe extern "C" fn uroce_ibv_dofork_range(_base: *mut c_void, _size: usize
     0
 }
 
-/// `ibv_get_sysfs_path()`: "/sys" (uroce reads nothing below it; some programs build paths
-/// from it).
+/// `ibv_get_sysfs_path()`: `SYSFS_PATH` without trailing slashes, else "/sys", as
+/// rdma-core's (see [`crate::sysfs::sysfs_path`]); the string lives as long as the process.
 ///
 /// # Safety
 /// None.
 #[no_mangle]
 pub unsafe extern "C" fn uroce_ibv_get_sysfs_path() -> *const c_char {
-    c"/sys".as_ptr()
+    guard(c"/sys".as_ptr(), || crate::sysfs::sysfs_path().as_ptr())
 }
 
 /// The default, full-membership P_Key: entry 0 of the port's P_Key table, the only one
@@ -434,7 +434,7 @@ pub unsafe extern "C" fn uroce__ibv_query_gid_table(
                     gid_index: index,
                     port_num: port.into(),
                     gid_type: IBV_GID_TYPE_ROCE_V2,
-                    ndev_ifindex: 0,
+                    ndev_ifindex: crate::sysfs::ndev_ifindex(net.local_addr().ip()),
                 };
                 // SAFETY: `written < max_entries`, so the entry's bytes lie inside the
                 // caller's array of `max_entries * entry_size` bytes; unaligned write

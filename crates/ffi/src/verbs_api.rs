@@ -573,6 +573,9 @@ pub unsafe extern "C-unwind" fn uroce_ibv_get_cq_event(
     cq_context: *mut *mut c_void,
 ) -> c_int {
     if cq.is_null() || cq_context.is_null() {
+        report(&FfiError::Invalid(
+            "ibv_get_cq_event: cq or cq_context is NULL",
+        ));
         set_errno(libc::EINVAL);
         return -1;
     }

@@ -49,7 +49,7 @@
 //! ## Unsafe policy
 //! `unsafe` is denied in the whole crate except the private `sys` module, which wraps the
 //! few system calls the standard library lacks (`setsockopt` / `getsockopt`, `sendmmsg`,
-//! `recvmmsg`, `poll`) in safe functions over borrowed Rust values; each block carries a
+//! `recvmmsg`, `poll`), and [`ifaddr`] (`getifaddrs`, `if_nametoindex`), in safe functions over borrowed Rust values; each block carries a
 //! `// SAFETY:` comment saying why the pointers it hands the kernel are valid for the
 //! call. Received bytes are only ever read through safe slices, and nothing here panics
 //! on network input.
@@ -67,6 +67,8 @@ pub mod device;
 mod error;
 pub mod faults;
 pub mod gsi;
+#[allow(unsafe_code)]
+pub mod ifaddr;
 pub mod socket;
 #[allow(unsafe_code)]
 mod sys;

@@ -14,6 +14,8 @@ use uroce_verbs::{
     AccessFlags, AttrMask, Pd, Qp, QpAttr, QpInitAttr, QpRef, QpState, QpType, RcConnect,
 };
 use uroce_wire::cm::rdma_cm::{self, CmaHeader, PortSpace, HEADER_LEN};
+
+use crate::alias;
 use uroce_wire::cm::{private_data_len as pdl, rej_reason, PathRepr, RepRepr, ReqRepr};
 use uroce_wire::pmtu::Pmtu;
 use uroce_wire::psn::Psn;
@@ -131,6 +133,13 @@ struct IdState {
     cm_response_timeout: u8,
     max_cm_retries: u8,
     local_ack_timeout: u8,
+    /// `local_ack_timeout` was set by `rdma_set_option(RDMA_OPTION_ID_ACK_TIMEOUT)`: it
+    /// is the QP's timeout on the passive side too (else the REQ's path gives it).
+    ack_timeout_set: bool,
+    /// The loopback address the id was bound to when its device has another one.
+    alias: Option<IpAddr>,
+    /// A listener's announcement of its aliased address (see `alias`).
+    announcement: Option<alias::Announcement>,
 }
 
 pub(crate) struct IdInner {
@@ -173,6 +182,9 @@ impl IdInner {
                 cm_response_timeout: 20,
                 max_cm_retries: 15,
                 local_ack_timeout: 14,
+                ack_timeout_set: false,
+                alias: None,
+                announcement: None,
             }),
             refs: Mutex::new(0),
             refs_cv: Condvar::new(),
@@ -267,6 +279,11 @@ fn verbs<E: std::fmt::Display>(e: E) -> CmError {
 fn cm_err<E: std::fmt::Display>(e: E) -> CmError {
     CmError::Cm(e.to_string())
 }
+
+/// The RNR NAK timer code `rdma_init_qp_attr` gives an application's QP: 0 (655.36 ms,
+/// IBA Vol 1 §9.7), what the kernel's CM puts in its RTR attributes. A peer that
+/// sends before the receive is posted waits, rather than exhausting its RNR retries.
+const EXTERNAL_QP_MIN_RNR_TIMER: u8 = 0;
 
 /// How long a call that queued a CM message waits for the device's CM thread to put it
 /// on the wire ([`wait_transmitted`]).
@@ -399,6 +416,15 @@ impl CmIdRef {
         lock(&self.inner.st).qp.clone()
     }
 
+    /// Sets the QP's local ACK timeout exponent (`rdma_set_option` with
+    /// `RDMA_OPTION_ID_ACK_TIMEOUT`): used for the id's QP on either side of a connection
+    /// established afterwards (values above 31 are clamped).
+    pub fn set_ack_timeout(&self, timeout: u8) {
+        let mut st = lock(&self.inner.st);
+        st.local_ack_timeout = timeout.min(31);
+        st.ack_timeout_set = true;
+    }
+
     /// Sets the CM timeouts of later connects: each try waits 4.096 µs ×
     /// 2^`response_timeout` (plus packet lifetimes), `max_retries` resends (4 bits); and
     /// the QP's local ACK timeout exponent put in the REQ's path.
@@ -428,8 +454,11 @@ impl CmIdRef {
         if st.phase != Phase::Idle {
             return Err(invalid("bind_addr", st.phase));
         }
-        let dev = self.inner.cm.device_for(addr.ip())?;
-        self.bind_locked(&mut st, dev, addr.port())
+        let dev = self.inner.cm.device_or_loopback(addr.ip())?;
+        let aliased = (dev.ip() != addr.ip()).then_some(addr.ip());
+        self.bind_locked(&mut st, dev, addr.port())?;
+        st.alias = aliased;
+        Ok(())
     }
 
     /// Resolves `dst` to a device (`rdma_resolve_addr`): the one owning `src` when given,
@@ -448,7 +477,7 @@ impl CmIdRef {
             Phase::Idle => {
                 let (dev, port) = match src {
                     Some(s) if !s.ip().is_unspecified() => {
-                        (self.inner.cm.device_for(s.ip())?, s.port())
+                        (self.inner.cm.device_or_loopback(s.ip())?, s.port())
                     }
                     Some(s) => (self.inner.cm.device_reaching(dst.ip())?, s.port()),
                     None => (self.inner.cm.device_reaching(dst.ip())?, 0),
@@ -644,6 +673,16 @@ impl CmIdRef {
             .map_err(cm_err::<uroce_proto::cm::CmError>)?;
         st.conn = Some(conn);
         st.phase = Phase::Listening;
+        if let Some(a) = st.alias {
+            // Without the announcement only processes that connect to the device's own
+            // address reach this listener; the listen itself stands.
+            st.announcement = alias::announce(
+                self.inner.ps.value(),
+                SocketAddr::new(a, src.port()),
+                dev.ip(),
+            )
+            .ok();
+        }
         Ok(())
     }
 
@@ -687,9 +726,17 @@ impl CmIdRef {
         if st.phase != Phase::RouteResolved {
             return Err(invalid("connect", st.phase));
         }
-        let (Some(dev), Some(src), Some(dst)) = (st.dev.clone(), st.src, st.dst) else {
+        let (Some(dev), Some(src), Some(mut dst)) = (st.dev.clone(), st.src, st.dst) else {
             return Err(invalid("connect", st.phase));
         };
+        // A listener on a loopback address that another process's device owns announces
+        // the device it is on (see `alias`).
+        if dst.ip().is_loopback() {
+            if let Some(real) = alias::find(self.inner.ps.value(), dst) {
+                dst = SocketAddr::new(real, dst.port());
+                st.dst = Some(dst);
+            }
+        }
         let weak = Arc::downgrade(&self.inner);
         let sid = self.inner.ps.service_id(dst.port());
         let conn = if self.inner.ps == PortSpace::Udp {
@@ -973,6 +1020,10 @@ impl CmIdRef {
             active_connect(&st, dst.ip())
         }
         .ok_or_else(|| invalid("init_qp_attr", st.phase))?;
+        let c = RcConnect {
+            min_rnr_timer: EXTERNAL_QP_MIN_RNR_TIMER,
+            ..c
+        };
         Ok(if state == QpState::Rtr {
             c.rtr_attr_for(qp_type)
         } else {
@@ -988,6 +1039,14 @@ impl CmIdRef {
     /// [`CmError::InvalidState`], CM errors.
     pub fn disconnect(&self) -> Result<(), CmError> {
         let st = lock(&self.inner.st);
+        if st.phase == Phase::Disconnected {
+            // The peer disconnected first: as the kernel's CM, a late disconnect succeeds
+            // (the QP is already in the error state and the DREP was sent).
+            if let Some(q) = &st.qp {
+                qp_error(q);
+            }
+            return Ok(());
+        }
         if !matches!(st.phase, Phase::Connected | Phase::Connecting) {
             return Err(invalid("disconnect", st.phase));
         }
@@ -1013,6 +1072,8 @@ impl CmIdRef {
             let prev = st.phase;
             if prev != Phase::Destroyed {
                 st.phase = Phase::Destroyed;
+                // Withdrawn now, not when the last reference to the id goes.
+                st.announcement = None;
                 if let Some(dev) = st.dev.clone() {
                     if let Some(conn) = st.conn.take() {
                         // Unpublished first: no callback starts for it after this.
@@ -1126,7 +1187,11 @@ fn passive_connect(st: &IdState, param: &ConnParam, dest_ip: IpAddr) -> Option<R
         max_dest_rd_atomic: param.responder_resources.min(req.initiator_depth),
         min_rnr_timer: 12,
         sq_psn: Psn::new(psns.sq_psn),
-        timeout: req.primary_path.local_ack_timeout,
+        timeout: if st.ack_timeout_set {
+            st.local_ack_timeout
+        } else {
+            req.primary_path.local_ack_timeout
+        },
         retry_cnt: req.retry_count,
         rnr_retry: req.rnr_retry_count,
         max_rd_atomic: param.initiator_depth.min(req.responder_resources),

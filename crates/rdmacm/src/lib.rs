@@ -53,6 +53,7 @@
 //! condition variable with a timeout.
 #![forbid(unsafe_code)]
 
+mod alias;
 mod channel;
 mod id;
 
@@ -219,6 +220,21 @@ impl Inner {
             .find(|d| d.ip() == ip)
             .cloned()
             .ok_or(CmError::NoDevice(ip))
+    }
+
+    /// The device with address `ip`, else, for a loopback `ip`, a loopback device of its
+    /// family (every loopback address is on the one loopback interface; see `alias`).
+    pub(crate) fn device_or_loopback(&self, ip: IpAddr) -> Result<Arc<DevState>, CmError> {
+        self.device_for(ip).or_else(|e| {
+            if !ip.is_loopback() {
+                return Err(e);
+            }
+            lock(&self.devices)
+                .iter()
+                .find(|d| d.ip().is_loopback() && d.ip().is_ipv4() == ip.is_ipv4())
+                .cloned()
+                .ok_or(e)
+        })
     }
 
     /// The device that reaches `dst`: the one that has it, else a device of its family that
