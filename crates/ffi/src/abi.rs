@@ -1537,6 +1537,225 @@ pub struct ibv_async_event {
     pub event_type: ibv_event_type,
 }
 
+// ---------------------------------------------------------------------------------------
+// Extended CQs and QPs (`ibv_cq_ex`, `ibv_qp_ex`).
+// ---------------------------------------------------------------------------------------
+
+/// `IBV_WC_EX_WITH_BYTE_LEN` (`enum ibv_create_cq_wc_flags`).
+pub const IBV_WC_EX_WITH_BYTE_LEN: u64 = 1 << 0;
+/// `IBV_WC_EX_WITH_IMM`.
+pub const IBV_WC_EX_WITH_IMM: u64 = 1 << 1;
+/// `IBV_WC_EX_WITH_QP_NUM`.
+pub const IBV_WC_EX_WITH_QP_NUM: u64 = 1 << 2;
+/// `IBV_WC_EX_WITH_SRC_QP`.
+pub const IBV_WC_EX_WITH_SRC_QP: u64 = 1 << 3;
+/// `IBV_WC_EX_WITH_SLID`.
+pub const IBV_WC_EX_WITH_SLID: u64 = 1 << 4;
+/// `IBV_WC_EX_WITH_SL`.
+pub const IBV_WC_EX_WITH_SL: u64 = 1 << 5;
+/// `IBV_WC_EX_WITH_DLID_PATH_BITS`.
+pub const IBV_WC_EX_WITH_DLID_PATH_BITS: u64 = 1 << 6;
+/// `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`.
+pub const IBV_WC_EX_WITH_COMPLETION_TIMESTAMP: u64 = 1 << 7;
+/// `IBV_WC_EX_WITH_CVLAN`.
+pub const IBV_WC_EX_WITH_CVLAN: u64 = 1 << 8;
+/// `IBV_WC_EX_WITH_FLOW_TAG`.
+pub const IBV_WC_EX_WITH_FLOW_TAG: u64 = 1 << 9;
+/// `IBV_WC_EX_WITH_TM_INFO`.
+pub const IBV_WC_EX_WITH_TM_INFO: u64 = 1 << 10;
+/// `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK`.
+pub const IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK: u64 = 1 << 11;
+/// `IBV_WC_STANDARD_FLAGS`: the fields of `struct ibv_wc`.
+pub const IBV_WC_STANDARD_FLAGS: u64 = IBV_WC_EX_WITH_BYTE_LEN
+    | IBV_WC_EX_WITH_IMM
+    | IBV_WC_EX_WITH_QP_NUM
+    | IBV_WC_EX_WITH_SRC_QP
+    | IBV_WC_EX_WITH_SLID
+    | IBV_WC_EX_WITH_SL
+    | IBV_WC_EX_WITH_DLID_PATH_BITS;
+/// `IBV_CQ_INIT_ATTR_MASK_FLAGS` (`enum ibv_cq_init_attr_mask`).
+pub const IBV_CQ_INIT_ATTR_MASK_FLAGS: u32 = 1 << 0;
+/// `IBV_CQ_INIT_ATTR_MASK_PD`.
+pub const IBV_CQ_INIT_ATTR_MASK_PD: u32 = 1 << 1;
+/// `IBV_CREATE_CQ_ATTR_SINGLE_THREADED` (`enum ibv_create_cq_attr_flags`).
+pub const IBV_CREATE_CQ_ATTR_SINGLE_THREADED: u32 = 1 << 0;
+/// `IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN`.
+pub const IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN: u32 = 1 << 1;
+
+/// `struct ibv_cq_init_attr_ex`: `ibv_create_cq_ex` input.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_cq_init_attr_ex {
+    /// Minimum number of entries.
+    pub cqe: u32,
+    /// User context returned with completion events.
+    pub cq_context: *mut c_void,
+    /// Completion channel, or NULL.
+    pub channel: *mut ibv_comp_channel,
+    /// Completion vector.
+    pub comp_vector: u32,
+    /// `IBV_WC_EX_WITH_*` fields the consumer will read.
+    pub wc_flags: u64,
+    /// `IBV_CQ_INIT_ATTR_MASK_*`.
+    pub comp_mask: u32,
+    /// `IBV_CREATE_CQ_ATTR_*` (with `IBV_CQ_INIT_ATTR_MASK_FLAGS`).
+    pub flags: u32,
+    /// Parent domain (with `IBV_CQ_INIT_ATTR_MASK_PD`).
+    pub parent_domain: *mut ibv_pd,
+}
+
+/// `struct ibv_poll_cq_attr`: `ibv_start_poll` input.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_poll_cq_attr {
+    /// Must be 0.
+    pub comp_mask: u32,
+}
+
+/// `struct ibv_wc_tm_info`: tag-matching fields of a completion.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_wc_tm_info {
+    /// Tag from the TMH.
+    pub tag: u64,
+    /// Opaque user data from the TMH.
+    pub priv_: u32,
+}
+
+/// `struct ibv_cq_ex`: the extended CQ; its prefix is a `struct ibv_cq`
+/// (`ibv_cq_ex_to_cq` is a cast).
+#[repr(C)]
+pub struct ibv_cq_ex {
+    /// Owning context.
+    pub context: *mut ibv_context,
+    /// Completion channel, or NULL.
+    pub channel: *mut ibv_comp_channel,
+    /// User context.
+    pub cq_context: *mut c_void,
+    /// Handle.
+    pub handle: u32,
+    /// Number of CQEs.
+    pub cqe: c_int,
+    /// Library-internal lock.
+    pub mutex: pthread_mutex_t,
+    /// Library-internal condition.
+    pub cond: pthread_cond_t,
+    /// Completion events acknowledged.
+    pub comp_events_completed: u32,
+    /// Async events acknowledged.
+    pub async_events_completed: u32,
+    /// Reserved (0).
+    pub comp_mask: u32,
+    /// Status of the current completion.
+    pub status: ibv_wc_status,
+    /// `wr_id` of the current completion.
+    pub wr_id: u64,
+    /// `ibv_start_poll`.
+    pub start_poll: Option<unsafe extern "C" fn(*mut ibv_cq_ex, *mut ibv_poll_cq_attr) -> c_int>,
+    /// `ibv_next_poll`.
+    pub next_poll: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> c_int>,
+    /// `ibv_end_poll`.
+    pub end_poll: Option<unsafe extern "C" fn(*mut ibv_cq_ex)>,
+    /// `ibv_wc_read_opcode`.
+    pub read_opcode: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> ibv_wc_opcode>,
+    /// `ibv_wc_read_vendor_err`.
+    pub read_vendor_err: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> u32>,
+    /// `ibv_wc_read_byte_len`.
+    pub read_byte_len: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> u32>,
+    /// `ibv_wc_read_imm_data` (network order).
+    pub read_imm_data: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> u32>,
+    /// `ibv_wc_read_qp_num`.
+    pub read_qp_num: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> u32>,
+    /// `ibv_wc_read_src_qp`.
+    pub read_src_qp: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> u32>,
+    /// `ibv_wc_read_wc_flags`.
+    pub read_wc_flags: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> c_uint>,
+    /// `ibv_wc_read_slid`.
+    pub read_slid: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> u32>,
+    /// `ibv_wc_read_sl`.
+    pub read_sl: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> u8>,
+    /// `ibv_wc_read_dlid_path_bits`.
+    pub read_dlid_path_bits: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> u8>,
+    /// `ibv_wc_read_completion_ts`.
+    pub read_completion_ts: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> u64>,
+    /// `ibv_wc_read_cvlan`.
+    pub read_cvlan: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> u16>,
+    /// `ibv_wc_read_flow_tag`.
+    pub read_flow_tag: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> u32>,
+    /// `ibv_wc_read_tm_info`.
+    pub read_tm_info: Option<unsafe extern "C" fn(*mut ibv_cq_ex, *mut ibv_wc_tm_info)>,
+    /// `ibv_wc_read_completion_wallclock_ns`.
+    pub read_completion_wallclock_ns: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> u64>,
+}
+
+/// `struct ibv_data_buf`: one buffer of `ibv_wr_set_inline_data_list`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_data_buf {
+    /// Start.
+    pub addr: *mut c_void,
+    /// Length in bytes.
+    pub length: usize,
+}
+
+/// `struct ibv_qp_ex`: the extended QP of the `ibv_wr_*` API; its first member is the
+/// `struct ibv_qp` (`ibv_qp_to_qp_ex` returns the same address).
+#[repr(C)]
+pub struct ibv_qp_ex {
+    /// The basic QP.
+    pub qp_base: ibv_qp,
+    /// Reserved.
+    pub comp_mask: u64,
+    /// `wr_id` of the work request being built.
+    pub wr_id: u64,
+    /// `IBV_SEND_*` flags of the work request being built.
+    pub wr_flags: c_uint,
+    /// `ibv_wr_atomic_cmp_swp(qp, rkey, remote_addr, compare, swap)`.
+    pub wr_atomic_cmp_swp: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, u64, u64)>,
+    /// `ibv_wr_atomic_fetch_add(qp, rkey, remote_addr, add)`.
+    pub wr_atomic_fetch_add: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, u64)>,
+    /// `ibv_wr_bind_mw(qp, mw, rkey, bind_info)`.
+    pub wr_bind_mw:
+        Option<unsafe extern "C" fn(*mut ibv_qp_ex, *mut ibv_mw, u32, *const ibv_mw_bind_info)>,
+    /// `ibv_wr_local_inv(qp, invalidate_rkey)`.
+    pub wr_local_inv: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32)>,
+    /// `ibv_wr_rdma_read(qp, rkey, remote_addr)`.
+    pub wr_rdma_read: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64)>,
+    /// `ibv_wr_rdma_write(qp, rkey, remote_addr)`.
+    pub wr_rdma_write: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64)>,
+    /// `ibv_wr_rdma_write_imm(qp, rkey, remote_addr, imm_data)` (imm in network order).
+    pub wr_rdma_write_imm: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, u32)>,
+    /// `ibv_wr_send(qp)`.
+    pub wr_send: Option<unsafe extern "C" fn(*mut ibv_qp_ex)>,
+    /// `ibv_wr_send_imm(qp, imm_data)` (network order).
+    pub wr_send_imm: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32)>,
+    /// `ibv_wr_send_inv(qp, invalidate_rkey)`.
+    pub wr_send_inv: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32)>,
+    /// `ibv_wr_send_tso(qp, hdr, hdr_sz, mss)`.
+    pub wr_send_tso: Option<unsafe extern "C" fn(*mut ibv_qp_ex, *mut c_void, u16, u16)>,
+    /// `ibv_wr_set_ud_addr(qp, ah, remote_qpn, remote_qkey)`.
+    pub wr_set_ud_addr: Option<unsafe extern "C" fn(*mut ibv_qp_ex, *mut ibv_ah, u32, u32)>,
+    /// `ibv_wr_set_xrc_srqn(qp, remote_srqn)`.
+    pub wr_set_xrc_srqn: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32)>,
+    /// `ibv_wr_set_inline_data(qp, addr, length)`.
+    pub wr_set_inline_data: Option<unsafe extern "C" fn(*mut ibv_qp_ex, *mut c_void, usize)>,
+    /// `ibv_wr_set_inline_data_list(qp, num_buf, buf_list)`.
+    pub wr_set_inline_data_list:
+        Option<unsafe extern "C" fn(*mut ibv_qp_ex, usize, *const ibv_data_buf)>,
+    /// `ibv_wr_set_sge(qp, lkey, addr, length)`.
+    pub wr_set_sge: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, u32)>,
+    /// `ibv_wr_set_sge_list(qp, num_sge, sg_list)`.
+    pub wr_set_sge_list: Option<unsafe extern "C" fn(*mut ibv_qp_ex, usize, *const ibv_sge)>,
+    /// `ibv_wr_start(qp)`.
+    pub wr_start: Option<unsafe extern "C" fn(*mut ibv_qp_ex)>,
+    /// `ibv_wr_complete(qp)`: 0 or the errno value.
+    pub wr_complete: Option<unsafe extern "C" fn(*mut ibv_qp_ex) -> c_int>,
+    /// `ibv_wr_abort(qp)`.
+    pub wr_abort: Option<unsafe extern "C" fn(*mut ibv_qp_ex)>,
+    /// `ibv_wr_atomic_write(qp, rkey, remote_addr, atomic_wr)`.
+    pub wr_atomic_write: Option<unsafe extern "C" fn(*mut ibv_qp_ex, u32, u64, *const c_void)>,
+}
+
 // The headline facts of the reference layouts (gdb `ptype /o` of rdma-core 44 on x86_64),
 // checked at compile time so that a broken layout never builds even where the header is
 // absent; `tests/layout.rs` checks every field against the header itself.
@@ -1556,4 +1775,18 @@ const _: () = {
     assert!(size_of::<ibv_port_attr>() == 52);
     assert!(size_of::<ibv_send_wr>() == 128);
     assert!(size_of::<ibv_wc>() == 48);
+    assert!(size_of::<ibv_cq>() == 128);
+    assert!(offset_of!(ibv_cq_ex, comp_mask) == 128);
+    assert!(offset_of!(ibv_cq_ex, wr_id) == 136);
+    assert!(offset_of!(ibv_cq_ex, start_poll) == 144);
+    assert!(offset_of!(ibv_cq_ex, read_completion_wallclock_ns) == 280);
+    assert!(size_of::<ibv_cq_ex>() == 288);
+    assert!(size_of::<ibv_cq_init_attr_ex>() == 56);
+    assert!(size_of::<ibv_qp>() == 160);
+    assert!(offset_of!(ibv_qp_ex, qp_base) == 0);
+    assert!(offset_of!(ibv_qp_ex, comp_mask) == 160);
+    assert!(offset_of!(ibv_qp_ex, wr_flags) == 176);
+    assert!(offset_of!(ibv_qp_ex, wr_atomic_cmp_swp) == 184);
+    assert!(offset_of!(ibv_qp_ex, wr_atomic_write) == 344);
+    assert!(size_of::<ibv_qp_ex>() == 352);
 };

@@ -49,7 +49,10 @@ fn to_c(ev: &AsyncEvent) -> Option<ibv_async_event> {
         EventElement::Qp(q) => {
             let qpn = q.qp_num();
             let objs = objects();
-            let (&addr, _) = objs.qps.iter().find(|(_, e)| e.qp.qp_num() == qpn)?;
+            let (&addr, _) = objs
+                .qps
+                .iter()
+                .find(|(_, e)| e.body().is_some_and(|b| b.qp.qp_num() == qpn))?;
             element.qp = addr as *mut ibv_qp;
         }
         EventElement::Cq(c) => {
@@ -58,7 +61,10 @@ fn to_c(ev: &AsyncEvent) -> Option<ibv_async_event> {
         EventElement::Srq(s) => {
             let srqn = s.srq_num();
             let objs = objects();
-            let (&addr, _) = objs.srqs.iter().find(|(_, e)| e.srq.srq_num() == srqn)?;
+            let (&addr, _) = objs
+                .srqs
+                .iter()
+                .find(|(_, e)| e.srq().is_some_and(|s| s.srq_num() == srqn))?;
             element.srq = addr as *mut ibv_srq;
         }
         EventElement::Port(p) => element.port_num = c_int::from(*p),

@@ -287,6 +287,7 @@ impl Registry {
         let mut vctx: Box<verbs_context> = unsafe { Box::new(std::mem::zeroed()) };
         vctx.query_port = Some(crate::exports::vctx_query_port);
         vctx.query_device_ex = crate::device_ex::vctx_query_device_ex as *const std::ffi::c_void;
+        vctx.create_cq_ex = crate::cq_ex::vctx_create_cq_ex as *const std::ffi::c_void;
         vctx.context.ops.poll_cq = Some(crate::verbs_api::ops_poll_cq);
         vctx.context.ops.req_notify_cq = Some(crate::verbs_api::ops_req_notify_cq);
         vctx.context.ops.post_send = Some(crate::verbs_api::ops_post_send);

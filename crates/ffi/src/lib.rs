@@ -33,11 +33,13 @@
 pub mod abi;
 pub mod ah_wc;
 pub mod async_events;
+pub mod cq_ex;
 pub mod cq_resize;
 pub mod device;
 pub mod device_ex;
 mod entry;
 pub mod exports;
+pub(crate) mod handle;
 pub mod marshall;
 pub mod mr_rereg;
 pub mod mw;
