@@ -141,14 +141,6 @@ pub(crate) struct QpEntry {
     pub(crate) net: Arc<NetDevice>,
 }
 
-impl QpEntry {
-    /// The QP (`None` only while a destroy holds it).
-    pub(crate) fn body(&self) -> Option<&QpBody> {
-        // SAFETY: as for `CqEntry::body`.
-        unsafe { Handle::body_of(self.h.0) }
-    }
-}
-
 // ---------------------------------------------------------------------------------------
 // Handle containers (see `crate::handle`).
 // ---------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ use uroce_verbs::{
 };
 
 use crate::abi::*;
+use crate::async_events::ObjKind;
 use crate::device::{FfiError, Registry};
 use crate::entry::*;
 use crate::handle::{Handle, HandlePtr};
@@ -508,6 +509,7 @@ pub(crate) fn create_cq(
     );
     let p = Handle::c_ptr(h);
     objs.cq_by_id.insert(id, p as usize);
+    crate::async_events::remember(ObjKind::Cq, id, context, p as usize);
     objs.cqs.insert(
         p as usize,
         CqEntry {
@@ -563,6 +565,9 @@ pub unsafe extern "C" fn uroce_ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
             };
             let CqBody { cq: c, poll } = body;
             let id = c.id();
+            // SAFETY: the container's C part stays readable (type-stable memory).
+            let context = unsafe { (*h.c_ptr()).context };
+            crate::async_events::forget(ObjKind::Cq, id, cq as usize);
             match c.destroy() {
                 Ok(()) => {
                     let mut objs = objects();
@@ -577,6 +582,7 @@ pub unsafe extern "C" fn uroce_ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
                     Ok(())
                 }
                 Err((c, e)) => {
+                    crate::async_events::remember(ObjKind::Cq, id, context, cq as usize);
                     // SAFETY: retired above by this thread.
                     unsafe { Handle::revive(h.0, CqBody { cq: c, poll }) };
                     objects().cqs.insert(
@@ -784,9 +790,11 @@ pub unsafe extern "C" fn uroce_ibv_create_srq(
             c.srq_context = ia.srq_context;
             c.pd = pd;
             c.handle = srq.srq_num();
+            let num = srq.srq_num();
             let h = Handle::<SrqKind>::create(c, srq);
             let p = Handle::c_ptr(h);
             objs.srqs.insert(p as usize, SrqEntry { h: HandlePtr(h) });
+            crate::async_events::remember(ObjKind::Srq, num, context, p as usize);
             // SAFETY: caller guarantee: writable srq_init_attr (checked non-NULL).
             unsafe { (*srq_init_attr).attr = srq_attr_to_c(&granted) };
             Ok(p)
@@ -878,6 +886,10 @@ pub unsafe extern "C" fn uroce_ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
                     return Err(refused("ibv_destroy_srq", libc::EBUSY, format!("{e:?}")));
                 }
             };
+            let num = s.srq_num();
+            // SAFETY: the container's C part stays readable (type-stable memory).
+            let context = unsafe { (*h.c_ptr()).context };
+            crate::async_events::forget(ObjKind::Srq, num, srq as usize);
             match s.destroy() {
                 Ok(()) => {
                     // SAFETY: retired above, not revived.
@@ -885,6 +897,7 @@ pub unsafe extern "C" fn uroce_ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
                     Ok(())
                 }
                 Err((s, e)) => {
+                    crate::async_events::remember(ObjKind::Srq, num, context, srq as usize);
                     // SAFETY: retired above by this thread.
                     unsafe { Handle::revive(h.0, s) };
                     objects().srqs.insert(srq as usize, SrqEntry { h });
@@ -1005,8 +1018,10 @@ pub(crate) fn register_qp(
     max_inline: u32,
     net: Arc<uroce_net::NetDevice>,
 ) -> *mut ibv_qp {
+    let (num, context) = (qp.qp_num(), c.qp_base.context);
     let h = Handle::<QpKind>::create(c, QpBody { qp, max_inline });
     let p = Handle::c_ptr(h).cast::<ibv_qp>();
+    crate::async_events::remember(ObjKind::Qp, num, context, p as usize);
     objs.qps.insert(
         p as usize,
         QpEntry {
@@ -1120,6 +1135,10 @@ pub unsafe extern "C" fn uroce_ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
                     return Err(refused("ibv_destroy_qp", libc::EBUSY, format!("{e:?}")));
                 }
             };
+            let num = q.qp_num();
+            // SAFETY: the container's C part stays readable (type-stable memory).
+            let context = unsafe { (*h.c_ptr()).qp_base.context };
+            crate::async_events::forget(ObjKind::Qp, num, qp as usize);
             // `destroy` first sends what the QP still owes its peer (an ACK held back for
             // a post that will not come: the pingpongs destroy right after their last
             // completion); see `Transport::flush`. It waits for the references data-path
@@ -1131,6 +1150,7 @@ pub unsafe extern "C" fn uroce_ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
                     Ok(())
                 }
                 Err((q, e)) => {
+                    crate::async_events::remember(ObjKind::Qp, num, context, qp as usize);
                     // SAFETY: retired above by this thread.
                     unsafe { Handle::revive(h.0, QpBody { qp: q, max_inline }) };
                     objects().qps.insert(qp as usize, QpEntry { h, net });

@@ -262,9 +262,16 @@ pub unsafe extern "C" fn vctx_create_srq_ex(
             c.srq_context = a.srq_context;
             c.pd = a.pd;
             c.handle = srq.srq_num();
+            let num = srq.srq_num();
             let h = Handle::<SrqKind>::create(c, srq);
             let p = Handle::c_ptr(h);
             objs.srqs.insert(p as usize, SrqEntry { h: HandlePtr(h) });
+            crate::async_events::remember(
+                crate::async_events::ObjKind::Srq,
+                num,
+                context,
+                p as usize,
+            );
             // SAFETY: caller guarantee: writable attr (checked non-NULL).
             unsafe {
                 (*attr).attr.max_wr = granted.max_wr;
