@@ -10,7 +10,9 @@
    completed. Every message carries (thread, sequence); SENDs are checked on arrival (in
    order, length and bytes), WRITEs at the end (the last RING slots hold the last
    sequences). Prints one line:
-     threads=T op=OP size=S messages=N seconds=X msgs_per_s=R
+     threads=T op=OP size=S messages=N seconds=X msgs_per_s=R cpu_s=C msgs_per_cpu_s=Q
+   (C: the process's user + system CPU time over the run, all its threads, the library's
+   progress thread included; less sensitive than R to other load on a shared machine)
    then "CHECK ok" (exit 0) or "CHECK FAIL ..." (exit 1). Bounded: gives up after 120 s. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -19,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <infiniband/verbs.h>
 
@@ -41,6 +44,14 @@ static double now(void)
 	struct timespec t;
 	clock_gettime(CLOCK_MONOTONIC, &t);
 	return t.tv_sec + t.tv_nsec / 1e9;
+}
+
+static double cpu_now(void)
+{
+	struct rusage u;
+	getrusage(RUSAGE_SELF, &u);
+	return u.ru_utime.tv_sec + u.ru_utime.tv_usec / 1e6 + u.ru_stime.tv_sec +
+	       u.ru_stime.tv_usec / 1e6;
 }
 
 static void to_rts(struct ibv_qp *qp, uint32_t dqpn)
@@ -226,16 +237,18 @@ int main(int argc, char **argv)
 		to_rts(w[i].a, w[i].b->qp_num);
 		to_rts(w[i].b, w[i].a->qp_num);
 	}
-	double t0 = now();
+	double t0 = now(), c0 = cpu_now();
 	for (int i = 0; i < threads; i++)
 		if (pthread_create(&w[i].t, NULL, run, &w[i]))
 			DIE("pthread_create");
 	for (int i = 0; i < threads; i++)
 		pthread_join(w[i].t, NULL);
-	double secs = now() - t0;
+	double secs = now() - t0, cpu = cpu_now() - c0;
 	uint64_t total = per_thread * (uint64_t)threads;
-	printf("threads=%d op=%s size=%u messages=%" PRIu64 " seconds=%.3f msgs_per_s=%.0f\n",
-	       threads, use_write ? "write" : "send", size, total, secs, total / secs);
+	printf("threads=%d op=%s size=%u messages=%" PRIu64 " seconds=%.3f msgs_per_s=%.0f "
+	       "cpu_s=%.3f msgs_per_cpu_s=%.0f\n",
+	       threads, use_write ? "write" : "send", size, total, secs, total / secs, cpu,
+	       cpu > 0 ? total / cpu : 0.0);
 	for (int i = 0; i < threads; i++) {
 		if (ibv_destroy_qp(w[i].a) || ibv_destroy_qp(w[i].b) || ibv_dereg_mr(w[i].smr) ||
 		    ibv_dereg_mr(w[i].rmr) || ibv_destroy_cq(w[i].cq))

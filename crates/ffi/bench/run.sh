@@ -1,6 +1,7 @@
 #!/bin/sh
-# Runs bench/mt_post_poll.c against one or more builds of the library and prints
-# messages/s per thread count (the median of REPS runs).
+# Runs bench/mt_post_poll.c against one or more builds of the library and prints, per
+# operation and thread count, the median of REPS runs of messages/s (wall clock) and of
+# messages per CPU-second of the process (less sensitive to other load).
 #
 # usage: crates/ffi/bench/run.sh LABEL=DIR [LABEL=DIR ...]
 #   DIR holds a libibverbs.so.1 (a copy of target/release/liburoce_ffi.so).
@@ -25,22 +26,25 @@ for op in $ops; do
       for spec in "$@"; do
         label=${spec%%=*}
         dir=${spec#*=}
-        rate=$(UROCE_ADDR=$addr LD_LIBRARY_PATH=$dir timeout 300 "$exe" "$t" "$messages" "$op" "$size" |
-               sed -n 's/.*msgs_per_s=\([0-9]*\).*/\1/p')
-        echo "$label $op $t $rate" >> "$exe.runs"
+        out=$(UROCE_ADDR=$addr LD_LIBRARY_PATH=$dir timeout 300 "$exe" "$t" "$messages" "$op" "$size")
+        rate=$(echo "$out" | sed -n 's/.* msgs_per_s=\([0-9]*\).*/\1/p')
+        cpu=$(echo "$out" | sed -n 's/.* msgs_per_cpu_s=\([0-9]*\).*/\1/p')
+        echo "$label $op $t ${rate:-fail} ${cpu:-fail}" >> "$exe.runs"
       done
     done
   done
 done
-echo "op threads $(for spec in "$@"; do printf '%s ' "${spec%%=*}"; done)(messages/s, median of $reps)"
+echo "op threads $(for spec in "$@"; do printf '%s:msg/s %s:msg/cpu-s ' "${spec%%=*}" "${spec%%=*}"; done)(medians of $reps)"
 for op in $ops; do
   for t in $threads; do
     line="$op $t"
     for spec in "$@"; do
       label=${spec%%=*}
-      med=$(awk -v l="$label" -v o="$op" -v t="$t" '$1==l && $2==o && $3==t {print $4}' "$exe.runs" |
-            sort -n | awk '{a[NR]=$1} END {print (NR ? a[int((NR+1)/2)] : "fail")}')
-      line="$line $med"
+      for col in 4 5; do
+        med=$(awk -v l="$label" -v o="$op" -v t="$t" -v c="$col" '$1==l && $2==o && $3==t {print $c}' "$exe.runs" |
+              sort -n | awk '{a[NR]=$1} END {print (NR ? a[int((NR+1)/2)] : "fail")}')
+        line="$line $med"
+      done
     done
     echo "$line"
   done

@@ -61,8 +61,10 @@ struct Owner {
 
 /// (kind, QPN / CQ id / SRQN) → the C handles of the object. A leaf lock (nothing else is
 /// locked while it is held but a context queue).
-static OWNERS: LazyLock<Mutex<HashMap<(ObjKind, u32), Vec<Owner>>>> =
-    LazyLock::new(|| Mutex::new(HashMap::new()));
+static OWNERS: LazyLock<Mutex<OwnerMap>> = LazyLock::new(|| Mutex::new(HashMap::new()));
+
+/// (kind, number) → the C handles of the object.
+type OwnerMap = HashMap<(ObjKind, u32), Vec<Owner>>;
 
 /// One C context's queue: events in order, and the eventfd readable while it is non-empty.
 pub(crate) struct CtxEvents {

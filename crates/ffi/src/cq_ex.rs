@@ -230,9 +230,9 @@ pub unsafe extern "C" fn end_poll(cq: *mut ibv_cq_ex) {
         }
         // SAFETY: the session's owner holds the lock (taken in start_poll).
         unsafe { libc::pthread_mutex_unlock(b.poll.lock.get()) };
-        // SAFETY: `start_poll` kept a guard of this container; this resumes and drops it
-        // (last: the body is not used afterwards).
         if let Some(h) = std::ptr::NonNull::new(cq.cast::<Handle<CqKind>>()) {
+            // SAFETY: `start_poll` kept a guard of this container (the session was active,
+            // checked above); this resumes and drops it, last: the body is not used after.
             drop(unsafe { Guard::<CqKind>::resume(h) });
         }
     })
@@ -243,6 +243,7 @@ fn current(cq: *mut ibv_cq_ex) -> ibv_wc {
     // SAFETY: C contract: an accessor is called inside a session of this thread, whose
     // kept guard holds the container; the owner is the only writer of `cur`.
     match unsafe { Handle::<CqKind>::peek(cq) } {
+        // SAFETY: as above: only the session's owner writes `cur`, and it is this thread.
         Some(b) if b.poll.active.load(Ordering::Acquire) => unsafe { b.poll.cur.get().read() },
         // SAFETY: ibv_wc is integers only.
         _ => unsafe { crate::objects::zeroed() },

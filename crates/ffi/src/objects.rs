@@ -1,12 +1,16 @@
 //! The process-wide registry of the verbs objects handed out to C callers (protection
-//! domains, memory regions, completion channels, CQs, SRQs, QPs), and the conversions between
-//! the C work-request / completion / attribute structures and uroce-verbs' types.
+//! domains, memory regions, completion channels, CQs, SRQs, QPs, AHs), the handle kinds of
+//! the objects the data path reaches without it, and the conversions between the C
+//! work-request / completion / attribute structures and uroce-verbs' types.
 //!
-//! Every object is a heap C structure (`ibv_pd`, `ibv_mr`, …) allocated by uroce and
-//! registered by its address together with the uroce object behind it; a pointer an
-//! application hands back is only dereferenced after it was found in the registry. The
-//! registry lock is never held across a blocking call (waiting for a CQ event, destroying
-//! an object that waits for its references to drain).
+//! PDs, MRs and channels are heap C structures (`CBox`) registered by address with the
+//! uroce object behind them; a pointer an application hands back is only dereferenced after
+//! it was found in the registry. QPs, CQs, SRQs and AHs live in handle containers (see
+//! [`crate::handle`]): the data path ([`qp_ref`], [`cq_ref`], [`srq_ref`], a UD WR's AH)
+//! recovers them from the pointer without the registry lock, which stays for the control
+//! path (create/destroy, the CQ-id → handle map of completion events). The registry lock is
+//! never held across a blocking call (waiting for a CQ event, destroying an object that
+//! waits for its references to drain).
 
 use std::collections::HashMap;
 use std::io::Write as _;
@@ -128,10 +132,10 @@ impl SrqEntry {
     }
 }
 
-/// An address handle.
+/// An address handle (the `Ah` lives in the handle container, [`AhKind`], so that a UD
+/// `post_send` finds it without the registry lock).
 pub(crate) struct AhEntry {
-    pub(crate) raw: CBox<ibv_ah>,
-    pub(crate) ah: Ah,
+    pub(crate) h: HandlePtr<AhKind>,
 }
 
 /// A queue pair (the `Qp` lives in the handle container, [`QpKind`]).
@@ -158,6 +162,19 @@ pub(crate) struct QpBody {
 static QP_POOL: Mutex<Vec<usize>> = Mutex::new(Vec::new());
 static CQ_POOL: Mutex<Vec<usize>> = Mutex::new(Vec::new());
 static SRQ_POOL: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+static AH_POOL: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+
+/// The AH kind: an `ibv_ah`, then the `Ah`.
+pub(crate) struct AhKind;
+
+impl Kind for AhKind {
+    type C = ibv_ah;
+    type Body = Ah;
+    const MAGIC: u64 = 0x7572_6f63_6541_4821; // "uroceAH!"
+    fn pool() -> &'static Mutex<Vec<usize>> {
+        &AH_POOL
+    }
+}
 
 impl Kind for QpKind {
     type C = ibv_qp_ex;
@@ -563,18 +580,20 @@ pub(crate) unsafe fn send_wr_from_c(wr: &ibv_send_wr, max_inline: u32) -> Result
 }
 
 /// The destination of a send WR on a UD QP (`wr.ud`: the address handle, which must be a
-/// live one handed out by this library, the remote QPN and Q_Key). The verbs layer checks
-/// that the AH belongs to the QP's PD.
+/// live one handed out by this library — recovered from the pointer without a lock, see
+/// [`crate::handle`] —, the remote QPN and Q_Key). The verbs layer checks that the AH
+/// belongs to the QP's PD.
 pub(crate) fn ud_dest_from_c(wr: &ibv_send_wr) -> Result<UdDest, FfiError> {
     // SAFETY: the union's ud member is a pointer and two integers; any bits are valid
-    // (the pointer is only compared with the registry's keys, never dereferenced).
+    // (the pointer is only checked as a handle, see `Handle::enter`).
     let ud = unsafe { wr.wr.ud };
-    let objs = objects();
-    let ah = objs.ahs.get(&(ud.ah as usize)).ok_or(FfiError::BadHandle {
+    let bad = FfiError::BadHandle {
         what: "ah (wr.ud.ah)",
-    })?;
+    };
+    let g = Handle::<AhKind>::enter(ud.ah).ok_or(bad.clone())?;
+    let ah = g.body().ok_or(bad)?.reference();
     Ok(UdDest {
-        ah: ah.ah.reference(),
+        ah,
         remote_qpn: ud.remote_qpn & 0x00ff_ffff,
         remote_qkey: ud.remote_qkey,
     })

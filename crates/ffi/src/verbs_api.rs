@@ -179,13 +179,16 @@ pub(crate) fn create_ah(pd: *mut ibv_pd, attr: &ibv_ah_attr) -> Result<*mut ibv_
             .map_err(|e| refused("ibv_create_ah", libc::EINVAL, e))?;
     // SAFETY: `pd` is a registered, live PD allocated by uroce (lock held).
     let context = unsafe { (*pd).context };
-    let raw = CBox::new(ibv_ah {
-        context,
-        pd,
-        handle: 0,
-    });
-    let ptr = raw.ptr();
-    objs.ahs.insert(ptr as usize, AhEntry { raw, ah });
+    let h = Handle::<AhKind>::create(
+        ibv_ah {
+            context,
+            pd,
+            handle: 0,
+        },
+        ah,
+    );
+    let ptr = Handle::c_ptr(h);
+    objs.ahs.insert(ptr as usize, AhEntry { h: HandlePtr(h) });
     Ok(ptr)
 }
 
@@ -197,14 +200,24 @@ pub(crate) fn create_ah(pd: *mut ibv_pd, attr: &ibv_ah_attr) -> Result<*mut ibv_
 pub unsafe extern "C" fn uroce_ibv_destroy_ah(ah: *mut ibv_ah) -> c_int {
     guard(libc::EIO, || {
         errno_value((|| {
-            let entry = objects()
+            let AhEntry { h } = objects()
                 .ahs
                 .remove(&(ah as usize))
                 .ok_or(FfiError::BadHandle { what: "ah" })?;
-            // Dropped outside the registry lock.
-            entry.ah.destroy();
-            drop(entry.raw);
-            Ok(())
+            // SAFETY: `h` was just unpublished by this thread.
+            match unsafe { Handle::retire(h.0) } {
+                Ok(a) => {
+                    // Outside the registry lock.
+                    a.destroy();
+                    // SAFETY: retired above, not revived.
+                    unsafe { Handle::recycle(h.0) };
+                    Ok(())
+                }
+                Err(e) => {
+                    objects().ahs.insert(ah as usize, AhEntry { h });
+                    Err(refused("ibv_destroy_ah", libc::EBUSY, format!("{e:?}")))
+                }
+            }
         })())
     })
 }
