@@ -13,7 +13,7 @@
 //! reference to the object is kept until the application acknowledges it, so — as in
 //! rdma-core — destroying the object waits for its events to be acknowledged. A destroy
 //! first forgets the object's owner (no event for it is routed afterwards) and drops its
-//! undelivered events from every context queue ([`forget`]).
+//! undelivered events from every context queue (`forget`).
 
 use std::collections::{HashMap, VecDeque};
 use std::ffi::c_int;

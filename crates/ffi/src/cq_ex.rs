@@ -2,7 +2,7 @@
 //! `ibv_cq_ex` polling API (`ibv_start_poll` / `ibv_next_poll` / `ibv_end_poll` and the
 //! `ibv_wc_read_*` accessors).
 //!
-//! Every uroce CQ is an `ibv_cq_ex` container (see [`crate::handle`]): `ibv_create_cq`
+//! Every uroce CQ is an `ibv_cq_ex` container (see `crate::handle`): `ibv_create_cq`
 //! CQs too, so `ibv_cq_ex_to_cq` (a cast) and every `ibv_cq` call work on both. A poll
 //! session holds the CQ's session lock from a successful `ibv_start_poll` to
 //! `ibv_end_poll` (released at once when `ibv_start_poll` finds nothing, `ENOENT`), as

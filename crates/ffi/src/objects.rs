@@ -6,7 +6,7 @@
 //! PDs, MRs and channels are heap C structures (`CBox`) registered by address with the
 //! uroce object behind them; a pointer an application hands back is only dereferenced after
 //! it was found in the registry. QPs, CQs, SRQs and AHs live in handle containers (see
-//! [`crate::handle`]): the data path ([`qp_ref`], [`cq_ref`], [`srq_ref`], a UD WR's AH)
+//! `crate::handle`): the data path (`qp_ref`, `cq_ref`, `srq_ref`, a UD WR's AH)
 //! recovers them from the pointer without the registry lock, which stays for the control
 //! path (create/destroy, the CQ-id → handle map of completion events). The registry lock is
 //! never held across a blocking call (waiting for a CQ event, destroying an object that
@@ -267,7 +267,7 @@ impl Objects {
 }
 
 /// A counted reference to the CQ behind `cq`, recovered from the handle without a lock
-/// (see [`crate::handle`]).
+/// (see `crate::handle`).
 pub(crate) fn cq_ref(cq: *const ibv_cq) -> Result<CqRef, FfiError> {
     let g = Handle::<CqKind>::enter(cq.cast()).ok_or(FfiError::BadHandle { what: "cq" })?;
     g.body()
