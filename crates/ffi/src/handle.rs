@@ -299,6 +299,19 @@ mod tests {
         }
     }
 
+    /// A second kind with its own pool, so that the tests running in parallel never take
+    /// each other's pooled containers.
+    struct StressKind;
+    static STRESS_POOL: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+    impl Kind for StressKind {
+        type C = [u64; 2];
+        type Body = String;
+        const MAGIC: u64 = 0x7374_7265_7373;
+        fn pool() -> &'static Mutex<Vec<usize>> {
+            &STRESS_POOL
+        }
+    }
+
     #[test]
     fn retired_handle_is_refused_and_recycled() {
         let h = Handle::<TestKind>::create([1, 2], "first".into());
@@ -324,6 +337,51 @@ mod tests {
         assert_eq!(g.body().map(String::as_str), Some("second"));
         assert!(Handle::<TestKind>::enter(std::ptr::null()).is_none());
         assert!(Handle::<TestKind>::enter((p as usize + 1) as *const _).is_none());
+    }
+
+    #[test]
+    fn retire_under_concurrent_calls_never_exposes_a_taken_body() {
+        use std::sync::atomic::AtomicUsize;
+        use std::sync::Arc;
+        let h = Handle::<StressKind>::create([5, 5], "busy".into());
+        let p = Handle::c_ptr(h) as usize;
+        let entered = Arc::new(AtomicUsize::new(0));
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let entered = Arc::clone(&entered);
+                std::thread::spawn(move || {
+                    let mut refused_after_dead = 0u32;
+                    for _ in 0..200_000 {
+                        match Handle::<StressKind>::enter(p as *const [u64; 2]) {
+                            Some(g) => {
+                                // A counted-in call always finds the body in place.
+                                assert_eq!(g.body().map(String::as_str), Some("busy"));
+                                entered.fetch_add(1, Ordering::Relaxed);
+                            }
+                            None => refused_after_dead += 1,
+                        }
+                    }
+                    refused_after_dead
+                })
+            })
+            .collect();
+        // Let the callers get going, then retire under them.
+        let start = std::time::Instant::now();
+        while entered.load(Ordering::Relaxed) < 1000 && start.elapsed() < RETIRE_WAIT {
+            std::thread::yield_now();
+        }
+        // SAFETY: created above, not registered anywhere else.
+        let body = unsafe { Handle::retire(h) }.expect("retire");
+        assert_eq!(body, "busy");
+        let refused: u32 = threads
+            .into_iter()
+            .map(|t| t.join().expect("a caller saw a taken body"))
+            .sum();
+        assert!(entered.load(Ordering::Relaxed) >= 1000);
+        assert!(refused > 0, "no call was refused after the retire");
+        assert!(Handle::<StressKind>::enter(p as *const [u64; 2]).is_none());
+        // SAFETY: retired above, not revived.
+        unsafe { Handle::recycle(h) };
     }
 
     #[test]
