@@ -24,6 +24,11 @@
 //!   kernel structs they convert (layouts checked by `tests/marshall.rs`).
 //! * [`rdmacm`]: librdmacm's API over `uroce-rdmacm`, exported as `uroce_rdmacm_<name>`
 //!   for uroce's `librdmacm.so.1` (`crates/ffi-rdmacm`), which forwards to it.
+//! * [`cq_ex`]: extended CQs (`ibv_create_cq_ex`, `ibv_start_poll` and the
+//!   `ibv_wc_read_*` accessors).
+//! * `handle`: the `#[repr(C)]` containers of QPs, CQs, SRQs and AHs, recovered from the
+//!   pointer on the data path without a lock (see `docs/ARCHITECTURE.md`, "The C object
+//!   model").
 //! * [`device`]: the process-wide registry of the device and open contexts.
 //! * [`objects`]: the registry of the objects handed out, and the conversions between the
 //!   C work requests/completions/attributes and uroce-verbs' types.
@@ -35,11 +40,13 @@
 pub mod abi;
 pub mod ah_wc;
 pub mod async_events;
+pub mod cq_ex;
 pub mod cq_resize;
 pub mod device;
 pub mod device_ex;
 mod entry;
 pub mod exports;
+pub(crate) mod handle;
 pub mod marshall;
 pub mod mr_rereg;
 pub mod mw;
