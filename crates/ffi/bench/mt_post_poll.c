@@ -1,13 +1,16 @@
 /* Multi-threaded post/poll scaling benchmark for a verbs library (built against
    <infiniband/verbs.h>, run against uroce's libibverbs.so.1 through LD_LIBRARY_PATH).
 
-   usage: mt_post_poll THREADS MESSAGES_PER_THREAD send|write [SIZE]
+   usage: mt_post_poll THREADS MESSAGES_PER_THREAD send|write|wr_send|wr_write [SIZE]
 
    One device context; each thread owns one RC QP pair a -> b on it (loopback), one CQ
    that is the send CQ of a and the receive CQ of b, and its buffers. A thread keeps up to
    DEPTH signaled work requests of SIZE bytes outstanding on a (SENDs, or RDMA WRITEs) and
    polls its own CQ, reposting receives on b for SENDs, until MESSAGES_PER_THREAD sends have
-   completed. Every message carries (thread, sequence); SENDs are checked on arrival (in
+   completed. send/write post with ibv_post_send, one work request per call; wr_send and
+   wr_write post through the extended QP's ibv_wr_* API (QPs from ibv_create_qp_ex with
+   send_ops_flags SEND | RDMA_WRITE): each refill of the window is one ibv_wr_start …
+   ibv_wr_complete list, one ibv_wr_send / ibv_wr_rdma_write + ibv_wr_set_sge per message. Every message carries (thread, sequence); SENDs are checked on arrival (in
    order, length and bytes), WRITEs at the end (the last RING slots hold the last
    sequences). Prints one line:
      threads=T op=OP size=S messages=N seconds=X msgs_per_s=R cpu_s=C msgs_per_cpu_s=Q
@@ -36,6 +39,7 @@ static struct ibv_context *ctx;
 static struct ibv_pd *pd;
 static union ibv_gid gid;
 static int use_write;
+static int use_wr_api;
 static uint32_t size;
 static uint64_t per_thread;
 
@@ -93,6 +97,7 @@ struct worker {
 	int id;
 	struct ibv_cq *cq;
 	struct ibv_qp *a, *b;
+	struct ibv_qp_ex *ax; /* a's extended QP (wr_* modes) */
 	struct ibv_mr *smr, *rmr;
 	char *sbuf, *rbuf; /* RING slots of SLOT bytes each */
 	uint64_t sent_done, recv_seq;
@@ -138,7 +143,32 @@ static void *run(void *arg)
 		for (uint64_t i = 0; i < RING; i++)
 			post_recv(w, i);
 	while (w->sent_done < per_thread || (!use_write && w->recv_seq < per_thread)) {
-		while (posted < per_thread && posted - w->sent_done < DEPTH) {
+		if (use_wr_api && posted < per_thread && posted - w->sent_done < DEPTH) {
+			/* The whole free window as one list: all of it is posted, or none. */
+			uint64_t n = DEPTH - (posted - w->sent_done);
+			if (n > per_thread - posted)
+				n = per_thread - posted;
+			ibv_wr_start(w->ax);
+			for (uint64_t k = 0; k < n; k++) {
+				uint64_t seq = posted + k, slot = seq % RING;
+				char *p = w->sbuf + slot * SLOT;
+				fill(p, w->id, seq);
+				w->ax->wr_id = seq;
+				w->ax->wr_flags = IBV_SEND_SIGNALED;
+				if (use_write)
+					ibv_wr_rdma_write(w->ax, w->rmr->rkey,
+							  (uintptr_t)(w->rbuf + slot * SLOT));
+				else
+					ibv_wr_send(w->ax);
+				ibv_wr_set_sge(w->ax, w->smr->lkey, (uintptr_t)p, size);
+			}
+			int r = ibv_wr_complete(w->ax);
+			if (r && r != ENOMEM)
+				DIE("thread %d: wr_complete %d", w->id, r);
+			if (!r)
+				posted += n;
+		}
+		while (!use_wr_api && posted < per_thread && posted - w->sent_done < DEPTH) {
 			uint64_t slot = posted % RING;
 			char *p = w->sbuf + slot * SLOT;
 			fill(p, w->id, posted);
@@ -193,12 +223,19 @@ static void *run(void *arg)
 int main(int argc, char **argv)
 {
 	if (argc < 4) {
-		fprintf(stderr, "usage: %s THREADS MESSAGES_PER_THREAD send|write [SIZE]\n", argv[0]);
+		fprintf(stderr, "usage: %s THREADS MESSAGES_PER_THREAD send|write|wr_send|wr_write [SIZE]\n",
+			argv[0]);
 		return 2;
 	}
+	const char *op = argv[3];
+	use_wr_api = !strncmp(op, "wr_", 3);
+	if (use_wr_api)
+		op += 3;
+	if (strcmp(op, "send") && strcmp(op, "write"))
+		DIE("bad operation %s", argv[3]);
 	int threads = atoi(argv[1]);
 	per_thread = strtoull(argv[2], NULL, 10);
-	use_write = !strcmp(argv[3], "write");
+	use_write = !strcmp(op, "write");
 	size = argc > 4 ? (uint32_t)atoi(argv[4]) : 64;
 	if (threads < 1 || threads > 64 || size < 12 || size > SLOT || per_thread < 1)
 		DIE("bad arguments");
@@ -230,7 +267,22 @@ int main(int argc, char **argv)
 		ia.cap.max_send_wr = DEPTH;
 		ia.cap.max_recv_wr = RING;
 		ia.cap.max_send_sge = ia.cap.max_recv_sge = 1;
-		w[i].a = ibv_create_qp(pd, &ia);
+		if (use_wr_api) {
+			struct ibv_qp_init_attr_ex ix;
+			memset(&ix, 0, sizeof ix);
+			ix.send_cq = ix.recv_cq = w[i].cq;
+			ix.qp_type = IBV_QPT_RC;
+			ix.cap = ia.cap;
+			ix.pd = pd;
+			ix.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+			ix.send_ops_flags = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_RDMA_WRITE;
+			w[i].a = ibv_create_qp_ex(ctx, &ix);
+			w[i].ax = w[i].a ? ibv_qp_to_qp_ex(w[i].a) : NULL;
+			if (!w[i].ax)
+				DIE("extended QP (errno %d)", errno);
+		} else {
+			w[i].a = ibv_create_qp(pd, &ia);
+		}
 		w[i].b = ibv_create_qp(pd, &ia);
 		if (!w[i].a || !w[i].b)
 			DIE("qp");
@@ -247,7 +299,7 @@ int main(int argc, char **argv)
 	uint64_t total = per_thread * (uint64_t)threads;
 	printf("threads=%d op=%s size=%u messages=%" PRIu64 " seconds=%.3f msgs_per_s=%.0f "
 	       "cpu_s=%.3f msgs_per_cpu_s=%.0f\n",
-	       threads, use_write ? "write" : "send", size, total, secs, total / secs, cpu,
+	       threads, argv[3], size, total, secs, total / secs, cpu,
 	       cpu > 0 ? total / cpu : 0.0);
 	for (int i = 0; i < threads; i++) {
 		if (ibv_destroy_qp(w[i].a) || ibv_destroy_qp(w[i].b) || ibv_dereg_mr(w[i].smr) ||

@@ -6,14 +6,15 @@
 # usage: crates/ffi/bench/run.sh LABEL=DIR [LABEL=DIR ...]
 #   DIR holds a libibverbs.so.1 (a copy of target/release/liburoce_ffi.so).
 # environment: THREADS (default "1 2 4"), MESSAGES per thread (default 100000),
-#   OPS (default "send write"), SIZE (default 64), REPS (default 3),
+#   OPS (default "send write wr_send wr_write"; the wr_* ones post through the ibv_wr_*
+#   API, see mt_post_poll.c), SIZE (default 64), REPS (default 3),
 #   UROCE_ADDR (default 127.0.0.90), CC (default cc).
 # The builds alternate run by run, so that a load change on the machine hits both alike.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 threads=${THREADS:-"1 2 4"}
 messages=${MESSAGES:-100000}
-ops=${OPS:-"send write"}
+ops=${OPS:-"send write wr_send wr_write"}
 size=${SIZE:-64}
 reps=${REPS:-3}
 addr=${UROCE_ADDR:-127.0.0.90}

@@ -1,7 +1,7 @@
 //! The scaling benchmark `bench/mt_post_poll.c` (see `docs/BENCHMARKS.md`), run briefly as
 //! a test: two threads, each with its own RC QP pair and CQ on one device, a few thousand
 //! SENDs (checked on arrival: order, length, bytes) and then RDMA WRITEs (checked in the
-//! target buffer). The test checks the completions and the data the program verified and
+//! target buffer), each posted with `ibv_post_send` and then through the `ibv_wr_*` API. The test checks the completions and the data the program verified and
 //! the message count it reports — never the timing.
 
 use std::net::Ipv4Addr;
@@ -23,6 +23,8 @@ fn mt_post_poll_completes_and_checks_data() {
     for (op, addr) in [
         ("send", Ipv4Addr::new(127, 0, 33, 3)),
         ("write", Ipv4Addr::new(127, 0, 33, 4)),
+        ("wr_send", Ipv4Addr::new(127, 0, 33, 5)),
+        ("wr_write", Ipv4Addr::new(127, 0, 33, 6)),
     ] {
         let out = run_c_program(
             test,
