@@ -27,7 +27,8 @@ for op in $ops; do
       for spec in "$@"; do
         label=${spec%%=*}
         dir=${spec#*=}
-        out=$(UROCE_ADDR=$addr LD_LIBRARY_PATH=$dir timeout 300 "$exe" "$t" "$messages" "$op" "$size")
+        # A build without the operation (the ibv_wr_* modes before that API) fails: "fail".
+        out=$(UROCE_ADDR=$addr LD_LIBRARY_PATH=$dir timeout 300 "$exe" "$t" "$messages" "$op" "$size") || true
         rate=$(echo "$out" | sed -n 's/.* msgs_per_s=\([0-9]*\).*/\1/p')
         cpu=$(echo "$out" | sed -n 's/.* msgs_per_cpu_s=\([0-9]*\).*/\1/p')
         echo "$label $op $t ${rate:-fail} ${cpu:-fail}" >> "$exe.runs"

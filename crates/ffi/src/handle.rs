@@ -1,4 +1,4 @@
-//! Handle objects: the QP, CQ and SRQ handed to C live at the start of a `#[repr(C)]`
+//! Handle objects: the QP, CQ, SRQ and AH handed to C live at the start of a `#[repr(C)]`
 //! container, so that a data-path call (`ibv_post_send`, `ibv_poll_cq`, …) recovers the
 //! uroce object from the pointer the program passes, without a lock or a lookup.
 //!
@@ -9,8 +9,8 @@
 //! the magic again (both sequentially consistent, so that it either sees the destroy's
 //! clear or the destroy sees its count). Destroy ([`retire`](Handle::retire)) clears the
 //! magic, waits until no call is inside (a call holds the container only while it clones
-//! the object's counted reference, or for a `ibv_start_poll` … `ibv_end_poll` session) and
-//! only then takes the body out.
+//! the object's counted reference, for one `ibv_wr_*` call on a QP's builder, or for a
+//! `ibv_start_poll` … `ibv_end_poll` session) and only then takes the body out.
 //!
 //! Containers are never returned to the allocator: a destroyed container goes to a pool of
 //! its kind and is reused by the next create of that kind (type-stable memory). A stale

@@ -149,7 +149,8 @@ pub(crate) struct QpEntry {
 // Handle containers (see `crate::handle`).
 // ---------------------------------------------------------------------------------------
 
-/// The QP kind: an `ibv_qp_ex` (whose first member is the `ibv_qp`), then the `Qp`.
+/// The QP kind: an `ibv_qp_ex` (whose first member is the `ibv_qp`), then the `Qp` and its
+/// `ibv_wr_*` builder.
 pub(crate) struct QpKind;
 
 /// What a QP container holds besides its C structure.

@@ -718,6 +718,101 @@ mod tests {
         assert!(check_send_ops(QpType::XrcRecv, IBV_QP_EX_WITH_SEND).is_err());
     }
 
+    /// The `ibv_wr_*` calls find their QP through its container alone: they run to the end
+    /// while another thread holds the registry lock (a call that took it would block until
+    /// the timeout), and a retired container is refused.
+    #[test]
+    fn wr_calls_never_take_the_registry_lock() {
+        use std::sync::mpsc;
+        use std::time::Duration;
+        use uroce_verbs::{Context, Device, DeviceConfig, QpCap, QpInitAttr};
+
+        let addr = "10.1.2.44".parse().expect("address");
+        let dev = Device::new(DeviceConfig::new("uroce-wrtest", addr)).expect("device");
+        let ctx = Context::open(&dev).expect("context");
+        let pd = ctx.alloc_pd().expect("pd");
+        let cq = ctx.create_cq(16, None, 0).expect("cq");
+        let cap = QpCap {
+            max_send_wr: 8,
+            max_recv_wr: 8,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        };
+        let qp = pd
+            .create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq, cap))
+            .expect("qp");
+        // SAFETY: ibv_qp_ex is pointers, integers, pthread objects and Option<fn>, all
+        // valid zeroed.
+        let mut c: ibv_qp_ex = unsafe { crate::objects::zeroed() };
+        init_ops(&mut c, IBV_QP_EX_WITH_SEND);
+        let body = QpBody {
+            qp,
+            builder: WrBuilder::new(QpType::Rc),
+            max_inline: 0,
+        };
+        let h = Handle::<QpKind>::create(c, body);
+        let qpx = Handle::c_ptr(h) as usize;
+        let built = |q: *mut ibv_qp_ex| {
+            let g = Handle::<QpKind>::enter(q).expect("live");
+            let b = g.body().expect("body");
+            let st = b.builder.lock();
+            (st.started, st.wrs.len())
+        };
+
+        let registry = crate::objects::objects();
+        let (tx, rx) = mpsc::channel();
+        let worker = std::thread::spawn(move || {
+            let q = qpx as *mut ibv_qp_ex;
+            // SAFETY: `q` is the live container's `ibv_qp_ex`, whose pointers `init_ops`
+            // filled; the calls are this thread's only use of it.
+            let results = unsafe {
+                let x = &*q;
+                let (start, complete) = (x.wr_start.expect("set"), x.wr_complete.expect("set"));
+                // An operation outside send_ops_flags: the list fails with EOPNOTSUPP.
+                start(q);
+                x.wr_rdma_write.expect("set")(q, 1, 0x1000);
+                let disabled = complete(q);
+                // A SEND with one SGE is built in the container; the QP is in RESET, so
+                // the verbs layer refuses the post (EINVAL) and the list is consumed.
+                start(q);
+                (*q).wr_id = 7;
+                (*q).wr_flags = IBV_SEND_SIGNALED;
+                x.wr_send.expect("set")(q);
+                x.wr_set_sge.expect("set")(q, 1, 0x2000, 8);
+                let during = built(q);
+                let in_reset = complete(q);
+                (disabled, during, in_reset, built(q))
+            };
+            tx.send(results).expect("send");
+        });
+        let r = rx.recv_timeout(Duration::from_secs(10));
+        drop(registry);
+        worker.join().expect("worker");
+        let (disabled, during, in_reset, after) =
+            r.expect("the ibv_wr_* calls waited for the registry lock");
+        assert_eq!(disabled, libc::EOPNOTSUPP);
+        assert_eq!(during, (true, 1), "the SEND was not built in the container");
+        assert_eq!(in_reset, libc::EINVAL);
+        assert_eq!(after, (false, 0), "ibv_wr_complete left the list in place");
+
+        // SAFETY: created above and registered nowhere else.
+        let body = unsafe { Handle::retire(h) }.expect("retire");
+        let q = qpx as *mut ibv_qp_ex;
+        // SAFETY: a retired container stays readable (type-stable); its C part still holds
+        // the functions, which must now refuse the handle.
+        let rc = unsafe {
+            let x = &*q;
+            x.wr_start.expect("set")(q);
+            x.wr_complete.expect("set")(q)
+        };
+        assert_eq!(rc, libc::EINVAL, "a retired QP was used");
+        assert!(qp_to_qp_ex(q.cast()).is_null());
+        body.qp.destroy().map_err(|(_, e)| e).expect("destroy qp");
+        // SAFETY: retired above, not revived.
+        unsafe { Handle::recycle(h) };
+    }
+
     #[test]
     fn init_ops_leaves_no_pointer_null_and_disabled_ops_differ() {
         // SAFETY: ibv_qp_ex is pointers, integers, pthread objects and Option<fn>, all
