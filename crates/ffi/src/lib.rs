@@ -14,7 +14,8 @@
 //!   need no object. Enough for ibverbs-utils' `ibv_devices`, `ibv_devinfo`,
 //!   `ibv_rc_pingpong`, `ibv_srq_pingpong` and perftest's RC tests.
 //! * [`qp_ex`]: the extended QP's `ibv_wr_*` work-request API (`ibv_qp_to_qp_ex` and the
-//!   function pointers of `struct ibv_qp_ex`).
+//!   function pointers of `struct ibv_qp_ex`, the C part of every QP's handle container;
+//!   each call recovers its QP from the pointer without a lock).
 //! * [`xrc`]: XRC domains, XRC SRQs, `ibv_create_qp_ex` and `ibv_open_qp` through the
 //!   `verbs_context` slots the header inlines call.
 //! * [`unsupported`]: every other function rdma-core 44 exports, failing cleanly, so that
