@@ -1631,6 +1631,157 @@ pub struct ibv_async_event {
     pub event_type: ibv_event_type,
 }
 
+// ---------------------------------------------------------------------------------------
+// Extended CQs and QPs (`ibv_cq_ex`, `ibv_qp_ex`).
+// ---------------------------------------------------------------------------------------
+
+/// `IBV_WC_EX_WITH_BYTE_LEN` (`enum ibv_create_cq_wc_flags`).
+pub const IBV_WC_EX_WITH_BYTE_LEN: u64 = 1 << 0;
+/// `IBV_WC_EX_WITH_IMM`.
+pub const IBV_WC_EX_WITH_IMM: u64 = 1 << 1;
+/// `IBV_WC_EX_WITH_QP_NUM`.
+pub const IBV_WC_EX_WITH_QP_NUM: u64 = 1 << 2;
+/// `IBV_WC_EX_WITH_SRC_QP`.
+pub const IBV_WC_EX_WITH_SRC_QP: u64 = 1 << 3;
+/// `IBV_WC_EX_WITH_SLID`.
+pub const IBV_WC_EX_WITH_SLID: u64 = 1 << 4;
+/// `IBV_WC_EX_WITH_SL`.
+pub const IBV_WC_EX_WITH_SL: u64 = 1 << 5;
+/// `IBV_WC_EX_WITH_DLID_PATH_BITS`.
+pub const IBV_WC_EX_WITH_DLID_PATH_BITS: u64 = 1 << 6;
+/// `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`.
+pub const IBV_WC_EX_WITH_COMPLETION_TIMESTAMP: u64 = 1 << 7;
+/// `IBV_WC_EX_WITH_CVLAN`.
+pub const IBV_WC_EX_WITH_CVLAN: u64 = 1 << 8;
+/// `IBV_WC_EX_WITH_FLOW_TAG`.
+pub const IBV_WC_EX_WITH_FLOW_TAG: u64 = 1 << 9;
+/// `IBV_WC_EX_WITH_TM_INFO`.
+pub const IBV_WC_EX_WITH_TM_INFO: u64 = 1 << 10;
+/// `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK`.
+pub const IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK: u64 = 1 << 11;
+/// `IBV_WC_STANDARD_FLAGS`: the fields of `struct ibv_wc`.
+pub const IBV_WC_STANDARD_FLAGS: u64 = IBV_WC_EX_WITH_BYTE_LEN
+    | IBV_WC_EX_WITH_IMM
+    | IBV_WC_EX_WITH_QP_NUM
+    | IBV_WC_EX_WITH_SRC_QP
+    | IBV_WC_EX_WITH_SLID
+    | IBV_WC_EX_WITH_SL
+    | IBV_WC_EX_WITH_DLID_PATH_BITS;
+/// `IBV_CQ_INIT_ATTR_MASK_FLAGS` (`enum ibv_cq_init_attr_mask`).
+pub const IBV_CQ_INIT_ATTR_MASK_FLAGS: u32 = 1 << 0;
+/// `IBV_CQ_INIT_ATTR_MASK_PD`.
+pub const IBV_CQ_INIT_ATTR_MASK_PD: u32 = 1 << 1;
+/// `IBV_CREATE_CQ_ATTR_SINGLE_THREADED` (`enum ibv_create_cq_attr_flags`).
+pub const IBV_CREATE_CQ_ATTR_SINGLE_THREADED: u32 = 1 << 0;
+/// `IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN`.
+pub const IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN: u32 = 1 << 1;
+
+/// `struct ibv_cq_init_attr_ex`: `ibv_create_cq_ex` input.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_cq_init_attr_ex {
+    /// Minimum number of entries.
+    pub cqe: u32,
+    /// User context returned with completion events.
+    pub cq_context: *mut c_void,
+    /// Completion channel, or NULL.
+    pub channel: *mut ibv_comp_channel,
+    /// Completion vector.
+    pub comp_vector: u32,
+    /// `IBV_WC_EX_WITH_*` fields the consumer will read.
+    pub wc_flags: u64,
+    /// `IBV_CQ_INIT_ATTR_MASK_*`.
+    pub comp_mask: u32,
+    /// `IBV_CREATE_CQ_ATTR_*` (with `IBV_CQ_INIT_ATTR_MASK_FLAGS`).
+    pub flags: u32,
+    /// Parent domain (with `IBV_CQ_INIT_ATTR_MASK_PD`).
+    pub parent_domain: *mut ibv_pd,
+}
+
+/// `struct ibv_poll_cq_attr`: `ibv_start_poll` input.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_poll_cq_attr {
+    /// Must be 0.
+    pub comp_mask: u32,
+}
+
+/// `struct ibv_wc_tm_info`: tag-matching fields of a completion.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_wc_tm_info {
+    /// Tag from the TMH.
+    pub tag: u64,
+    /// Opaque user data from the TMH.
+    pub priv_: u32,
+}
+
+/// `struct ibv_cq_ex`: the extended CQ; its prefix is a `struct ibv_cq`
+/// (`ibv_cq_ex_to_cq` is a cast).
+#[repr(C)]
+pub struct ibv_cq_ex {
+    /// Owning context.
+    pub context: *mut ibv_context,
+    /// Completion channel, or NULL.
+    pub channel: *mut ibv_comp_channel,
+    /// User context.
+    pub cq_context: *mut c_void,
+    /// Handle.
+    pub handle: u32,
+    /// Number of CQEs.
+    pub cqe: c_int,
+    /// Library-internal lock.
+    pub mutex: pthread_mutex_t,
+    /// Library-internal condition.
+    pub cond: pthread_cond_t,
+    /// Completion events acknowledged.
+    pub comp_events_completed: u32,
+    /// Async events acknowledged.
+    pub async_events_completed: u32,
+    /// Reserved (0).
+    pub comp_mask: u32,
+    /// Status of the current completion.
+    pub status: ibv_wc_status,
+    /// `wr_id` of the current completion.
+    pub wr_id: u64,
+    /// `ibv_start_poll`.
+    pub start_poll: Option<unsafe extern "C" fn(*mut ibv_cq_ex, *mut ibv_poll_cq_attr) -> c_int>,
+    /// `ibv_next_poll`.
+    pub next_poll: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> c_int>,
+    /// `ibv_end_poll`.
+    pub end_poll: Option<unsafe extern "C" fn(*mut ibv_cq_ex)>,
+    /// `ibv_wc_read_opcode`.
+    pub read_opcode: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> ibv_wc_opcode>,
+    /// `ibv_wc_read_vendor_err`.
+    pub read_vendor_err: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> u32>,
+    /// `ibv_wc_read_byte_len`.
+    pub read_byte_len: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> u32>,
+    /// `ibv_wc_read_imm_data` (network order).
+    pub read_imm_data: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> u32>,
+    /// `ibv_wc_read_qp_num`.
+    pub read_qp_num: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> u32>,
+    /// `ibv_wc_read_src_qp`.
+    pub read_src_qp: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> u32>,
+    /// `ibv_wc_read_wc_flags`.
+    pub read_wc_flags: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> c_uint>,
+    /// `ibv_wc_read_slid`.
+    pub read_slid: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> u32>,
+    /// `ibv_wc_read_sl`.
+    pub read_sl: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> u8>,
+    /// `ibv_wc_read_dlid_path_bits`.
+    pub read_dlid_path_bits: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> u8>,
+    /// `ibv_wc_read_completion_ts`.
+    pub read_completion_ts: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> u64>,
+    /// `ibv_wc_read_cvlan`.
+    pub read_cvlan: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> u16>,
+    /// `ibv_wc_read_flow_tag`.
+    pub read_flow_tag: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> u32>,
+    /// `ibv_wc_read_tm_info`.
+    pub read_tm_info: Option<unsafe extern "C" fn(*mut ibv_cq_ex, *mut ibv_wc_tm_info)>,
+    /// `ibv_wc_read_completion_wallclock_ns`.
+    pub read_completion_wallclock_ns: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> u64>,
+}
+
 // The headline facts of the reference layouts (gdb `ptype /o` of rdma-core 44 on x86_64),
 // checked at compile time so that a broken layout never builds even where the header is
 // absent; `tests/layout.rs` checks every field against the header itself.
@@ -1650,6 +1801,13 @@ const _: () = {
     assert!(size_of::<ibv_port_attr>() == 52);
     assert!(size_of::<ibv_send_wr>() == 128);
     assert!(size_of::<ibv_wc>() == 48);
+    assert!(size_of::<ibv_cq>() == 128);
+    assert!(offset_of!(ibv_cq_ex, comp_mask) == 128);
+    assert!(offset_of!(ibv_cq_ex, wr_id) == 136);
+    assert!(offset_of!(ibv_cq_ex, start_poll) == 144);
+    assert!(offset_of!(ibv_cq_ex, read_completion_wallclock_ns) == 280);
+    assert!(size_of::<ibv_cq_ex>() == 288);
+    assert!(size_of::<ibv_cq_init_attr_ex>() == 56);
     assert!(size_of::<ibv_qp>() == 160);
     assert!(size_of::<ibv_qp_ex>() == 352);
     assert!(offset_of!(ibv_qp_ex, qp_base) == 0);

@@ -6,7 +6,8 @@ use std::ffi::c_int;
 use crate::abi::ibv_cq;
 use crate::device::FfiError;
 use crate::entry::{errno_value, guard, symver};
-use crate::objects::objects;
+use crate::handle::Handle;
+use crate::objects::CqKind;
 
 symver!("uroce_ibv_resize_cq", "ibv_resize_cq@@IBVERBS_1.1");
 
@@ -20,17 +21,19 @@ symver!("uroce_ibv_resize_cq", "ibv_resize_cq@@IBVERBS_1.1");
 pub unsafe extern "C" fn uroce_ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
     guard(libc::EIO, || {
         errno_value((|| {
-            let objs = objects();
-            let entry = objs.cq(cq)?;
+            let g = Handle::<CqKind>::enter(cq.cast()).ok_or(FfiError::BadHandle { what: "cq" })?;
+            let body = g.body().ok_or(FfiError::BadHandle { what: "cq" })?;
             let cqe = u32::try_from(cqe).map_err(|_| FfiError::Invalid("negative cqe"))?;
-            let size = entry.cq.resize(cqe).map_err(|e| FfiError::Refused {
+            let size = body.cq.resize(cqe).map_err(|e| FfiError::Refused {
                 op: "ibv_resize_cq",
                 errno: libc::EINVAL,
                 reason: e.to_string(),
             })?;
-            // SAFETY: a registered, live CQ allocated by uroce; the registry lock is held
-            // (the application reads `cqe`, it does not write it).
-            unsafe { (*entry.raw.ptr()).cqe = c_int::try_from(size).unwrap_or(c_int::MAX) };
+            // SAFETY: a live CQ container (counted in); the application reads `cqe`, it
+            // does not write it.
+            unsafe {
+                (*Handle::c_ptr(g.handle())).cqe = c_int::try_from(size).unwrap_or(c_int::MAX)
+            };
             Ok(())
         })())
     })

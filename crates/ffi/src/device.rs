@@ -17,7 +17,6 @@
 
 use std::collections::HashMap;
 use std::ffi::c_char;
-use std::os::fd::AsRawFd as _;
 use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError, Weak};
 
@@ -119,6 +118,9 @@ struct State {
     net_pid: u32,
     /// Live contexts by the address of their `ibv_context`.
     contexts: HashMap<usize, Ctx>,
+    /// The thread that moves the network device's events to the contexts' queues (see
+    /// [`crate::async_events`]), while any context is open.
+    pump: Option<crate::async_events::Pump>,
 }
 
 /// The registry (a namespace for the operations on the global state).
@@ -288,6 +290,7 @@ impl Registry {
         let mut vctx: Box<verbs_context> = unsafe { Box::new(std::mem::zeroed()) };
         vctx.query_port = Some(crate::exports::vctx_query_port);
         vctx.query_device_ex = crate::device_ex::vctx_query_device_ex as *const std::ffi::c_void;
+        vctx.create_cq_ex = crate::cq_ex::vctx_create_cq_ex as *const std::ffi::c_void;
         vctx.context.ops.poll_cq = Some(crate::verbs_api::ops_poll_cq);
         vctx.context.ops.req_notify_cq = Some(crate::verbs_api::ops_req_notify_cq);
         vctx.context.ops.post_send = Some(crate::verbs_api::ops_post_send);
@@ -308,21 +311,40 @@ impl Registry {
         vctx.open_qp = open_qp as *const std::ffi::c_void;
         vctx.sz = std::mem::size_of::<verbs_context>();
         vctx.context.device = dev;
-        // The uroce context's event queue (see `async_events`); it lives as long as `net`,
-        // which this context keeps.
-        vctx.context.async_fd = net.context().async_fd().as_raw_fd();
-        // uroce has no kernel command channel. `cmd_fd` names the event queue's descriptor
-        // so that programs which duplicate it to import the device elsewhere (rdma-core's
-        // shared-PD test) get a valid descriptor, and then `EOPNOTSUPP` from
-        // `ibv_import_device`, instead of `EBADF` from `dup`. Nothing reads or writes it.
-        vctx.context.cmd_fd = vctx.context.async_fd;
+        // `async_fd` is this context's own event queue and `cmd_fd` names the same
+        // descriptor; both are set below (see `async_events`).
+        vctx.context.cmd_fd = -1;
+        vctx.context.async_fd = -1;
         vctx.context.num_comp_vectors = NUM_COMP_VECTORS;
         vctx.context.mutex = libc::PTHREAD_MUTEX_INITIALIZER;
         vctx.context.abi_compat = VERBS_ABI_IS_EXTENDED;
+        if st.pump.is_none() {
+            st.pump = Some(crate::async_events::Pump::start(Arc::downgrade(&net))?);
+        }
         let raw = Box::into_raw(vctx);
         // SAFETY: `raw` is the live allocation just made; taking a field address does not
         // read anything.
         let ctx = unsafe { &raw mut (*raw).context };
+        match crate::async_events::open_context(ctx) {
+            Ok(fd) => {
+                // uroce has no kernel command channel. `cmd_fd` names the context's event
+                // descriptor so that programs which duplicate it to import the device
+                // elsewhere (rdma-core's shared-PD test) get a valid descriptor, and then
+                // `EOPNOTSUPP` from `ibv_import_device`, instead of `EBADF` from `dup`.
+                // Nothing reads or writes it through `cmd_fd`; it is closed with the
+                // context, as `async_fd` is.
+                // SAFETY: `raw` is the live allocation just made, not shared yet.
+                unsafe {
+                    (*raw).context.async_fd = fd;
+                    (*raw).context.cmd_fd = fd;
+                }
+            }
+            Err(e) => {
+                // SAFETY: `raw` came from `Box::into_raw` above and was never shared.
+                drop(unsafe { Box::from_raw(raw) });
+                return Err(e);
+            }
+        }
         st.contexts.insert(
             ctx as usize,
             Ctx {
@@ -343,6 +365,14 @@ impl Registry {
             .contexts
             .remove(&(ctx as usize))
             .ok_or(FfiError::BadHandle { what: "context" })?;
+        crate::async_events::close_context(ctx);
+        if st.contexts.is_empty() {
+            // The pump holds the network device while it waits: stopped before the device
+            // is dropped below.
+            if let Some(p) = st.pump.take() {
+                p.stop();
+            }
+        }
         let raw = entry.raw.load(Ordering::Acquire);
         // SAFETY: `raw` came from `Box::into_raw` in `open` and was registered exactly once;
         // it has just been removed from the registry, so no other call can reach it and it

@@ -14,7 +14,8 @@
 //!   need no object. Enough for ibverbs-utils' `ibv_devices`, `ibv_devinfo`,
 //!   `ibv_rc_pingpong`, `ibv_srq_pingpong` and perftest's RC tests.
 //! * [`qp_ex`]: the extended QP's `ibv_wr_*` work-request API (`ibv_qp_to_qp_ex` and the
-//!   function pointers of `struct ibv_qp_ex`).
+//!   function pointers of `struct ibv_qp_ex`, the C part of every QP's handle container;
+//!   each call recovers its QP from the pointer without a lock).
 //! * [`xrc`]: XRC domains, XRC SRQs, `ibv_create_qp_ex` and `ibv_open_qp` through the
 //!   `verbs_context` slots the header inlines call.
 //! * [`unsupported`]: every other function rdma-core 44 exports, failing cleanly, so that
@@ -24,6 +25,11 @@
 //!   kernel structs they convert (layouts checked by `tests/marshall.rs`).
 //! * [`rdmacm`]: librdmacm's API over `uroce-rdmacm`, exported as `uroce_rdmacm_<name>`
 //!   for uroce's `librdmacm.so.1` (`crates/ffi-rdmacm`), which forwards to it.
+//! * [`cq_ex`]: extended CQs (`ibv_create_cq_ex`, `ibv_start_poll` and the
+//!   `ibv_wc_read_*` accessors).
+//! * `handle`: the `#[repr(C)]` containers of QPs, CQs, SRQs and AHs, recovered from the
+//!   pointer on the data path without a lock (see `docs/ARCHITECTURE.md`, "The C object
+//!   model").
 //! * [`device`]: the process-wide registry of the device and open contexts.
 //! * [`sysfs`]: `ibv_get_sysfs_path`, the device's sysfs paths and net device, as `uroce
 //!   run` presents them.
@@ -37,11 +43,13 @@
 pub mod abi;
 pub mod ah_wc;
 pub mod async_events;
+pub mod cq_ex;
 pub mod cq_resize;
 pub mod device;
 pub mod device_ex;
 mod entry;
 pub mod exports;
+pub(crate) mod handle;
 pub mod marshall;
 pub mod mr_rereg;
 pub mod mw;

@@ -1,12 +1,16 @@
 //! The process-wide registry of the verbs objects handed out to C callers (protection
-//! domains, memory regions, completion channels, CQs, SRQs, QPs), and the conversions between
-//! the C work-request / completion / attribute structures and uroce-verbs' types.
+//! domains, memory regions, completion channels, CQs, SRQs, QPs, AHs), the handle kinds of
+//! the objects the data path reaches without it, and the conversions between the C
+//! work-request / completion / attribute structures and uroce-verbs' types.
 //!
-//! Every object is a heap C structure (`ibv_pd`, `ibv_mr`, …) allocated by uroce and
-//! registered by its address together with the uroce object behind it; a pointer an
-//! application hands back is only dereferenced after it was found in the registry. The
-//! registry lock is never held across a blocking call (waiting for a CQ event, destroying
-//! an object that waits for its references to drain).
+//! PDs, MRs and channels are heap C structures (`CBox`) registered by address with the
+//! uroce object behind them; a pointer an application hands back is only dereferenced after
+//! it was found in the registry. QPs, CQs, SRQs and AHs live in handle containers (see
+//! `crate::handle`): the data path (`qp_ref`, `cq_ref`, `srq_ref`, a UD WR's AH)
+//! recovers them from the pointer without the registry lock, which stays for the control
+//! path (create/destroy, the CQ-id → handle map of completion events). The registry lock is
+//! never held across a blocking call (waiting for a CQ event, destroying an object that
+//! waits for its references to drain).
 
 use std::collections::HashMap;
 use std::io::Write as _;
@@ -26,6 +30,7 @@ use uroce_wire::psn::Psn;
 
 use crate::abi::*;
 use crate::device::FfiError;
+use crate::handle::{Handle, HandlePtr, Kind};
 
 /// A C structure allocated by uroce (`Box::into_raw`), freed when this owner is dropped.
 /// The address is what the application holds; uroce only touches it through the raw
@@ -89,10 +94,10 @@ pub(crate) struct ChannelEntry {
     pub(crate) _net: Arc<NetDevice>,
 }
 
-/// A completion queue.
+/// A completion queue: the registry's control-path state; the `Cq` itself lives in the
+/// handle container ([`CqKind`]).
 pub(crate) struct CqEntry {
-    pub(crate) raw: CBox<ibv_cq>,
-    pub(crate) cq: Cq,
+    pub(crate) h: HandlePtr<CqKind>,
     /// Events returned by `ibv_get_cq_event` and not acknowledged yet.
     pub(crate) events: Vec<CqEvent>,
     /// Address of the channel's `ibv_comp_channel` (0: none).
@@ -100,36 +105,119 @@ pub(crate) struct CqEntry {
     pub(crate) _net: Arc<NetDevice>,
 }
 
-/// A shared receive queue.
+impl CqEntry {
+    /// The CQ's `ibv_cq` (the prefix of its `ibv_cq_ex`).
+    pub(crate) fn raw(&self) -> *mut ibv_cq {
+        self.h.c_ptr().cast()
+    }
+
+    /// The CQ (`None` only while a destroy holds it).
+    pub(crate) fn body(&self) -> Option<&CqBody> {
+        // SAFETY: a registered container is live while the registry lock (held by whoever
+        // holds `&self`) is held: destroy unpublishes it before it retires it.
+        unsafe { Handle::body_of(self.h.0) }
+    }
+}
+
+/// A shared receive queue (the `Srq` lives in the handle container, [`SrqKind`]).
 pub(crate) struct SrqEntry {
-    pub(crate) raw: CBox<ibv_srq>,
-    pub(crate) srq: Srq,
+    pub(crate) h: HandlePtr<SrqKind>,
 }
 
-/// An address handle.
+impl SrqEntry {
+    /// The SRQ (`None` only while a destroy holds it).
+    pub(crate) fn srq(&self) -> Option<&Srq> {
+        // SAFETY: as for `CqEntry::body`.
+        unsafe { Handle::body_of(self.h.0) }
+    }
+}
+
+/// An address handle (the `Ah` lives in the handle container, [`AhKind`], so that a UD
+/// `post_send` finds it without the registry lock).
 pub(crate) struct AhEntry {
-    pub(crate) raw: CBox<ibv_ah>,
-    pub(crate) ah: Ah,
+    pub(crate) h: HandlePtr<AhKind>,
 }
 
-/// A queue pair. Its C allocation is an `ibv_qp_ex` whose first member is the `ibv_qp`
-/// handed out (the same address; see [`crate::qp_ex`]).
+/// A queue pair (the `Qp` lives in the handle container, [`QpKind`]).
 pub(crate) struct QpEntry {
-    pub(crate) raw: CBox<ibv_qp_ex>,
-    pub(crate) qp: Qp,
-    /// The `ibv_wr_*` list being built.
-    pub(crate) builder: crate::qp_ex::WrBuilder,
-    /// The granted `max_inline_data` (INLINE sends are copied up to it).
-    pub(crate) max_inline: u32,
+    pub(crate) h: HandlePtr<QpKind>,
     /// The network device the QP sends through (flushed before the QP is destroyed).
     pub(crate) net: Arc<NetDevice>,
 }
 
-impl QpEntry {
-    /// The `ibv_qp` handed out: the first member of the `ibv_qp_ex` allocation.
-    pub(crate) fn qp_ptr(&self) -> *mut ibv_qp {
-        // `ibv_qp_ex` is `repr(C)` with `qp_base` first (checked in `abi`): same address.
-        self.raw.ptr().cast::<ibv_qp>()
+// ---------------------------------------------------------------------------------------
+// Handle containers (see `crate::handle`).
+// ---------------------------------------------------------------------------------------
+
+/// The QP kind: an `ibv_qp_ex` (whose first member is the `ibv_qp`), then the `Qp` and its
+/// `ibv_wr_*` builder.
+pub(crate) struct QpKind;
+
+/// What a QP container holds besides its C structure.
+pub(crate) struct QpBody {
+    pub(crate) qp: Qp,
+    /// The `ibv_wr_*` list being built (see `crate::qp_ex`): in the container, so that
+    /// every `ibv_wr_*` call reaches it from the `ibv_qp_ex` pointer without the registry.
+    pub(crate) builder: crate::qp_ex::WrBuilder,
+    /// The granted `max_inline_data` (INLINE sends are copied up to it).
+    pub(crate) max_inline: u32,
+}
+
+static QP_POOL: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+static CQ_POOL: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+static SRQ_POOL: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+static AH_POOL: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+
+/// The AH kind: an `ibv_ah`, then the `Ah`.
+pub(crate) struct AhKind;
+
+impl Kind for AhKind {
+    type C = ibv_ah;
+    type Body = Ah;
+    const MAGIC: u64 = 0x7572_6f63_6541_4821; // "uroceAH!"
+    fn pool() -> &'static Mutex<Vec<usize>> {
+        &AH_POOL
+    }
+}
+
+impl Kind for QpKind {
+    type C = ibv_qp_ex;
+    type Body = QpBody;
+    const MAGIC: u64 = 0x7572_6f63_6551_5021; // "uroceQP!"
+    fn pool() -> &'static Mutex<Vec<usize>> {
+        &QP_POOL
+    }
+}
+
+/// The CQ kind: an `ibv_cq_ex` (whose prefix is the `ibv_cq`), then the `Cq` and the
+/// state of an `ibv_start_poll` session.
+pub(crate) struct CqKind;
+
+/// What a CQ container holds besides its C structure.
+pub(crate) struct CqBody {
+    pub(crate) cq: Cq,
+    /// The `ibv_start_poll` … `ibv_end_poll` session (see `crate::cq_ex`).
+    pub(crate) poll: crate::cq_ex::PollSession,
+}
+
+impl Kind for CqKind {
+    type C = ibv_cq_ex;
+    type Body = CqBody;
+    const MAGIC: u64 = 0x7572_6f63_6543_5121; // "uroceCQ!"
+    fn pool() -> &'static Mutex<Vec<usize>> {
+        &CQ_POOL
+    }
+}
+
+/// The SRQ kind: an `ibv_srq`, then the `Srq`.
+pub(crate) struct SrqKind;
+
+impl Kind for SrqKind {
+    type C = ibv_srq;
+    type Body = Srq;
+    const MAGIC: u64 = 0x7572_6f63_6553_5121; // "uroceSQ!"
+    fn pool() -> &'static Mutex<Vec<usize>> {
+        &SRQ_POOL
     }
 }
 
@@ -164,43 +252,48 @@ impl Objects {
             .ok_or(FfiError::BadHandle { what: "pd" })
     }
 
-    /// The CQ behind `cq`.
-    pub(crate) fn cq(&self, cq: *const ibv_cq) -> Result<&CqEntry, FfiError> {
+    /// The CQ behind `cq` (control path: the registry lock is held).
+    pub(crate) fn cq(&self, cq: *const ibv_cq) -> Result<&Cq, FfiError> {
         self.cqs
             .get(&(cq as usize))
+            .and_then(CqEntry::body)
+            .map(|b| &b.cq)
             .ok_or(FfiError::BadHandle { what: "cq" })
     }
 
-    /// The SRQ behind `srq`.
-    pub(crate) fn srq(&self, srq: *const ibv_srq) -> Result<&SrqEntry, FfiError> {
+    /// The SRQ behind `srq` (control path: the registry lock is held).
+    pub(crate) fn srq(&self, srq: *const ibv_srq) -> Result<&Srq, FfiError> {
         self.srqs
             .get(&(srq as usize))
+            .and_then(SrqEntry::srq)
             .ok_or(FfiError::BadHandle { what: "srq" })
     }
-
-    /// The QP behind `qp`.
-    pub(crate) fn qp(&self, qp: *const ibv_qp) -> Result<&QpEntry, FfiError> {
-        self.qps
-            .get(&(qp as usize))
-            .ok_or(FfiError::BadHandle { what: "qp" })
-    }
 }
 
-/// A counted reference to the CQ behind `cq` (taken under the lock, used without it).
+/// A counted reference to the CQ behind `cq`, recovered from the handle without a lock
+/// (see `crate::handle`).
 pub(crate) fn cq_ref(cq: *const ibv_cq) -> Result<CqRef, FfiError> {
-    objects().cq(cq).map(|e| CqRef::clone(&e.cq))
+    let g = Handle::<CqKind>::enter(cq.cast()).ok_or(FfiError::BadHandle { what: "cq" })?;
+    g.body()
+        .map(|b| CqRef::clone(&b.cq))
+        .ok_or(FfiError::BadHandle { what: "cq" })
 }
 
-/// A counted reference to the SRQ behind `srq` (taken under the lock, used without it).
+/// A counted reference to the SRQ behind `srq`, recovered from the handle without a lock.
 pub(crate) fn srq_ref(srq: *const ibv_srq) -> Result<SrqRef, FfiError> {
-    objects().srq(srq).map(|e| SrqRef::clone(&e.srq))
+    let g = Handle::<SrqKind>::enter(srq).ok_or(FfiError::BadHandle { what: "srq" })?;
+    g.body()
+        .map(|s| SrqRef::clone(s))
+        .ok_or(FfiError::BadHandle { what: "srq" })
 }
 
-/// A counted reference to the QP behind `qp`, and its `max_inline_data`.
+/// A counted reference to the QP behind `qp`, and its `max_inline_data`, recovered from
+/// the handle without a lock.
 pub(crate) fn qp_ref(qp: *const ibv_qp) -> Result<(QpRef, u32), FfiError> {
-    objects()
-        .qp(qp)
-        .map(|e| (QpRef::clone(&e.qp), e.max_inline))
+    let g = Handle::<QpKind>::enter(qp.cast()).ok_or(FfiError::BadHandle { what: "qp" })?;
+    g.body()
+        .map(|b| (QpRef::clone(&b.qp), b.max_inline))
+        .ok_or(FfiError::BadHandle { what: "qp" })
 }
 
 // ---------------------------------------------------------------------------------------
@@ -491,18 +584,20 @@ pub(crate) unsafe fn send_wr_from_c(wr: &ibv_send_wr, max_inline: u32) -> Result
 }
 
 /// The destination of a send WR on a UD QP (`wr.ud`: the address handle, which must be a
-/// live one handed out by this library, the remote QPN and Q_Key). The verbs layer checks
-/// that the AH belongs to the QP's PD.
+/// live one handed out by this library — recovered from the pointer without a lock, see
+/// [`crate::handle`] —, the remote QPN and Q_Key). The verbs layer checks that the AH
+/// belongs to the QP's PD.
 pub(crate) fn ud_dest_from_c(wr: &ibv_send_wr) -> Result<UdDest, FfiError> {
     // SAFETY: the union's ud member is a pointer and two integers; any bits are valid
-    // (the pointer is only compared with the registry's keys, never dereferenced).
+    // (the pointer is only checked as a handle, see `Handle::enter`).
     let ud = unsafe { wr.wr.ud };
-    let objs = objects();
-    let ah = objs.ahs.get(&(ud.ah as usize)).ok_or(FfiError::BadHandle {
+    let bad = FfiError::BadHandle {
         what: "ah (wr.ud.ah)",
-    })?;
+    };
+    let g = Handle::<AhKind>::enter(ud.ah).ok_or(bad.clone())?;
+    let ah = g.body().ok_or(bad)?.reference();
     Ok(UdDest {
-        ah: ah.ah.reference(),
+        ah,
         remote_qpn: ud.remote_qpn & 0x00ff_ffff,
         remote_qkey: ud.remote_qkey,
     })

@@ -2,8 +2,9 @@
 //! `struct ibv_qp_ex` that the header inlines `ibv_wr_start`, `ibv_wr_send`,
 //! `ibv_wr_rdma_write`, …, `ibv_wr_set_sge_list`, `ibv_wr_complete`, `ibv_wr_abort` call.
 //!
-//! Every QP's C allocation is an `ibv_qp_ex` whose first member is the `ibv_qp` handed out,
-//! so `ibv_qp_to_qp_ex` returns the same address. [`init_ops`] fills its pointers: the
+//! Every QP's handle container (see `crate::handle`) starts with an `ibv_qp_ex` whose first
+//! member is the `ibv_qp` handed out, so `ibv_qp_to_qp_ex` returns the same address.
+//! [`init_ops`] (called for every QP by `verbs_api::register_qp`) fills its pointers: the
 //! operations of `send_ops_flags` (`ibv_create_qp_ex` with
 //! `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`; otherwise every operation the QP type can do, see
 //! [`supported_send_ops`]) get the working functions, every other pointer a function that
@@ -19,18 +20,30 @@
 //! it and posts nothing. Otherwise it posts the whole list through
 //! `QpRef::post_send_all`, which checks every work request, the QP's state and the room in
 //! the send queue before it queues the first: the list goes in whole, in order, or not at
-//! all. `ibv_wr_abort` discards the list. The per-QP state is a [`WrBuilder`], owned by the
-//! QP's registry entry.
+//! all. `ibv_wr_abort` discards the list. The per-QP state is a [`WrBuilder`] in the QP's
+//! container.
+//!
+//! No `ibv_wr_*` call takes the registry lock to find its QP: each one recovers the
+//! container from the `ibv_qp_ex` pointer (`Handle::enter`: a magic check and an in-call
+//! count, no lock) and holds it for the call; the builder's own mutex is per QP and
+//! uncontended when the application serialises its calls on a QP, as the API requires.
+//! `ibv_wr_set_ud_addr` recovers the address handle the same way, and `ibv_wr_complete`
+//! posts through the container's `QpRef`. The one exception is `ibv_wr_bind_mw`, which
+//! resolves the window and the region through their registries, as a BIND_MW work request
+//! of `ibv_post_send` does.
 
 use std::ffi::{c_int, c_void};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use uroce_verbs::{AtomicInfo, QpType, RdmaInfo, SendFlags, SendOpcode, SendWr, Sge, UdDest};
+use uroce_verbs::{
+    AtomicInfo, QpRef, QpType, RdmaInfo, SendFlags, SendOpcode, SendWr, Sge, UdDest,
+};
 
 use crate::abi::*;
 use crate::device::FfiError;
 use crate::entry::{guard, report, set_errno};
-use crate::objects::{objects, qp_ref, Objects};
+use crate::handle::Handle;
+use crate::objects::{AhKind, QpBody, QpKind};
 
 /// Most SGEs or inline buffers one setter call copies (bounds the copy of an absurd count).
 const MAX_LIST: usize = 1 << 16;
@@ -201,17 +214,15 @@ pub fn init_ops(qpx: &mut ibv_qp_ex, send_ops_flags: u64) {
     qpx.wr_abort = Some(wr_abort);
 }
 
-/// Runs `f` on the builder of the QP at `qpx` (with the registry, for handle look-ups),
-/// under the registry lock. An unknown `qpx` is reported and ignored (`None`).
-fn with_qp<R>(
-    qpx: *mut ibv_qp_ex,
-    f: impl FnOnce(&WrBuilder, *mut ibv_qp_ex, &Objects) -> R,
-) -> Option<R> {
-    let objs = objects();
-    match objs.qp(qpx.cast::<ibv_qp>()) {
-        Ok(e) => Some(f(&e.builder, e.raw.ptr(), &objs)),
-        Err(e) => {
-            report(&e);
+/// Runs `f` on the container body of the QP at `qpx` (its builder and `QpRef`), recovered
+/// from the pointer without a lock and counted in for the call (see `crate::handle`). A
+/// pointer that is not a live QP is reported and ignored (`None`).
+fn with_qp<R>(qpx: *mut ibv_qp_ex, f: impl FnOnce(&QpBody) -> R) -> Option<R> {
+    let g = Handle::<QpKind>::enter(qpx);
+    match g.as_ref().and_then(|g| g.body()) {
+        Some(b) => Some(f(b)),
+        None => {
+            report(&FfiError::BadHandle { what: "qp" });
             None
         }
     }
@@ -222,11 +233,11 @@ fn with_qp<R>(
 fn new_wr<const ENABLED: bool>(
     qpx: *mut ibv_qp_ex,
     op: SendOpcode,
-    fill: impl FnOnce(&mut SendWr, &Objects) -> Result<(), FfiError>,
+    fill: impl FnOnce(&mut SendWr) -> Result<(), FfiError>,
 ) {
     guard((), || {
-        with_qp(qpx, |b, raw, objs| {
-            let mut st = b.lock();
+        with_qp(qpx, |body| {
+            let mut st = body.builder.lock();
             if !st.started {
                 report(&FfiError::Invalid(
                     "ibv_wr_<operation> outside ibv_wr_start",
@@ -250,11 +261,11 @@ fn new_wr<const ENABLED: bool>(
                 st.fail(FfiError::Invalid("too many work requests in one list"));
                 return;
             }
-            // SAFETY: `raw` is the registered QP's own allocation (lock held); the
-            // application wrote `wr_id` and `wr_flags` before this call, and does not
-            // write them concurrently (the ibv_wr_* calls on one QP are serialised by the
-            // application, as in rdma-core).
-            let (wr_id, wr_flags) = unsafe { ((*raw).wr_id, (*raw).wr_flags) };
+            // SAFETY: `qpx` is the C part of the live container `with_qp` counted in
+            // (never freed); the application wrote `wr_id` and `wr_flags` before this
+            // call, and does not write them concurrently (the ibv_wr_* calls on one QP are
+            // serialised by the application, as in rdma-core).
+            let (wr_id, wr_flags) = unsafe { ((*qpx).wr_id, (*qpx).wr_flags) };
             let Some(flags) = SendFlags::from_bits(wr_flags) else {
                 st.fail(FfiError::Invalid("unknown bits in wr_flags"));
                 return;
@@ -266,7 +277,7 @@ fn new_wr<const ENABLED: bool>(
                 flags: flags - SendFlags::INLINE,
                 ..SendWr::default()
             };
-            match fill(&mut wr, objs) {
+            match fill(&mut wr) {
                 Ok(()) => st.wrs.push(wr),
                 Err(e) => st.fail(e),
             }
@@ -277,10 +288,11 @@ fn new_wr<const ENABLED: bool>(
 /// A setter on the latest work request.
 fn set<F>(qpx: *mut ibv_qp_ex, f: F)
 where
-    F: FnOnce(&mut SendWr, Option<QpType>, &Objects) -> Result<(), FfiError>,
+    F: FnOnce(&mut SendWr, Option<QpType>) -> Result<(), FfiError>,
 {
     guard((), || {
-        with_qp(qpx, |b, _, objs| {
+        with_qp(qpx, |body| {
+            let b = &body.builder;
             let mut st = b.lock();
             if !st.started {
                 report(&FfiError::Invalid("ibv_wr_set_* outside ibv_wr_start"));
@@ -288,7 +300,7 @@ where
             }
             let t = b.qp_type;
             let r = match st.current() {
-                Some(wr) => f(wr, t, objs),
+                Some(wr) => f(wr, t),
                 None => return,
             };
             if let Err(e) = r {
@@ -305,7 +317,7 @@ unsafe extern "C" fn wr_atomic_cmp_swp<const ENABLED: bool>(
     compare: u64,
     swap: u64,
 ) {
-    new_wr::<ENABLED>(qpx, SendOpcode::AtomicCmpAndSwp, |w, _| {
+    new_wr::<ENABLED>(qpx, SendOpcode::AtomicCmpAndSwp, |w| {
         w.atomic = AtomicInfo {
             remote_addr,
             compare_add: compare,
@@ -322,7 +334,7 @@ unsafe extern "C" fn wr_atomic_fetch_add<const ENABLED: bool>(
     remote_addr: u64,
     add: u64,
 ) {
-    new_wr::<ENABLED>(qpx, SendOpcode::AtomicFetchAndAdd, |w, _| {
+    new_wr::<ENABLED>(qpx, SendOpcode::AtomicFetchAndAdd, |w| {
         w.atomic = AtomicInfo {
             remote_addr,
             compare_add: add,
@@ -344,8 +356,9 @@ unsafe extern "C" fn wr_bind_mw<const ENABLED: bool>(
     rkey: u32,
     bind_info: *const ibv_mw_bind_info,
 ) {
-    // Converted before the registry lock is taken: the conversion looks the window and
-    // the region up (the registry lock is not reentrant).
+    // Converted before the QP's container is entered: the conversion looks the window and
+    // the region up in their registries (the one exception to the lock-free path, as for
+    // a BIND_MW work request of `ibv_post_send`).
     let conv = guard(Err(FfiError::Invalid("panic")), || {
         if bind_info.is_null() {
             return Err(FfiError::Invalid("bind_info is NULL"));
@@ -360,14 +373,14 @@ unsafe extern "C" fn wr_bind_mw<const ENABLED: bool>(
         };
         crate::mw::bind_mw_wr_from_c(&b)
     });
-    new_wr::<ENABLED>(qpx, SendOpcode::BindMw, |w, _| {
+    new_wr::<ENABLED>(qpx, SendOpcode::BindMw, |w| {
         w.bind_mw = Some(conv?);
         Ok(())
     })
 }
 
 unsafe extern "C" fn wr_local_inv<const ENABLED: bool>(qpx: *mut ibv_qp_ex, rkey: u32) {
-    new_wr::<ENABLED>(qpx, SendOpcode::LocalInv, |w, _| {
+    new_wr::<ENABLED>(qpx, SendOpcode::LocalInv, |w| {
         w.invalidate_rkey = rkey;
         Ok(())
     })
@@ -378,7 +391,7 @@ unsafe extern "C" fn wr_rdma_read<const ENABLED: bool>(
     rkey: u32,
     remote_addr: u64,
 ) {
-    new_wr::<ENABLED>(qpx, SendOpcode::RdmaRead, |w, _| {
+    new_wr::<ENABLED>(qpx, SendOpcode::RdmaRead, |w| {
         w.rdma = RdmaInfo { remote_addr, rkey };
         Ok(())
     })
@@ -389,7 +402,7 @@ unsafe extern "C" fn wr_rdma_write<const ENABLED: bool>(
     rkey: u32,
     remote_addr: u64,
 ) {
-    new_wr::<ENABLED>(qpx, SendOpcode::RdmaWrite, |w, _| {
+    new_wr::<ENABLED>(qpx, SendOpcode::RdmaWrite, |w| {
         w.rdma = RdmaInfo { remote_addr, rkey };
         Ok(())
     })
@@ -402,7 +415,7 @@ unsafe extern "C" fn wr_rdma_write_imm<const ENABLED: bool>(
     remote_addr: u64,
     imm_data: u32,
 ) {
-    new_wr::<ENABLED>(qpx, SendOpcode::RdmaWriteWithImm, |w, _| {
+    new_wr::<ENABLED>(qpx, SendOpcode::RdmaWriteWithImm, |w| {
         w.rdma = RdmaInfo { remote_addr, rkey };
         w.imm_data = u32::from_be(imm_data);
         Ok(())
@@ -410,19 +423,19 @@ unsafe extern "C" fn wr_rdma_write_imm<const ENABLED: bool>(
 }
 
 unsafe extern "C" fn wr_send<const ENABLED: bool>(qpx: *mut ibv_qp_ex) {
-    new_wr::<ENABLED>(qpx, SendOpcode::Send, |_, _| Ok(()))
+    new_wr::<ENABLED>(qpx, SendOpcode::Send, |_| Ok(()))
 }
 
 /// `imm_data` is in network byte order (`__be32`), as in `ibv_send_wr`.
 unsafe extern "C" fn wr_send_imm<const ENABLED: bool>(qpx: *mut ibv_qp_ex, imm_data: u32) {
-    new_wr::<ENABLED>(qpx, SendOpcode::SendWithImm, |w, _| {
+    new_wr::<ENABLED>(qpx, SendOpcode::SendWithImm, |w| {
         w.imm_data = u32::from_be(imm_data);
         Ok(())
     })
 }
 
 unsafe extern "C" fn wr_send_inv<const ENABLED: bool>(qpx: *mut ibv_qp_ex, rkey: u32) {
-    new_wr::<ENABLED>(qpx, SendOpcode::SendWithInv, |w, _| {
+    new_wr::<ENABLED>(qpx, SendOpcode::SendWithInv, |w| {
         w.invalidate_rkey = rkey;
         Ok(())
     })
@@ -430,7 +443,7 @@ unsafe extern "C" fn wr_send_inv<const ENABLED: bool>(qpx: *mut ibv_qp_ex, rkey:
 
 /// TSO is for raw packet QPs, which uroce does not have: `EOPNOTSUPP` at complete.
 unsafe extern "C" fn wr_send_tso(qpx: *mut ibv_qp_ex, _hdr: *mut c_void, _sz: u16, _mss: u16) {
-    new_wr::<false>(qpx, SendOpcode::Tso, |_, _| Ok(()))
+    new_wr::<false>(qpx, SendOpcode::Tso, |_| Ok(()))
 }
 
 /// IBA 1.5 ATOMIC WRITE is not implemented: `EOPNOTSUPP` at complete.
@@ -440,7 +453,7 @@ unsafe extern "C" fn wr_atomic_write(
     _remote_addr: u64,
     _atomic_wr: *const c_void,
 ) {
-    new_wr::<false>(qpx, SendOpcode::AtomicWrite, |_, _| Ok(()))
+    new_wr::<false>(qpx, SendOpcode::AtomicWrite, |_| Ok(()))
 }
 
 /// `ibv_wr_set_ud_addr(qpx, ah, remote_qpn, remote_qkey)`: the destination of the latest
@@ -451,18 +464,19 @@ unsafe extern "C" fn wr_set_ud_addr(
     remote_qpn: u32,
     remote_qkey: u32,
 ) {
-    set(qpx, |w, t, objs| {
+    set(qpx, |w, t| {
         if !matches!(t, Some(QpType::Ud | QpType::Gsi)) {
             return Err(FfiError::Invalid(
                 "ibv_wr_set_ud_addr on a QP that is not UD",
             ));
         }
-        let e = objs
-            .ahs
-            .get(&(ah as usize))
-            .ok_or(FfiError::BadHandle { what: "ah" })?;
+        // The AH is a handle container too: recovered without a lock, and its counted
+        // reference kept in the work request.
+        let bad = FfiError::BadHandle { what: "ah" };
+        let g = Handle::<AhKind>::enter(ah).ok_or(bad.clone())?;
+        let a = g.body().ok_or(bad)?;
         w.ud = Some(UdDest {
-            ah: e.ah.reference(),
+            ah: a.reference(),
             remote_qpn: remote_qpn & 0x00ff_ffff,
             remote_qkey,
         });
@@ -473,7 +487,7 @@ unsafe extern "C" fn wr_set_ud_addr(
 /// `ibv_wr_set_xrc_srqn(qpx, remote_srqn)`: the target SRQ of the latest work request of
 /// an XRC_SEND QP.
 unsafe extern "C" fn wr_set_xrc_srqn(qpx: *mut ibv_qp_ex, remote_srqn: u32) {
-    set(qpx, |w, t, _| {
+    set(qpx, |w, t| {
         if t != Some(QpType::XrcSend) {
             return Err(FfiError::Invalid(
                 "ibv_wr_set_xrc_srqn on a QP that is not XRC_SEND",
@@ -520,7 +534,7 @@ fn put_inline(w: &mut SendWr, data: Vec<u8>) {
 /// # Safety
 /// `addr` is readable for `length` bytes.
 unsafe extern "C" fn wr_set_inline_data(qpx: *mut ibv_qp_ex, addr: *mut c_void, length: usize) {
-    set(qpx, |w, _, _| {
+    set(qpx, |w, _| {
         let mut data = Vec::new();
         // SAFETY: caller guarantee on addr/length.
         unsafe { copy_inline(&mut data, addr, length)? };
@@ -539,7 +553,7 @@ unsafe extern "C" fn wr_set_inline_data_list(
     num_buf: usize,
     buf_list: *const ibv_data_buf,
 ) {
-    set(qpx, |w, _, _| {
+    set(qpx, |w, _| {
         if num_buf > MAX_LIST {
             return Err(FfiError::Invalid("num_buf too large"));
         }
@@ -562,7 +576,7 @@ unsafe extern "C" fn wr_set_inline_data_list(
 
 /// `ibv_wr_set_sge(qpx, lkey, addr, length)`: one local buffer.
 unsafe extern "C" fn wr_set_sge(qpx: *mut ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
-    set(qpx, |w, _, _| {
+    set(qpx, |w, _| {
         w.flags -= SendFlags::INLINE;
         w.inline_data.clear();
         w.sg_list = vec![Sge { addr, length, lkey }];
@@ -575,7 +589,7 @@ unsafe extern "C" fn wr_set_sge(qpx: *mut ibv_qp_ex, lkey: u32, addr: u64, lengt
 /// # Safety
 /// `sg_list` holds `num_sge` readable entries.
 unsafe extern "C" fn wr_set_sge_list(qpx: *mut ibv_qp_ex, num_sge: usize, sg_list: *const ibv_sge) {
-    set(qpx, |w, _, _| {
+    set(qpx, |w, _| {
         if num_sge > MAX_LIST {
             return Err(FfiError::Invalid("num_sge too large"));
         }
@@ -605,8 +619,8 @@ unsafe extern "C" fn wr_set_sge_list(qpx: *mut ibv_qp_ex, num_sge: usize, sg_lis
 /// `ibv_wr_start(qpx)`: opens a new list (a list still open is discarded).
 unsafe extern "C" fn wr_start(qpx: *mut ibv_qp_ex) {
     guard((), || {
-        with_qp(qpx, |b, _, _| {
-            *b.lock() = Building {
+        with_qp(qpx, |body| {
+            *body.builder.lock() = Building {
                 started: true,
                 ..Building::default()
             };
@@ -617,8 +631,8 @@ unsafe extern "C" fn wr_start(qpx: *mut ibv_qp_ex) {
 /// `ibv_wr_abort(qpx)`: discards the list; nothing is posted.
 unsafe extern "C" fn wr_abort(qpx: *mut ibv_qp_ex) {
     guard((), || {
-        with_qp(qpx, |b, _, _| {
-            *b.lock() = Building::default();
+        with_qp(qpx, |body| {
+            *body.builder.lock() = Building::default();
         });
     })
 }
@@ -629,25 +643,30 @@ unsafe extern "C" fn wr_abort(qpx: *mut ibv_qp_ex) {
 /// `EOPNOTSUPP` for an operation the QP was not created for).
 unsafe extern "C" fn wr_complete(qpx: *mut ibv_qp_ex) -> c_int {
     guard(libc::EIO, || {
-        let taken = with_qp(qpx, |b, _, _| std::mem::take(&mut *b.lock()));
+        // One lock-free recovery: the list and a counted reference to the QP, which
+        // posts it after the container is left (as `ibv_post_send` does).
+        let taken = with_qp(qpx, |body| {
+            (
+                std::mem::take(&mut *body.builder.lock()),
+                QpRef::clone(&body.qp),
+            )
+        });
         let r = match taken {
             None => Err(FfiError::BadHandle { what: "qp" }),
-            Some(st) if !st.started => {
+            Some((st, _)) if !st.started => {
                 Err(FfiError::Invalid("ibv_wr_complete without ibv_wr_start"))
             }
-            Some(Building { error: Some(e), .. }) => Err(e),
-            Some(st) => qp_ref(qpx.cast::<ibv_qp>()).and_then(|(q, _)| {
-                q.post_send_all(st.wrs).map_err(|e| {
-                    let errno = match e.error {
-                        uroce_verbs::PostError::QueueFull { .. } => libc::ENOMEM,
-                        _ => libc::EINVAL,
-                    };
-                    FfiError::Refused {
-                        op: "ibv_wr_complete",
-                        errno,
-                        reason: e.to_string(),
-                    }
-                })
+            Some((Building { error: Some(e), .. }, _)) => Err(e),
+            Some((st, q)) => q.post_send_all(st.wrs).map_err(|e| {
+                let errno = match e.error {
+                    uroce_verbs::PostError::QueueFull { .. } => libc::ENOMEM,
+                    _ => libc::EINVAL,
+                };
+                FfiError::Refused {
+                    op: "ibv_wr_complete",
+                    errno,
+                    reason: e.to_string(),
+                }
             }),
         };
         match r {
@@ -662,11 +681,14 @@ unsafe extern "C" fn wr_complete(qpx: *mut ibv_qp_ex) -> c_int {
 }
 
 /// `ibv_qp_to_qp_ex(qp)` (IBVERBS_1.6): the `ibv_qp_ex` around `qp` (the same address),
-/// or NULL + `EINVAL` for a QP this library did not create. The pointer is only looked up
-/// in the registry.
+/// or NULL + `EINVAL` for a pointer that is not a live QP (checked through its handle
+/// container, without a lock).
 pub(crate) fn qp_to_qp_ex(qp: *mut ibv_qp) -> *mut ibv_qp_ex {
-    guard(std::ptr::null_mut(), || match objects().qp(qp) {
-        Ok(e) => e.raw.ptr(),
+    let live = Handle::<QpKind>::enter(qp.cast::<ibv_qp_ex>())
+        .map(|g| Handle::c_ptr(g.handle()))
+        .ok_or(FfiError::BadHandle { what: "qp" });
+    guard(std::ptr::null_mut(), || match live {
+        Ok(p) => p,
         Err(e) => {
             report(&e);
             set_errno(e.errno());
@@ -694,6 +716,101 @@ mod tests {
         assert!(check_send_ops(QpType::Ud, IBV_QP_EX_WITH_SEND_WITH_IMM).is_ok());
         assert!(check_send_ops(QpType::Rc, IBV_QP_EX_WITH_ATOMIC_WRITE).is_err());
         assert!(check_send_ops(QpType::XrcRecv, IBV_QP_EX_WITH_SEND).is_err());
+    }
+
+    /// The `ibv_wr_*` calls find their QP through its container alone: they run to the end
+    /// while another thread holds the registry lock (a call that took it would block until
+    /// the timeout), and a retired container is refused.
+    #[test]
+    fn wr_calls_never_take_the_registry_lock() {
+        use std::sync::mpsc;
+        use std::time::Duration;
+        use uroce_verbs::{Context, Device, DeviceConfig, QpCap, QpInitAttr};
+
+        let addr = "10.1.2.44".parse().expect("address");
+        let dev = Device::new(DeviceConfig::new("uroce-wrtest", addr)).expect("device");
+        let ctx = Context::open(&dev).expect("context");
+        let pd = ctx.alloc_pd().expect("pd");
+        let cq = ctx.create_cq(16, None, 0).expect("cq");
+        let cap = QpCap {
+            max_send_wr: 8,
+            max_recv_wr: 8,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        };
+        let qp = pd
+            .create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq, cap))
+            .expect("qp");
+        // SAFETY: ibv_qp_ex is pointers, integers, pthread objects and Option<fn>, all
+        // valid zeroed.
+        let mut c: ibv_qp_ex = unsafe { crate::objects::zeroed() };
+        init_ops(&mut c, IBV_QP_EX_WITH_SEND);
+        let body = QpBody {
+            qp,
+            builder: WrBuilder::new(QpType::Rc),
+            max_inline: 0,
+        };
+        let h = Handle::<QpKind>::create(c, body);
+        let qpx = Handle::c_ptr(h) as usize;
+        let built = |q: *mut ibv_qp_ex| {
+            let g = Handle::<QpKind>::enter(q).expect("live");
+            let b = g.body().expect("body");
+            let st = b.builder.lock();
+            (st.started, st.wrs.len())
+        };
+
+        let registry = crate::objects::objects();
+        let (tx, rx) = mpsc::channel();
+        let worker = std::thread::spawn(move || {
+            let q = qpx as *mut ibv_qp_ex;
+            // SAFETY: `q` is the live container's `ibv_qp_ex`, whose pointers `init_ops`
+            // filled; the calls are this thread's only use of it.
+            let results = unsafe {
+                let x = &*q;
+                let (start, complete) = (x.wr_start.expect("set"), x.wr_complete.expect("set"));
+                // An operation outside send_ops_flags: the list fails with EOPNOTSUPP.
+                start(q);
+                x.wr_rdma_write.expect("set")(q, 1, 0x1000);
+                let disabled = complete(q);
+                // A SEND with one SGE is built in the container; the QP is in RESET, so
+                // the verbs layer refuses the post (EINVAL) and the list is consumed.
+                start(q);
+                (*q).wr_id = 7;
+                (*q).wr_flags = IBV_SEND_SIGNALED;
+                x.wr_send.expect("set")(q);
+                x.wr_set_sge.expect("set")(q, 1, 0x2000, 8);
+                let during = built(q);
+                let in_reset = complete(q);
+                (disabled, during, in_reset, built(q))
+            };
+            tx.send(results).expect("send");
+        });
+        let r = rx.recv_timeout(Duration::from_secs(10));
+        drop(registry);
+        worker.join().expect("worker");
+        let (disabled, during, in_reset, after) =
+            r.expect("the ibv_wr_* calls waited for the registry lock");
+        assert_eq!(disabled, libc::EOPNOTSUPP);
+        assert_eq!(during, (true, 1), "the SEND was not built in the container");
+        assert_eq!(in_reset, libc::EINVAL);
+        assert_eq!(after, (false, 0), "ibv_wr_complete left the list in place");
+
+        // SAFETY: created above and registered nowhere else.
+        let body = unsafe { Handle::retire(h) }.expect("retire");
+        let q = qpx as *mut ibv_qp_ex;
+        // SAFETY: a retired container stays readable (type-stable); its C part still holds
+        // the functions, which must now refuse the handle.
+        let rc = unsafe {
+            let x = &*q;
+            x.wr_start.expect("set")(q);
+            x.wr_complete.expect("set")(q)
+        };
+        assert_eq!(rc, libc::EINVAL, "a retired QP was used");
+        assert!(qp_to_qp_ex(q.cast()).is_null());
+        body.qp.destroy().map_err(|(_, e)| e).expect("destroy qp");
+        // SAFETY: retired above, not revived.
+        unsafe { Handle::recycle(h) };
     }
 
     #[test]

@@ -21,8 +21,10 @@ use uroce_verbs::{
 };
 
 use crate::abi::*;
+use crate::async_events::ObjKind;
 use crate::device::{FfiError, Registry};
 use crate::entry::*;
+use crate::handle::{Handle, HandlePtr};
 use crate::objects::*;
 
 /// A verbs-layer refusal with its errno.
@@ -177,13 +179,16 @@ pub(crate) fn create_ah(pd: *mut ibv_pd, attr: &ibv_ah_attr) -> Result<*mut ibv_
             .map_err(|e| refused("ibv_create_ah", libc::EINVAL, e))?;
     // SAFETY: `pd` is a registered, live PD allocated by uroce (lock held).
     let context = unsafe { (*pd).context };
-    let raw = CBox::new(ibv_ah {
-        context,
-        pd,
-        handle: 0,
-    });
-    let ptr = raw.ptr();
-    objs.ahs.insert(ptr as usize, AhEntry { raw, ah });
+    let h = Handle::<AhKind>::create(
+        ibv_ah {
+            context,
+            pd,
+            handle: 0,
+        },
+        ah,
+    );
+    let ptr = Handle::c_ptr(h);
+    objs.ahs.insert(ptr as usize, AhEntry { h: HandlePtr(h) });
     Ok(ptr)
 }
 
@@ -195,14 +200,24 @@ pub(crate) fn create_ah(pd: *mut ibv_pd, attr: &ibv_ah_attr) -> Result<*mut ibv_
 pub unsafe extern "C" fn uroce_ibv_destroy_ah(ah: *mut ibv_ah) -> c_int {
     guard(libc::EIO, || {
         errno_value((|| {
-            let entry = objects()
+            let AhEntry { h } = objects()
                 .ahs
                 .remove(&(ah as usize))
                 .ok_or(FfiError::BadHandle { what: "ah" })?;
-            // Dropped outside the registry lock.
-            entry.ah.destroy();
-            drop(entry.raw);
-            Ok(())
+            // SAFETY: `h` was just unpublished by this thread.
+            match unsafe { Handle::retire(h.0) } {
+                Ok(a) => {
+                    // Outside the registry lock.
+                    a.destroy();
+                    // SAFETY: retired above, not revived.
+                    unsafe { Handle::recycle(h.0) };
+                    Ok(())
+                }
+                Err(e) => {
+                    objects().ahs.insert(ah as usize, AhEntry { h });
+                    Err(refused("ibv_destroy_ah", libc::EBUSY, format!("{e:?}")))
+                }
+            }
         })())
     })
 }
@@ -447,58 +462,77 @@ pub unsafe extern "C" fn uroce_ibv_create_cq(
     comp_vector: c_int,
 ) -> *mut ibv_cq {
     guard(std::ptr::null_mut(), || {
-        ptr_or_null((|| {
-            let net = Registry::net(context)?;
-            let cqe = u32::try_from(cqe).map_err(|_| FfiError::Invalid("negative cqe"))?;
-            let vector =
-                u32::try_from(comp_vector).map_err(|_| FfiError::Invalid("negative vector"))?;
-            if comp_vector >= crate::device::NUM_COMP_VECTORS {
-                return Err(FfiError::Invalid(
-                    "ibv_create_cq: comp_vector is not below the context's num_comp_vectors",
-                ));
-            }
-            let mut objs = objects();
-            let ch = if channel.is_null() {
-                None
-            } else {
-                Some(
-                    objs.channels
-                        .get(&(channel as usize))
-                        .ok_or(FfiError::BadHandle { what: "channel" })?,
-                )
-            };
-            let cq = net
-                .context()
-                .create_cq(cqe, ch.map(|c| &*c.ch), vector)
-                .map_err(|e| refused("ibv_create_cq", libc::EINVAL, e))?;
-            if let Some(c) = ch {
-                // SAFETY: registered, live channel allocated by uroce (lock held).
-                unsafe { (*c.raw.ptr()).refcnt += 1 };
-            }
-            // SAFETY: ibv_cq is pointers, integers and glibc pthread objects, all valid
-            // zeroed (the pthread ones are then their static initialisers).
-            let mut c: ibv_cq = unsafe { zeroed() };
-            c.context = context;
-            c.channel = channel;
-            c.cq_context = cq_context;
-            c.handle = cq.id();
-            c.cqe = c_int::try_from(cq.capacity()).unwrap_or(c_int::MAX);
-            let raw = CBox::new(c);
-            let p = raw.ptr();
-            objs.cq_by_id.insert(cq.id(), p as usize);
-            objs.cqs.insert(
-                p as usize,
-                CqEntry {
-                    raw,
-                    cq,
-                    events: Vec::new(),
-                    channel: channel as usize,
-                    _net: net,
-                },
-            );
-            Ok(p)
-        })())
+        ptr_or_null(create_cq(context, cqe, cq_context, channel, comp_vector, 0).map(|c| c.cast()))
     })
+}
+
+/// The body of `ibv_create_cq` and `ibv_create_cq_ex`: a CQ container (an `ibv_cq_ex`
+/// whose accessors follow `wc_flags`, see [`crate::cq_ex`]).
+pub(crate) fn create_cq(
+    context: *mut ibv_context,
+    cqe: c_int,
+    cq_context: *mut c_void,
+    channel: *mut ibv_comp_channel,
+    comp_vector: c_int,
+    wc_flags: u64,
+) -> Result<*mut ibv_cq_ex, FfiError> {
+    let net = Registry::net(context)?;
+    let cqe = u32::try_from(cqe).map_err(|_| FfiError::Invalid("negative cqe"))?;
+    let vector = u32::try_from(comp_vector).map_err(|_| FfiError::Invalid("negative vector"))?;
+    if comp_vector >= crate::device::NUM_COMP_VECTORS {
+        return Err(FfiError::Invalid(
+            "ibv_create_cq: comp_vector is not below the context's num_comp_vectors",
+        ));
+    }
+    let mut objs = objects();
+    let ch = if channel.is_null() {
+        None
+    } else {
+        Some(
+            objs.channels
+                .get(&(channel as usize))
+                .ok_or(FfiError::BadHandle { what: "channel" })?,
+        )
+    };
+    let cq = net
+        .context()
+        .create_cq(cqe, ch.map(|c| &*c.ch), vector)
+        .map_err(|e| refused("ibv_create_cq", libc::EINVAL, e))?;
+    if let Some(c) = ch {
+        // SAFETY: registered, live channel allocated by uroce (lock held).
+        unsafe { (*c.raw.ptr()).refcnt += 1 };
+    }
+    // SAFETY: ibv_cq_ex is pointers, integers, `Option` of function pointers and glibc
+    // pthread objects, all valid zeroed (the pthread ones are then their static
+    // initialisers).
+    let mut c: ibv_cq_ex = unsafe { zeroed() };
+    c.context = context;
+    c.channel = channel;
+    c.cq_context = cq_context;
+    c.handle = cq.id();
+    c.cqe = c_int::try_from(cq.capacity()).unwrap_or(c_int::MAX);
+    crate::cq_ex::init_ops(&mut c, wc_flags);
+    let id = cq.id();
+    let h = Handle::<CqKind>::create(
+        c,
+        CqBody {
+            cq,
+            poll: crate::cq_ex::PollSession::new(),
+        },
+    );
+    let p = Handle::c_ptr(h);
+    objs.cq_by_id.insert(id, p as usize);
+    crate::async_events::remember(ObjKind::Cq, id, context, p as usize);
+    objs.cqs.insert(
+        p as usize,
+        CqEntry {
+            h: HandlePtr(h),
+            events: Vec::new(),
+            channel: channel as usize,
+            _net: net,
+        },
+    );
+    Ok(p)
 }
 
 /// `ibv_destroy_cq(cq)`: 0, or `EBUSY` while QPs use it, `EINVAL` for an unknown CQ.
@@ -512,41 +546,62 @@ pub unsafe extern "C" fn uroce_ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
         errno_value((|| {
             let entry = {
                 let mut objs = objects();
-                let children = objs.cq(cq)?.cq.children();
+                let children = objs.cq(cq)?.children();
                 refuse_if_busy("ibv_destroy_cq", ObjectKind::Cq, children)?;
-                let e = objs
-                    .cqs
+                objs.cqs
                     .remove(&(cq as usize))
-                    .ok_or(FfiError::BadHandle { what: "cq" })?;
-                objs.cq_by_id.remove(&e.cq.id());
-                e
+                    .ok_or(FfiError::BadHandle { what: "cq" })?
             };
             let CqEntry {
-                raw,
-                cq: c,
+                h,
                 events,
                 channel,
                 _net,
             } = entry;
             drop(events);
+            // SAFETY: `h` was just unpublished by this thread.
+            let body = match unsafe { Handle::retire(h.0) } {
+                Ok(b) => b,
+                Err(e) => {
+                    // A poll session that does not end: the CQ stays (live again).
+                    objects().cqs.insert(
+                        cq as usize,
+                        CqEntry {
+                            h,
+                            events: Vec::new(),
+                            channel,
+                            _net,
+                        },
+                    );
+                    return Err(refused("ibv_destroy_cq", libc::EBUSY, format!("{e:?}")));
+                }
+            };
+            let CqBody { cq: c, poll } = body;
+            let id = c.id();
+            // SAFETY: the container's C part stays readable (type-stable memory).
+            let context = unsafe { (*h.c_ptr()).context };
+            crate::async_events::forget(ObjKind::Cq, id, cq as usize);
             match c.destroy() {
                 Ok(()) => {
-                    let objs = objects();
+                    let mut objs = objects();
+                    objs.cq_by_id.remove(&id);
                     if let Some(ch) = objs.channels.get(&channel) {
                         // SAFETY: registered, live channel allocated by uroce (lock held).
                         unsafe { (*ch.raw.ptr()).refcnt -= 1 };
                     }
+                    drop(objs);
+                    // SAFETY: retired above, not revived.
+                    unsafe { Handle::recycle(h.0) };
                     Ok(())
                 }
                 Err((c, e)) => {
-                    let key = raw.ptr() as usize;
-                    let mut objs = objects();
-                    objs.cq_by_id.insert(c.id(), key);
-                    objs.cqs.insert(
-                        key,
+                    crate::async_events::remember(ObjKind::Cq, id, context, cq as usize);
+                    // SAFETY: retired above by this thread.
+                    unsafe { Handle::revive(h.0, CqBody { cq: c, poll }) };
+                    objects().cqs.insert(
+                        cq as usize,
                         CqEntry {
-                            raw,
-                            cq: c,
+                            h,
                             events: Vec::new(),
                             channel,
                             _net,
@@ -600,7 +655,7 @@ pub unsafe extern "C-unwind" fn uroce_ibv_get_cq_event(
                 .get_mut(&key)
                 .ok_or(FfiError::BadHandle { what: "cq" })?;
             // SAFETY: registered, live CQ allocated by uroce (lock held).
-            let user = unsafe { (*entry.raw.ptr()).cq_context };
+            let user = unsafe { (*entry.raw()).cq_context };
             entry.events.push(ev);
             // SAFETY: the caller passes writable output pointers (checked non-NULL).
             unsafe {
@@ -641,7 +696,7 @@ pub unsafe extern "C" fn uroce_ibv_ack_cq_events(cq: *mut ibv_cq, nevents: c_uin
             entry.events.drain(..n);
             // SAFETY: registered, live CQ allocated by uroce (lock held).
             unsafe {
-                let c = entry.raw.ptr();
+                let c = entry.raw();
                 (*c).comp_events_completed = (*c).comp_events_completed.wrapping_add(nevents);
             }
         }
@@ -751,9 +806,11 @@ pub unsafe extern "C" fn uroce_ibv_create_srq(
             c.srq_context = ia.srq_context;
             c.pd = pd;
             c.handle = srq.srq_num();
-            let raw = CBox::new(c);
-            let p = raw.ptr();
-            objs.srqs.insert(p as usize, SrqEntry { raw, srq });
+            let num = srq.srq_num();
+            let h = Handle::<SrqKind>::create(c, srq);
+            let p = Handle::c_ptr(h);
+            objs.srqs.insert(p as usize, SrqEntry { h: HandlePtr(h) });
+            crate::async_events::remember(ObjKind::Srq, num, context, p as usize);
             // SAFETY: caller guarantee: writable srq_init_attr (checked non-NULL).
             unsafe { (*srq_init_attr).attr = srq_attr_to_c(&granted) };
             Ok(p)
@@ -829,19 +886,37 @@ pub unsafe extern "C" fn uroce_ibv_query_srq(
 pub unsafe extern "C" fn uroce_ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
     guard(libc::EIO, || {
         errno_value((|| {
-            let SrqEntry { raw, srq: s } = {
+            let SrqEntry { h } = {
                 let mut objs = objects();
-                let children = objs.srq(srq)?.srq.children();
+                let children = objs.srq(srq)?.children();
                 refuse_if_busy("ibv_destroy_srq", ObjectKind::Srq, children)?;
                 objs.srqs
                     .remove(&(srq as usize))
                     .ok_or(FfiError::BadHandle { what: "srq" })?
             };
+            // SAFETY: `h` was just unpublished by this thread.
+            let s = match unsafe { Handle::retire(h.0) } {
+                Ok(s) => s,
+                Err(e) => {
+                    objects().srqs.insert(srq as usize, SrqEntry { h });
+                    return Err(refused("ibv_destroy_srq", libc::EBUSY, format!("{e:?}")));
+                }
+            };
+            let num = s.srq_num();
+            // SAFETY: the container's C part stays readable (type-stable memory).
+            let context = unsafe { (*h.c_ptr()).context };
+            crate::async_events::forget(ObjKind::Srq, num, srq as usize);
             match s.destroy() {
-                Ok(()) => Ok(()),
+                Ok(()) => {
+                    // SAFETY: retired above, not revived.
+                    unsafe { Handle::recycle(h.0) };
+                    Ok(())
+                }
                 Err((s, e)) => {
-                    let key = raw.ptr() as usize;
-                    objects().srqs.insert(key, SrqEntry { raw, srq: s });
+                    crate::async_events::remember(ObjKind::Srq, num, context, srq as usize);
+                    // SAFETY: retired above by this thread.
+                    unsafe { Handle::revive(h.0, s) };
+                    objects().srqs.insert(srq as usize, SrqEntry { h });
                     Err(refused("ibv_destroy_srq", libc::EBUSY, e))
                 }
             }
@@ -925,16 +1000,16 @@ pub(crate) unsafe fn create_qp_with_ops(
         let recv_cq = if xrc_send {
             None
         } else {
-            Some(&objs.cq(ia.recv_cq)?.cq)
+            Some(objs.cq(ia.recv_cq)?)
         };
         let srq = if ia.srq.is_null() || xrc_send {
             None
         } else {
-            Some(&objs.srq(ia.srq)?.srq)
+            Some(objs.srq(ia.srq)?)
         };
         let attr = QpInitAttr {
             qp_type,
-            send_cq: Some(&send_cq.cq),
+            send_cq: Some(send_cq),
             recv_cq,
             srq,
             cap: cap_from_c(&ia.cap),
@@ -945,43 +1020,63 @@ pub(crate) unsafe fn create_qp_with_ops(
         let net = Arc::clone(&pd_entry.net);
         // SAFETY: `pd` is a registered, live PD allocated by uroce (lock held).
         let context = unsafe { (*pd).context };
-        // SAFETY: ibv_qp_ex is pointers, integers, glibc pthread objects and optional
-        // function pointers, all valid zeroed (the pthread ones are then their static
-        // initialisers).
-        let mut x: ibv_qp_ex = unsafe { zeroed() };
-        let c = &mut x.qp_base;
-        c.context = context;
-        c.qp_context = ia.qp_context;
-        c.pd = pd;
-        c.send_cq = ia.send_cq;
+        // SAFETY: ibv_qp_ex is pointers, integers, `Option` of function pointers and
+        // glibc pthread objects, all valid zeroed (the pthread ones are then their static
+        // initialisers); `register_qp` fills its `wr_*` functions.
+        let mut c: ibv_qp_ex = unsafe { zeroed() };
+        let b = &mut c.qp_base;
+        b.context = context;
+        b.qp_context = ia.qp_context;
+        b.pd = pd;
+        b.send_cq = ia.send_cq;
         if !xrc_send {
-            c.recv_cq = ia.recv_cq;
-            c.srq = ia.srq;
+            b.recv_cq = ia.recv_cq;
+            b.srq = ia.srq;
         }
-        c.handle = qp.qp_num();
-        c.qp_num = qp.qp_num();
-        c.state = qp.state().as_u32();
-        c.qp_type = ia.qp_type;
-        crate::qp_ex::init_ops(
-            &mut x,
-            send_ops.unwrap_or_else(|| crate::qp_ex::supported_send_ops(qp_type)),
-        );
-        let raw = CBox::new(x);
-        let p = raw.ptr().cast::<ibv_qp>();
-        objs.qps.insert(
-            p as usize,
-            QpEntry {
-                raw,
-                qp,
-                builder: crate::qp_ex::WrBuilder::new(qp_type),
-                max_inline: cap.max_inline_data,
-                net,
-            },
-        );
+        b.handle = qp.qp_num();
+        b.qp_num = qp.qp_num();
+        b.state = qp.state().as_u32();
+        b.qp_type = ia.qp_type;
+        let send_ops = send_ops.unwrap_or_else(|| crate::qp_ex::supported_send_ops(qp_type));
+        let p = register_qp(&mut objs, c, qp, send_ops, cap.max_inline_data, net);
         // SAFETY: caller guarantee: writable init_attr (checked non-NULL).
         unsafe { (*init_attr).cap = cap_to_c(&cap) };
         Ok(p)
     })()
+}
+
+/// Puts `qp` in a container whose C part is `c` and registers it; the `ibv_qp`. Every QP
+/// goes through here: `c`'s `wr_*` pointers are filled for `send_ops_flags` (see
+/// [`crate::qp_ex::init_ops`]) and the container gets the QP's `ibv_wr_*` builder.
+pub(crate) fn register_qp(
+    objs: &mut Objects,
+    mut c: ibv_qp_ex,
+    qp: uroce_verbs::Qp,
+    send_ops_flags: u64,
+    max_inline: u32,
+    net: Arc<uroce_net::NetDevice>,
+) -> *mut ibv_qp {
+    let (num, context) = (qp.qp_num(), c.qp_base.context);
+    crate::qp_ex::init_ops(&mut c, send_ops_flags);
+    let builder = crate::qp_ex::WrBuilder::new(qp.qp_type());
+    let h = Handle::<QpKind>::create(
+        c,
+        QpBody {
+            qp,
+            builder,
+            max_inline,
+        },
+    );
+    let p = Handle::c_ptr(h).cast::<ibv_qp>();
+    crate::async_events::remember(ObjKind::Qp, num, context, p as usize);
+    objs.qps.insert(
+        p as usize,
+        QpEntry {
+            h: HandlePtr(h),
+            net,
+        },
+    );
+    p
 }
 
 /// `ibv_modify_qp(qp, attr, attr_mask)`: 0 or the errno value (`EINVAL`: unknown QP, bad
@@ -1008,10 +1103,10 @@ pub unsafe extern "C" fn uroce_ibv_modify_qp(
             let res = r
                 .modify(&q, mask)
                 .map_err(|e| refused("ibv_modify_qp", libc::EINVAL, e));
-            let objs = objects();
-            if let Ok(e) = objs.qp(qp) {
-                // SAFETY: registered, live QP allocated by uroce (lock held).
-                unsafe { (*e.qp_ptr()).state = r.state().as_u32() };
+            if let Some(g) = Handle::<QpKind>::enter(qp.cast()) {
+                // SAFETY: a live QP container (counted in); `state` is the library's to
+                // write, the application reads it.
+                unsafe { (*Handle::c_ptr(g.handle())).qp_base.state = r.state().as_u32() };
             }
             res
         })())
@@ -1037,10 +1132,13 @@ pub unsafe extern "C" fn uroce_ibv_query_qp(
             if attr.is_null() || init_attr.is_null() {
                 return Err(FfiError::Invalid("attr or init_attr is NULL"));
             }
-            let objs = objects();
-            let e = objs.qp(qp)?;
-            let (q, info) = e.qp.query();
-            let c = e.qp_ptr();
+            let g = Handle::<QpKind>::enter(qp.cast()).ok_or(FfiError::BadHandle { what: "qp" })?;
+            let (q, info) = g
+                .body()
+                .ok_or(FfiError::BadHandle { what: "qp" })?
+                .qp
+                .query();
+            let c = Handle::c_ptr(g.handle()).cast::<ibv_qp>();
             // SAFETY: registered, live QP allocated by uroce (lock held); the caller passes
             // writable output structures (checked non-NULL).
             unsafe {
@@ -1072,33 +1170,46 @@ pub unsafe extern "C" fn uroce_ibv_query_qp(
 pub unsafe extern "C" fn uroce_ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     guard(libc::EIO, || {
         errno_value((|| {
-            let QpEntry {
-                raw,
-                qp: q,
-                builder,
-                max_inline,
-                net,
-            } = objects()
+            let QpEntry { h, net } = objects()
                 .qps
                 .remove(&(qp as usize))
                 .ok_or(FfiError::BadHandle { what: "qp" })?;
+            // SAFETY: `h` was just unpublished by this thread.
+            let QpBody {
+                qp: q,
+                builder,
+                max_inline,
+            } = match unsafe { Handle::retire(h.0) } {
+                Ok(b) => b,
+                Err(e) => {
+                    objects().qps.insert(qp as usize, QpEntry { h, net });
+                    return Err(refused("ibv_destroy_qp", libc::EBUSY, format!("{e:?}")));
+                }
+            };
+            let num = q.qp_num();
+            // SAFETY: the container's C part stays readable (type-stable memory).
+            let context = unsafe { (*h.c_ptr()).qp_base.context };
+            crate::async_events::forget(ObjKind::Qp, num, qp as usize);
             // `destroy` first sends what the QP still owes its peer (an ACK held back for
             // a post that will not come: the pingpongs destroy right after their last
-            // completion); see `Transport::flush`.
+            // completion); see `Transport::flush`. It waits for the references data-path
+            // calls still hold.
             match q.destroy() {
-                Ok(()) => Ok(()),
+                Ok(()) => {
+                    // SAFETY: retired above, not revived.
+                    unsafe { Handle::recycle(h.0) };
+                    Ok(())
+                }
                 Err((q, e)) => {
-                    let key = raw.ptr() as usize;
-                    objects().qps.insert(
-                        key,
-                        QpEntry {
-                            raw,
-                            qp: q,
-                            builder,
-                            max_inline,
-                            net,
-                        },
-                    );
+                    crate::async_events::remember(ObjKind::Qp, num, context, qp as usize);
+                    let body = QpBody {
+                        qp: q,
+                        builder,
+                        max_inline,
+                    };
+                    // SAFETY: retired above by this thread.
+                    unsafe { Handle::revive(h.0, body) };
+                    objects().qps.insert(qp as usize, QpEntry { h, net });
                     Err(refused("ibv_destroy_qp", libc::EBUSY, e))
                 }
             }
@@ -1111,7 +1222,8 @@ pub unsafe extern "C" fn uroce_ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
 /// `EINVAL` for a pointer that is not a live QP.
 ///
 /// # Safety
-/// None: the argument is only looked up in the registry.
+/// None beyond the C contract: the argument is checked as a QP handle (see
+/// `crate::handle`) before anything else is read.
 #[no_mangle]
 pub unsafe extern "C" fn uroce_ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut ibv_qp_ex {
     crate::qp_ex::qp_to_qp_ex(qp)

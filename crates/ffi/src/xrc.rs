@@ -26,6 +26,7 @@ use uroce_verbs::{AttrMask, CreateQpError, QpType, SrqInitAttr, Xrcd};
 use crate::abi::*;
 use crate::device::{FfiError, Registry};
 use crate::entry::*;
+use crate::handle::{Handle, HandlePtr};
 use crate::objects::*;
 
 /// One `ibv_xrcd` handed out: a user of a domain.
@@ -241,7 +242,7 @@ pub unsafe extern "C" fn vctx_create_srq_ex(
                     if a.comp_mask & need != need {
                         return Err(FfiError::Invalid("an XRC SRQ needs an XRC domain and a CQ"));
                     }
-                    let cq = &objs.cq(a.cq)?.cq;
+                    let cq = objs.cq(a.cq)?;
                     objs.xrcd(a.xrcd)?.xrcd.create_srq(pd, cq, &init)
                 }
                 _ => return Err(FfiError::Unsupported("tag-matching SRQs")),
@@ -261,9 +262,16 @@ pub unsafe extern "C" fn vctx_create_srq_ex(
             c.srq_context = a.srq_context;
             c.pd = a.pd;
             c.handle = srq.srq_num();
-            let raw = CBox::new(c);
-            let p = raw.ptr();
-            objs.srqs.insert(p as usize, SrqEntry { raw, srq });
+            let num = srq.srq_num();
+            let h = Handle::<SrqKind>::create(c, srq);
+            let p = Handle::c_ptr(h);
+            objs.srqs.insert(p as usize, SrqEntry { h: HandlePtr(h) });
+            crate::async_events::remember(
+                crate::async_events::ObjKind::Srq,
+                num,
+                context,
+                p as usize,
+            );
             // SAFETY: caller guarantee: writable attr (checked non-NULL).
             unsafe {
                 (*attr).attr.max_wr = granted.max_wr;
@@ -301,32 +309,19 @@ fn register_target(
     qp_context: *mut c_void,
     net: Arc<NetDevice>,
 ) -> *mut ibv_qp {
-    // SAFETY: ibv_qp_ex is pointers, integers, glibc pthread objects and optional
-    // function pointers, all valid zeroed (the pthread ones are then their static
+    // SAFETY: ibv_qp_ex is pointers, integers, `Option` of function pointers and glibc
+    // pthread objects, all valid zeroed (the pthread ones are then their static
     // initialisers).
-    let mut x: ibv_qp_ex = unsafe { zeroed() };
-    let c = &mut x.qp_base;
-    c.context = context;
-    c.qp_context = qp_context;
-    c.handle = qp.qp_num();
-    c.qp_num = qp.qp_num();
-    c.state = qp.state().as_u32();
-    c.qp_type = IBV_QPT_XRC_RECV;
+    let mut c: ibv_qp_ex = unsafe { zeroed() };
+    let b = &mut c.qp_base;
+    b.context = context;
+    b.qp_context = qp_context;
+    b.handle = qp.qp_num();
+    b.qp_num = qp.qp_num();
+    b.state = qp.state().as_u32();
+    b.qp_type = IBV_QPT_XRC_RECV;
     // A target QP has no send queue: every ibv_wr_* operation is refused.
-    crate::qp_ex::init_ops(&mut x, 0);
-    let raw = CBox::new(x);
-    let p = raw.ptr().cast::<ibv_qp>();
-    objs.qps.insert(
-        p as usize,
-        QpEntry {
-            raw,
-            qp,
-            builder: crate::qp_ex::WrBuilder::new(QpType::XrcRecv),
-            max_inline: 0,
-            net,
-        },
-    );
-    p
+    crate::verbs_api::register_qp(objs, c, qp, 0, 0, net)
 }
 
 /// `verbs_context.create_qp_ex(context, attr)`: an XRC_RECV QP in `attr->xrcd`

@@ -246,6 +246,20 @@ fn table() -> Vec<Check> {
         context, channel, cq_context, handle, cqe, mutex, cond, comp_events_completed,
         async_events_completed
     });
+    t.push(ty!(struct ibv_cq_ex));
+    t.extend(fields! {struct ibv_cq_ex;
+        context, channel, cq_context, handle, cqe, mutex, cond, comp_events_completed,
+        async_events_completed, comp_mask, status, wr_id, start_poll, next_poll, end_poll,
+        read_opcode, read_vendor_err, read_byte_len, read_imm_data, read_qp_num, read_src_qp,
+        read_wc_flags, read_slid, read_sl, read_dlid_path_bits, read_completion_ts, read_cvlan,
+        read_flow_tag, read_tm_info, read_completion_wallclock_ns
+    });
+    t.push(ty!(struct ibv_cq_init_attr_ex));
+    t.extend(fields! {struct ibv_cq_init_attr_ex;
+        cqe, cq_context, channel, comp_vector, wc_flags, comp_mask, flags, parent_domain
+    });
+    t.push(ty!(struct ibv_poll_cq_attr));
+    t.push(ty!(struct ibv_wc_tm_info));
     t.push(ty!(struct ibv_srq));
     t.extend(fields! {struct ibv_srq;
         context, srq_context, pd, handle, mutex, cond, events_completed

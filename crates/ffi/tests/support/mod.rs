@@ -130,6 +130,11 @@ pub fn imports_and_missing(test: &str, program: &str) -> Option<(Vec<String>, Ve
 /// rdma-core's library (the program runs against uroce's through `LD_LIBRARY_PATH`) and
 /// `libs`. `None` (reported as skipped) without the header or a C compiler.
 pub fn compile_c(test: &str, name: &str, libs: &[&str]) -> Option<TempFile> {
+    compile_c_file(test, &format!("tests/c/{name}"), libs)
+}
+
+/// [`compile_c`] for a C file at `path` (relative to the crate's directory).
+pub fn compile_c_file(test: &str, path: &str, libs: &[&str]) -> Option<TempFile> {
     if !Path::new("/usr/include/infiniband/verbs.h").exists() {
         skip(
             test,
@@ -137,10 +142,12 @@ pub fn compile_c(test: &str, name: &str, libs: &[&str]) -> Option<TempFile> {
         );
         return None;
     }
-    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/c")
-        .join(name);
-    let exe = TempFile::new(name.trim_end_matches(".c"), "");
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(path);
+    let stem = Path::new(path)
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or("c_program");
+    let exe = TempFile::new(stem, "");
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_owned());
     let mut cmd = Command::new(&cc);
     cmd.args(["-std=gnu11", "-Wall", "-Werror", "-o"])

@@ -1,0 +1,343 @@
+//! Extended CQs: `ibv_create_cq_ex` (the `verbs_context.create_cq_ex` slot) and the
+//! `ibv_cq_ex` polling API (`ibv_start_poll` / `ibv_next_poll` / `ibv_end_poll` and the
+//! `ibv_wc_read_*` accessors).
+//!
+//! Every uroce CQ is an `ibv_cq_ex` container (see `crate::handle`): `ibv_create_cq`
+//! CQs too, so `ibv_cq_ex_to_cq` (a cast) and every `ibv_cq` call work on both. A poll
+//! session holds the CQ's session lock from a successful `ibv_start_poll` to
+//! `ibv_end_poll` (released at once when `ibv_start_poll` finds nothing, `ENOENT`), as
+//! rdma-core's providers do, so that sessions of several threads do not mix; `ibv_poll_cq`
+//! stays usable on the same CQ meanwhile (each completion is returned once, to one of
+//! them). The session also counts as a call inside the container, so a destroy waits for
+//! `ibv_end_poll`.
+//!
+//! What is refused, as rdma-core's rxe provider and the kernel's uverbs refuse it:
+//! `wc_flags` beyond `IBV_WC_STANDARD_FLAGS` (completion timestamps — uroce has no clock
+//! of the completion's arrival it could report truthfully —, CVLAN, flow tag and
+//! tag-matching info) with `EOPNOTSUPP`; unknown `comp_mask` bits with `EINVAL`; a parent
+//! domain (`IBV_CQ_INIT_ATTR_MASK_PD` with a non-NULL PD) and the `IGNORE_OVERRUN` flag or
+//! unknown flags with `EOPNOTSUPP`. `IBV_CREATE_CQ_ATTR_SINGLE_THREADED` is accepted (a
+//! hint; the session lock is uncontended then). An accessor is only set for a field the
+//! consumer asked for in `wc_flags` (the others stay NULL, as with rdma-core's providers);
+//! `read_opcode`, `read_vendor_err` and `read_wc_flags` are always set.
+
+use std::cell::UnsafeCell;
+use std::ffi::{c_int, c_uint};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use uroce_verbs::WorkCompletion;
+
+use crate::abi::*;
+use crate::device::FfiError;
+use crate::entry::*;
+use crate::handle::{Guard, Handle};
+use crate::objects::{wc_to_c, CqKind};
+
+/// The state of an `ibv_start_poll` … `ibv_end_poll` session of one CQ.
+pub(crate) struct PollSession {
+    /// Held from a successful `ibv_start_poll` to `ibv_end_poll`.
+    lock: UnsafeCell<libc::pthread_mutex_t>,
+    /// Whether a session is open (`ibv_end_poll` without one is ignored).
+    active: AtomicBool,
+    /// The current completion, in its C form (written only by the session's owner).
+    cur: UnsafeCell<ibv_wc>,
+}
+
+impl PollSession {
+    /// No session.
+    pub(crate) fn new() -> PollSession {
+        PollSession {
+            lock: UnsafeCell::new(libc::PTHREAD_MUTEX_INITIALIZER),
+            active: AtomicBool::new(false),
+            // SAFETY: ibv_wc is integers only.
+            cur: UnsafeCell::new(unsafe { crate::objects::zeroed() }),
+        }
+    }
+}
+
+/// Completion fields uroce reports (`IBV_WC_STANDARD_FLAGS`: those of `struct ibv_wc`).
+pub const SUPPORTED_WC_FLAGS: u64 = IBV_WC_STANDARD_FLAGS;
+
+/// Checks `ibv_cq_init_attr_ex` as rxe does; the supported `wc_flags` on success.
+pub(crate) fn check_attr(a: &ibv_cq_init_attr_ex) -> Result<u64, FfiError> {
+    if a.comp_mask & !(IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD) != 0 {
+        return Err(FfiError::Invalid(
+            "unknown ibv_cq_init_attr_ex comp_mask bits",
+        ));
+    }
+    if a.wc_flags & !SUPPORTED_WC_FLAGS != 0 {
+        return Err(FfiError::Unsupported(
+            "wc_flags beyond IBV_WC_STANDARD_FLAGS (timestamps, CVLAN, flow tag, TM info)",
+        ));
+    }
+    if a.comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS != 0
+        && a.flags & !IBV_CREATE_CQ_ATTR_SINGLE_THREADED != 0
+    {
+        return Err(FfiError::Unsupported(
+            "CQ creation flags other than IBV_CREATE_CQ_ATTR_SINGLE_THREADED",
+        ));
+    }
+    if a.comp_mask & IBV_CQ_INIT_ATTR_MASK_PD != 0 && !a.parent_domain.is_null() {
+        return Err(FfiError::Unsupported("parent domains"));
+    }
+    Ok(a.wc_flags)
+}
+
+/// Sets the polling functions and the accessors `wc_flags` asks for.
+pub(crate) fn init_ops(c: &mut ibv_cq_ex, wc_flags: u64) {
+    c.start_poll = Some(start_poll);
+    c.next_poll = Some(next_poll);
+    c.end_poll = Some(end_poll);
+    c.read_opcode = Some(read_opcode);
+    c.read_vendor_err = Some(read_vendor_err);
+    c.read_wc_flags = Some(read_wc_flags);
+    let has = |f: u64| wc_flags & f != 0;
+    if has(IBV_WC_EX_WITH_BYTE_LEN) {
+        c.read_byte_len = Some(read_byte_len);
+    }
+    if has(IBV_WC_EX_WITH_IMM) {
+        c.read_imm_data = Some(read_imm_data);
+    }
+    if has(IBV_WC_EX_WITH_QP_NUM) {
+        c.read_qp_num = Some(read_qp_num);
+    }
+    if has(IBV_WC_EX_WITH_SRC_QP) {
+        c.read_src_qp = Some(read_src_qp);
+    }
+    if has(IBV_WC_EX_WITH_SLID) {
+        c.read_slid = Some(read_slid);
+    }
+    if has(IBV_WC_EX_WITH_SL) {
+        c.read_sl = Some(read_sl);
+    }
+    if has(IBV_WC_EX_WITH_DLID_PATH_BITS) {
+        c.read_dlid_path_bits = Some(read_dlid_path_bits);
+    }
+}
+
+/// `verbs_context.create_cq_ex(context, attr)`: an extended CQ; NULL + `errno`
+/// (`EINVAL`, `EOPNOTSUPP`, `ENOMEM`).
+///
+/// # Safety
+/// `attr` is NULL or points to a readable `struct ibv_cq_init_attr_ex`.
+pub unsafe extern "C" fn vctx_create_cq_ex(
+    context: *mut ibv_context,
+    attr: *mut ibv_cq_init_attr_ex,
+) -> *mut ibv_cq_ex {
+    guard(std::ptr::null_mut(), || {
+        ptr_or_null((|| {
+            if attr.is_null() {
+                return Err(FfiError::Invalid("cq_init_attr_ex is NULL"));
+            }
+            // SAFETY: caller guarantee: readable attr (checked non-NULL).
+            let a = unsafe { attr.read() };
+            let wc_flags = check_attr(&a)?;
+            let cqe = c_int::try_from(a.cqe).map_err(|_| FfiError::Invalid("cqe too large"))?;
+            let vector =
+                c_int::try_from(a.comp_vector).map_err(|_| FfiError::Invalid("comp_vector"))?;
+            crate::verbs_api::create_cq(context, cqe, a.cq_context, a.channel, vector, wc_flags)
+        })())
+    })
+}
+
+/// Stores `w` as the session's current completion and publishes its status and wr_id.
+///
+/// # Safety
+/// `cq` is the live container's C part and the caller owns the session.
+unsafe fn set_current(cq: *mut ibv_cq_ex, s: &PollSession, w: &WorkCompletion) {
+    let c = wc_to_c(w);
+    // SAFETY: caller guarantee: the session's owner is the only writer of `cur` and of
+    // the C struct's `status`/`wr_id`.
+    unsafe {
+        (*cq).status = c.status;
+        (*cq).wr_id = c.wr_id;
+        s.cur.get().write(c);
+    }
+}
+
+/// `ibv_start_poll(cq, attr)`: opens a session on the oldest completion; 0, `ENOENT`
+/// when the CQ is empty (no session then: `ibv_end_poll` must not follow), `EINVAL` for
+/// a bad CQ or a non-zero `attr->comp_mask`.
+///
+/// # Safety
+/// `attr` is NULL or readable.
+pub unsafe extern "C" fn start_poll(cq: *mut ibv_cq_ex, attr: *mut ibv_poll_cq_attr) -> c_int {
+    guard(libc::EIO, || {
+        // SAFETY: caller guarantee: readable attr when non-NULL.
+        if !attr.is_null() && unsafe { (*attr).comp_mask } != 0 {
+            return libc::EINVAL;
+        }
+        let Some(g) = Handle::<CqKind>::enter(cq) else {
+            return libc::EINVAL;
+        };
+        let h = g.handle();
+        // SAFETY: the guard keeps the container live until it drops or is kept.
+        let Some(b) = (unsafe { Handle::body_of(h) }) else {
+            return libc::EINVAL;
+        };
+        // SAFETY: the mutex lives in the live body (it does not move while counted in).
+        unsafe { libc::pthread_mutex_lock(b.poll.lock.get()) };
+        let mut one = [WorkCompletion::default()];
+        if b.cq.poll_into(&mut one) == 0 {
+            // SAFETY: locked just above by this thread.
+            unsafe { libc::pthread_mutex_unlock(b.poll.lock.get()) };
+            return libc::ENOENT;
+        }
+        // SAFETY: this thread holds the session lock.
+        unsafe { set_current(cq, &b.poll, &one[0]) };
+        b.poll.active.store(true, Ordering::Release);
+        // The session keeps the call counted in until `end_poll`.
+        g.keep();
+        0
+    })
+}
+
+/// `ibv_next_poll(cq)`: moves the session to the next completion; 0 or `ENOENT`.
+///
+/// # Safety
+/// None beyond the C contract (inside a session of this thread).
+pub unsafe extern "C" fn next_poll(cq: *mut ibv_cq_ex) -> c_int {
+    guard(libc::EIO, || {
+        // SAFETY: inside a session, whose kept guard holds the container.
+        let Some(b) = (unsafe { Handle::<CqKind>::peek(cq) }) else {
+            return libc::EINVAL;
+        };
+        if !b.poll.active.load(Ordering::Acquire) {
+            return libc::EINVAL;
+        }
+        let mut one = [WorkCompletion::default()];
+        if b.cq.poll_into(&mut one) == 0 {
+            return libc::ENOENT;
+        }
+        // SAFETY: the session's owner (C contract).
+        unsafe { set_current(cq, &b.poll, &one[0]) };
+        0
+    })
+}
+
+/// `ibv_end_poll(cq)`: closes the session (ignored without one).
+///
+/// # Safety
+/// None beyond the C contract.
+pub unsafe extern "C" fn end_poll(cq: *mut ibv_cq_ex) {
+    guard((), || {
+        // SAFETY: inside a session, whose kept guard holds the container.
+        let Some(b) = (unsafe { Handle::<CqKind>::peek(cq) }) else {
+            return;
+        };
+        if !b.poll.active.swap(false, Ordering::AcqRel) {
+            return;
+        }
+        // SAFETY: the session's owner holds the lock (taken in start_poll).
+        unsafe { libc::pthread_mutex_unlock(b.poll.lock.get()) };
+        if let Some(h) = std::ptr::NonNull::new(cq.cast::<Handle<CqKind>>()) {
+            // SAFETY: `start_poll` kept a guard of this container (the session was active,
+            // checked above); this resumes and drops it, last: the body is not used after.
+            drop(unsafe { Guard::<CqKind>::resume(h) });
+        }
+    })
+}
+
+/// The current completion of the session on `cq` (zeroes outside a session).
+fn current(cq: *mut ibv_cq_ex) -> ibv_wc {
+    // SAFETY: C contract: an accessor is called inside a session of this thread, whose
+    // kept guard holds the container; the owner is the only writer of `cur`.
+    match unsafe { Handle::<CqKind>::peek(cq) } {
+        // SAFETY: as above: only the session's owner writes `cur`, and it is this thread.
+        Some(b) if b.poll.active.load(Ordering::Acquire) => unsafe { b.poll.cur.get().read() },
+        // SAFETY: ibv_wc is integers only.
+        _ => unsafe { crate::objects::zeroed() },
+    }
+}
+
+macro_rules! accessor {
+    ($(#[$m:meta])* $name:ident -> $t:ty, |$w:ident| $e:expr) => {
+        $(#[$m])*
+        ///
+        /// # Safety
+        /// None beyond the C contract (inside a session of this thread).
+        pub unsafe extern "C" fn $name(cq: *mut ibv_cq_ex) -> $t {
+            let $w = current(cq);
+            $e
+        }
+    };
+}
+
+accessor!(
+    /// `ibv_wc_read_opcode`.
+    read_opcode -> ibv_wc_opcode, |w| w.opcode
+);
+accessor!(
+    /// `ibv_wc_read_vendor_err`.
+    read_vendor_err -> u32, |w| w.vendor_err
+);
+accessor!(
+    /// `ibv_wc_read_byte_len`.
+    read_byte_len -> u32, |w| w.byte_len
+);
+accessor!(
+    /// `ibv_wc_read_imm_data`: the immediate data (network order), or the invalidated
+    /// rkey with `IBV_WC_WITH_INV`, as `ibv_wc.imm_data` carries them.
+    read_imm_data -> u32, |w| w.imm_data
+);
+accessor!(
+    /// `ibv_wc_read_qp_num`.
+    read_qp_num -> u32, |w| w.qp_num
+);
+accessor!(
+    /// `ibv_wc_read_src_qp`.
+    read_src_qp -> u32, |w| w.src_qp
+);
+accessor!(
+    /// `ibv_wc_read_wc_flags`.
+    read_wc_flags -> c_uint, |w| w.wc_flags
+);
+accessor!(
+    /// `ibv_wc_read_slid` (0 on RoCE).
+    read_slid -> u32, |w| u32::from(w.slid)
+);
+accessor!(
+    /// `ibv_wc_read_sl`.
+    read_sl -> u8, |w| w.sl
+);
+accessor!(
+    /// `ibv_wc_read_dlid_path_bits`.
+    read_dlid_path_bits -> u8, |w| w.dlid_path_bits
+);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attr() -> ibv_cq_init_attr_ex {
+        // SAFETY: integers and raw pointers.
+        unsafe { crate::objects::zeroed() }
+    }
+
+    #[test]
+    fn attr_checks_follow_rxe() {
+        let mut a = attr();
+        a.wc_flags = IBV_WC_STANDARD_FLAGS;
+        assert_eq!(check_attr(&a), Ok(IBV_WC_STANDARD_FLAGS));
+        a.wc_flags |= IBV_WC_EX_WITH_COMPLETION_TIMESTAMP;
+        assert_eq!(check_attr(&a).map_err(|e| e.errno()), Err(libc::EOPNOTSUPP));
+        a.wc_flags = 0;
+        a.comp_mask = 1 << 2;
+        assert_eq!(check_attr(&a).map_err(|e| e.errno()), Err(libc::EINVAL));
+        a.comp_mask = IBV_CQ_INIT_ATTR_MASK_FLAGS;
+        a.flags = IBV_CREATE_CQ_ATTR_SINGLE_THREADED;
+        assert!(check_attr(&a).is_ok());
+        a.flags = IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN;
+        assert_eq!(check_attr(&a).map_err(|e| e.errno()), Err(libc::EOPNOTSUPP));
+    }
+
+    #[test]
+    fn accessors_follow_wc_flags() {
+        // SAFETY: integers, raw pointers, pthread objects and `Option` of fn pointers.
+        let mut c: ibv_cq_ex = unsafe { crate::objects::zeroed() };
+        init_ops(&mut c, IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_QP_NUM);
+        assert!(c.read_byte_len.is_some() && c.read_qp_num.is_some());
+        assert!(c.read_imm_data.is_none() && c.read_sl.is_none());
+        assert!(c.read_opcode.is_some() && c.read_completion_ts.is_none());
+    }
+}
