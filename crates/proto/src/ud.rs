@@ -39,6 +39,14 @@
 //! path MTU (`dropped_too_long`); no receive WQE is posted (`dropped_no_receive`: UD has no
 //! RNR NAK, the datagram is lost). None of these produces a completion.
 //!
+//! ## Multicast
+//! A UD QP (not the GSI QP) also accepts DestQP `0xFFFFFF` ([`MULTICAST_QPN`]): the I/O
+//! layer hands a multicast datagram to every QP attached to its group (IBA 10.5; RoCEv2,
+//! Annex A17: the group is the IP destination), and each QP applies the checks above,
+//! the Q_Key check included, on its own. The [`Arrival`]'s local address is then the
+//! group address, so the GRH area's destination is the multicast GID. Sending to a
+//! group is an ordinary send whose WR names QPN `0xFFFFFF` and the group's IP address.
+//!
 //! A delivered datagram fills the receive WQE with a 40-byte GRH area followed by the
 //! payload; `byte_len` = 40 + payload. The GRH area is what Linux rxe writes (it copies the
 //! received IP header): for IPv6 the 40-byte IPv6 header as received (version 6, traffic
@@ -111,6 +119,8 @@ pub const GSI_QKEY: u32 = 0x8001_0000;
 pub const GRH_LEN: usize = 40;
 /// The QP number of the GSI QP.
 pub const GSI_QPN: u32 = 1;
+/// DestQP of a multicast datagram (IBA 9.8.3, 10.5: the multicast QPN).
+pub const MULTICAST_QPN: u32 = 0x00ff_ffff;
 
 /// The attributes of a UD or GSI QP the engine uses.
 #[derive(Debug, Clone)]
@@ -404,7 +414,12 @@ impl Engine for UdQp {
         env: &mut Env<'_>,
     ) {
         self.counters.packets_received += 1;
-        if pkt.bth.dest_qp != self.cfg.qpn || !pkey_match(pkt.bth.pkey, self.cfg.pkey) {
+        // A multicast datagram (DestQP 0xFFFFFF) reaches only the UD QPs attached to its
+        // group: the caller decides which (see the module doc).
+        let multicast = pkt.bth.dest_qp == MULTICAST_QPN && !self.is_gsi();
+        if (pkt.bth.dest_qp != self.cfg.qpn && !multicast)
+            || !pkey_match(pkt.bth.pkey, self.cfg.pkey)
+        {
             self.drop_packet(|c| &mut c.dropped_wrong_state);
             return;
         }

@@ -119,6 +119,8 @@ pub(crate) struct ContextCore {
     destroy_timeout_us: AtomicU64,
     /// The I/O layer's hook, once installed.
     pub(crate) transport: crate::engine::TransportSlot,
+    /// Multicast group membership (see [`crate::mcast`]).
+    pub(crate) mcast: crate::mcast::McastTable,
 }
 
 impl ContextCore {
@@ -178,6 +180,7 @@ impl Context {
                 u64::try_from(DEFAULT_DESTROY_TIMEOUT.as_micros()).unwrap_or(u64::MAX),
             ),
             transport: crate::engine::TransportSlot::new(),
+            mcast: crate::mcast::McastTable::default(),
         };
         Ok(Context {
             core: Arc::new(core),
@@ -292,6 +295,17 @@ impl Context {
             self.core.unknown_qpn.fetch_add(1, Ordering::Relaxed);
         }
         found
+    }
+
+    /// Network-facing lookup: the QPs attached to the multicast group `group` (an IP
+    /// multicast address), in attach order (see [`crate::mcast`]).
+    pub fn mcast_members(&self, group: std::net::IpAddr) -> Vec<u32> {
+        self.core.mcast.members(group)
+    }
+
+    /// The multicast groups at least one QP of this context is attached to.
+    pub fn mcast_groups(&self) -> Vec<std::net::IpAddr> {
+        self.core.mcast.groups()
     }
 
     /// A QP by number without counting a miss (the I/O layer revisiting a QP it served

@@ -72,6 +72,20 @@ pub trait Transport: Send + Sync {
     /// QP `qpn` is about to be destroyed: send what it still has to send now (waiting for
     /// the network lock if needed). Called without any verbs lock held.
     fn flush(&self, qpn: u32);
+
+    /// The first QP of this context attached to the multicast group `group` (an IP
+    /// multicast address, see [`crate::mcast`]): start receiving the group's datagrams.
+    /// Called without any verbs lock but the multicast table's own held. The default
+    /// (a transport without multicast) accepts and does nothing.
+    fn join_group(&self, group: std::net::IpAddr) -> std::io::Result<()> {
+        let _ = group;
+        Ok(())
+    }
+
+    /// The last QP of this context detached from `group`: stop receiving it.
+    fn leave_group(&self, group: std::net::IpAddr) {
+        let _ = group;
+    }
 }
 
 /// The installed transport, if any.

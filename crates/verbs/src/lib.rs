@@ -146,6 +146,7 @@ pub mod device;
 pub mod engine;
 pub mod error;
 pub mod event;
+pub mod mcast;
 pub mod mem;
 pub mod mr;
 pub mod mw;

@@ -71,6 +71,7 @@ use uroce_wire::psn::Psn;
 use crate::ah::{AhAttr, AhRef};
 use crate::context::{dec, try_inc, ContextCore, GSI_QPN, MAX_QPN};
 use crate::cq::{Cq, CqCore};
+use crate::device::Gid;
 use crate::error::{
     BatchPostError, CreateQpError, DestroyError, EngineError, ModifyQpError, ObjectKind, PostError,
     RaiseError,
@@ -1018,6 +1019,48 @@ impl QpRef {
         self.core.qpn
     }
 
+    /// Attaches this UD QP to the multicast group `gid` (`ibv_attach_mcast`; see
+    /// [`crate::mcast`]). The LID is ignored (RoCE has none).
+    ///
+    /// # Errors
+    /// [`crate::mcast::McastError`]: not a UD QP, not a multicast GID, a limit, or the I/O
+    /// layer could not join the IP group.
+    pub fn attach_mcast(&self, gid: Gid, _lid: u16) -> Result<(), crate::mcast::McastError> {
+        use crate::mcast::{group_ip, is_multicast_gid, McastError};
+        if self.core.qp_type != QpType::Ud {
+            return Err(McastError::WrongQpType);
+        }
+        if !is_multicast_gid(gid) {
+            return Err(McastError::NotMulticast(gid));
+        }
+        let ctx = &self.core.ctx;
+        let group = group_ip(gid);
+        ctx.mcast
+            .attach(group, self.core.qpn, || match ctx.transport.get() {
+                Some(t) => t.join_group(group),
+                None => Ok(()),
+            })
+    }
+
+    /// Detaches this QP from the multicast group `gid` (`ibv_detach_mcast`).
+    ///
+    /// # Errors
+    /// [`crate::mcast::McastError::NotAttached`] (or `NotMulticast`) when the QP is not
+    /// attached to `gid`.
+    pub fn detach_mcast(&self, gid: Gid, _lid: u16) -> Result<(), crate::mcast::McastError> {
+        use crate::mcast::{group_ip, is_multicast_gid, McastError};
+        if !is_multicast_gid(gid) {
+            return Err(McastError::NotMulticast(gid));
+        }
+        let ctx = &self.core.ctx;
+        let group = group_ip(gid);
+        ctx.mcast.detach(group, self.core.qpn, || {
+            if let Some(t) = ctx.transport.get() {
+                t.leave_group(group);
+            }
+        })
+    }
+
     /// Binds the QP to a connection endpoint (see [`crate::binding`]): the caller holds
     /// this reference (a clone it keeps) before the binding is published.
     ///
@@ -1569,6 +1612,12 @@ impl Qp {
         // 0. What the QP still has to send (an ACK held back for a post that will not
         // come) leaves now, while the QP can still be found.
         crate::engine::flush(core);
+        // 0b. Out of every multicast group (the last member leaves the IP group).
+        ctx.mcast.detach_all(core.qpn, |g| {
+            if let Some(t) = ctx.transport.get() {
+                t.leave_group(g);
+            }
+        });
         // 1. No new events for it from now on (checked under the event queue's lock).
         core.liveness.unpublish();
         // 2. No new lookups; the QPN stays reserved until the release.

@@ -1176,3 +1176,58 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn multicast_datagram_reaches_each_qp_with_its_own_qkey_check() {
+    use super::MULTICAST_QPN;
+    let group = IpAddr::V4(Ipv4Addr::new(239, 1, 2, 3));
+    let m = mem();
+    let mut a = ud_qp(0x11, 0x77, A_IP);
+    // Two QPs with the group's Q_Key, one with another Q_Key, and the GSI QP.
+    let mut r1 = ud_qp(0x21, 0x1234, B_IP);
+    let mut r2 = ud_qp(0x22, 0x1234, B_IP);
+    let mut wrong = ud_qp(0x23, 0x9999, B_IP);
+    let mut gsi = UdQp::new_rtr(UdConfig::gsi(B_IP));
+    gsi.enter_rts(rts_attrs(0));
+    for (i, q) in [&mut r1, &mut r2, &mut wrong, &mut gsi]
+        .into_iter()
+        .enumerate()
+    {
+        q.post_recv(recv_wr(7, i as u64 * 1024, 1024)).unwrap();
+    }
+    a.post_send(send_wr(
+        &m,
+        1,
+        0,
+        b"to the group",
+        UdDest::new(group, MULTICAST_QPN, 0x1234),
+    ))
+    .unwrap();
+    let out = transmit_all(&mut a, &m);
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].0.dst, group, "the IP destination is the group");
+    let pkt = PacketRepr::parse(&out[0].1).unwrap();
+    assert_eq!(pkt.bth.dest_qp, MULTICAST_QPN);
+    let from = Arrival::new(A_IP, group);
+    for q in [&mut r1, &mut r2, &mut wrong, &mut gsi] {
+        deliver(q, &m, from.clone(), &out[0].1);
+    }
+    for (i, q) in [&mut r1, &mut r2].into_iter().enumerate() {
+        let c = completions(q);
+        assert_eq!(c.len(), 1, "receiver {i}");
+        assert_eq!(c[0].1.status, WcStatus::Success);
+        assert_eq!(c[0].1.src_qp, 0x11);
+        assert_eq!(c[0].1.byte_len, 40 + 12);
+        let off = RECV_BASE + i as u64 * 1024;
+        assert_eq!(m.get(RECV_KEY, off + 40, 12), b"to the group");
+        // The GRH area's destination (IPv4 header bytes 16..20 at offset 20) is the group.
+        assert_eq!(m.get(RECV_KEY, off + 20 + 16, 4), [239, 1, 2, 3]);
+    }
+    assert!(completions(&mut wrong).is_empty());
+    assert_eq!(wrong.counters().dropped_bad_qkey, 1);
+    assert!(
+        completions(&mut gsi).is_empty(),
+        "QP1 never takes multicast"
+    );
+    assert_eq!(gsi.counters().dropped_wrong_state, 1);
+}
