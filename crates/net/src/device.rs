@@ -50,6 +50,7 @@ use std::time::Duration;
 
 use rustix::event::{eventfd, EventfdFlags, PollFd, PollFlags, Timespec};
 use uroce_proto::time::Instant;
+use uroce_verbs::mcast::MULTICAST_QPN;
 use uroce_verbs::{
     Arrival, Context, Device, DeviceConfig, EngineCounters, Gid, QpRef, Transport, TxPacket,
 };
@@ -174,6 +175,9 @@ pub struct DeviceCounters {
     pub unknown_qpn: u64,
     /// Packets for a QP that has no transport engine (not RC, or not yet in RTR).
     pub no_engine: u64,
+    /// Datagrams received on a multicast group's socket that no QP took (not for DestQP
+    /// 0xFFFFFF, or no QP attached any more).
+    pub mcast_dropped: u64,
     /// Transport counters summed over the live QPs.
     pub transport: EngineCounters,
 }
@@ -184,6 +188,7 @@ impl DeviceCounters {
         let mut v: Vec<(&'static str, u64)> = self.socket.fields().collect();
         v.push(("unknown_qpn", self.unknown_qpn));
         v.push(("no_engine", self.no_engine));
+        v.push(("mcast_dropped", self.mcast_dropped));
         v.extend(rc_fields(&self.transport));
         v
     }
@@ -286,6 +291,15 @@ struct Io {
     /// QPs that answer a SEND or WRITE received in this step (their ACK may be
     /// deferred).
     completed: Vec<u32>,
+    /// The IP multicast groups joined, each with its receiving socket (see
+    /// [`crate::mcast`]).
+    groups: Vec<GroupSock>,
+}
+
+/// A joined IP multicast group and the socket that receives it.
+struct GroupSock {
+    group: IpAddr,
+    sock: RoceSocket,
 }
 
 struct Shared {
@@ -315,6 +329,12 @@ struct Shared {
     /// Nanoseconds since `epoch` of the last post.
     last_post: AtomicU64,
     no_engine: AtomicU64,
+    /// Duplicates of the group sockets' descriptors, for the progress thread's `poll`.
+    group_fds: Mutex<Vec<(IpAddr, Arc<OwnedFd>)>>,
+    /// The ICRC policy group sockets are opened with (the device socket's).
+    icrc: IcrcPolicy,
+    /// Multicast datagrams dropped: not for DestQP 0xFFFFFF, or no QP attached.
+    mcast_dropped: AtomicU64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -426,6 +446,10 @@ impl Shared {
                 break;
             }
         }
+        // 1b. The multicast groups joined.
+        if !io.groups.is_empty() {
+            work |= self.receive_groups(io, now);
+        }
         if defer_rx_output && !io.completed.is_empty() {
             // The application is about to see what these requests brought (a receive
             // completion, data in its memory) and most likely posts next: the ACKs wait
@@ -486,6 +510,59 @@ impl Shared {
         let touched = std::mem::take(&mut io.touched);
         work |= self.transmit_all(io, &touched, now);
         io.touched = touched;
+        work
+    }
+
+    /// Receives from every joined multicast group's socket and hands each datagram for
+    /// DestQP 0xFFFFFF to every QP attached to the group (IBA 10.5; see [`crate::mcast`]),
+    /// the group's address as the arrival's local address. Returns whether anything was
+    /// received.
+    fn receive_groups(&self, io: &mut Io, now: Instant) -> bool {
+        let mut work = false;
+        let Io {
+            groups,
+            rx,
+            touched,
+            ..
+        } = io;
+        for g in groups.iter_mut() {
+            for _ in 0..RX_ROUNDS {
+                let n = match g.sock.recv_batch(rx) {
+                    Ok(n) => n,
+                    Err(_) => break,
+                };
+                if n == 0 {
+                    break;
+                }
+                work = true;
+                let members = self.ctx.mcast_members(g.group);
+                for r in rx.iter() {
+                    if r.packet.bth.dest_qp != MULTICAST_QPN || members.is_empty() {
+                        self.mcast_dropped.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
+                    let mut from = Arrival::new(r.src.ip(), g.group);
+                    if let Some(id) = r.ident {
+                        from.ipv4_id = id.identification;
+                    }
+                    for &qpn in &members {
+                        let Some(qp) = self.ctx.lookup_qp(qpn) else {
+                            continue;
+                        };
+                        if qp.engine_handle_packet(now, &from, &r.packet).is_none() {
+                            self.no_engine.fetch_add(1, Ordering::Relaxed);
+                            continue;
+                        }
+                        if !touched.contains(&qpn) {
+                            touched.push(qpn);
+                        }
+                    }
+                }
+                if rx.datagrams() < rx.capacity() {
+                    break;
+                }
+            }
+        }
         work
     }
 
@@ -747,6 +824,38 @@ impl Transport for Hook {
         sh.transmit_all(&mut io, &[qpn], now);
     }
 
+    fn join_group(&self, group: IpAddr) -> std::io::Result<()> {
+        let Some(sh) = self.0.upgrade() else {
+            return Err(std::io::Error::from_raw_os_error(libc::ENODEV));
+        };
+        let local = SocketAddr::new(sh.ctx.device().addr(), sh.port);
+        let cfg = SocketConfig {
+            icrc_policy: sh.icrc,
+            ..SocketConfig::default()
+        };
+        let sock =
+            RoceSocket::bind_group(group, local.ip(), sh.port, cfg).map_err(|e| match e {
+                NetError::Bind { source, .. } => source,
+                other => std::io::Error::other(other.to_string()),
+            })?;
+        let fd = Arc::new(sock.as_fd().try_clone_to_owned()?);
+        lock(&sh.io).groups.push(GroupSock { group, sock });
+        lock(&sh.group_fds).push((group, fd));
+        // The progress thread watches the new socket from its next sleep on.
+        sh.wake();
+        Ok(())
+    }
+
+    fn leave_group(&self, group: IpAddr) {
+        let Some(sh) = self.0.upgrade() else {
+            return;
+        };
+        lock(&sh.group_fds).retain(|(g, _)| *g != group);
+        // Closing the socket leaves the group.
+        lock(&sh.io).groups.retain(|g| g.group != group);
+        sh.wake();
+    }
+
     fn poll_progress(&self) -> bool {
         let Some(sh) = self.0.upgrade() else {
             return false;
@@ -809,6 +918,9 @@ impl NetDevice {
             sock.set_capture(Some(Capture::create(path)?));
         }
         let local = sock.local_addr();
+        // Sending to a multicast group leaves by the device's own interface (best effort:
+        // without it, multicast sends follow the routing table).
+        let _ = crate::mcast::set_sending_interface(sock.as_fd(), local.ip());
         let sock_fd = sock.as_fd().try_clone_to_owned().map_err(NetError::Io)?;
         let device = Device::new(DeviceConfig::new(cfg.name.clone(), cfg.addr))
             .map_err(|e| NetError::Device(e.to_string()))?;
@@ -827,6 +939,7 @@ impl NetDevice {
                 timers: HashMap::new(),
                 touched: Vec::new(),
                 completed: Vec::new(),
+                groups: Vec::new(),
             }),
             ready: Mutex::new(Vec::new()),
             has_ready: AtomicBool::new(false),
@@ -841,6 +954,9 @@ impl NetDevice {
             rung: AtomicBool::new(false),
             last_post: AtomicU64::new(0),
             no_engine: AtomicU64::new(0),
+            group_fds: Mutex::new(Vec::new()),
+            icrc: cfg.icrc,
+            mcast_dropped: AtomicU64::new(0),
         });
         let hook: Arc<dyn Transport> = Arc::new(Hook(Arc::downgrade(&shared)));
         if shared.ctx.set_transport(hook).is_err() {
@@ -966,6 +1082,7 @@ impl NetDevice {
             socket,
             unknown_qpn: self.shared.ctx.counters().unknown_qpn_drops,
             no_engine: self.shared.no_engine.load(Ordering::Relaxed),
+            mcast_dropped: self.shared.mcast_dropped.load(Ordering::Relaxed),
             transport,
         }
     }
@@ -1132,12 +1249,15 @@ fn progress_thread(sh: &Shared) {
                 tv_sec: i64::try_from(sleep.as_secs()).unwrap_or(i64::MAX),
                 tv_nsec: i64::from(sleep.subsec_nanos()),
             };
-            let mut fds = [
+            let group_fds: Vec<Arc<OwnedFd>> =
+                lock(&sh.group_fds).iter().map(|(_, f)| f.clone()).collect();
+            let mut fds = vec![
                 PollFd::new(&sh.doorbell, PollFlags::IN),
                 PollFd::new(&sh.sock_fd, PollFlags::IN),
             ];
+            fds.extend(group_fds.iter().map(|f| PollFd::new(&**f, PollFlags::IN)));
             // While the application busy-polls, only the doorbell and the timers wake us.
-            let n = if app_busy { 1 } else { 2 };
+            let n = if app_busy { 1 } else { fds.len() };
             // EINTR and the like just end this sleep early.
             let _ = rustix::event::poll(&mut fds[..n], Some(&ts));
         }

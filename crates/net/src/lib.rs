@@ -69,6 +69,7 @@ pub mod faults;
 pub mod gsi;
 #[allow(unsafe_code)]
 pub mod ifaddr;
+pub mod mcast;
 pub mod socket;
 #[allow(unsafe_code)]
 mod sys;

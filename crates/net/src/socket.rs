@@ -780,6 +780,36 @@ impl RoceSocket {
     pub fn bind_with(addr: SocketAddr, config: SocketConfig) -> Result<RoceSocket, NetError> {
         check_addr(addr.ip())?;
         let socket = UdpSocket::bind(addr).map_err(|source| NetError::Bind { addr, source })?;
+        Self::configure(socket, addr, config)
+    }
+
+    /// A socket that receives the datagrams of the IP multicast group `group` on port
+    /// `port` arriving on the interface of the local address `iface` (see
+    /// [`crate::mcast`]): bound to `group:port` with `SO_REUSEADDR` (every device of the
+    /// host joined to the group gets its own copy), member of the group on that
+    /// interface, and configured as [`RoceSocket::bind_with`] does. Its local address is
+    /// the group's, which is what the ICRC of a datagram sent to the group covers.
+    ///
+    /// # Errors
+    /// [`NetError::Bind`] if the socket cannot be created, bound or joined to the group;
+    /// the option errors of [`RoceSocket::bind_with`].
+    pub fn bind_group(
+        group: IpAddr,
+        iface: IpAddr,
+        port: u16,
+        config: SocketConfig,
+    ) -> Result<RoceSocket, NetError> {
+        let addr = SocketAddr::new(group, port);
+        let socket = crate::mcast::group_socket(group, iface, port)
+            .map_err(|source| NetError::Bind { addr, source })?;
+        Self::configure(socket, addr, config)
+    }
+
+    fn configure(
+        socket: UdpSocket,
+        addr: SocketAddr,
+        config: SocketConfig,
+    ) -> Result<RoceSocket, NetError> {
         let local = socket
             .local_addr()
             .map_err(|source| NetError::Bind { addr, source })?;
