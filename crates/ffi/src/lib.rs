@@ -51,6 +51,7 @@ mod entry;
 pub mod exports;
 pub(crate) mod handle;
 pub mod marshall;
+pub mod mcast;
 pub mod mr_rereg;
 pub mod mw;
 pub mod objects;

@@ -62,8 +62,6 @@ macro_rules! unsupported {
 
 unsupported! {
     // Default versions: what programs linked against rdma-core 44 bind.
-    int uroce_ibv_attach_mcast => "ibv_attach_mcast@@IBVERBS_1.1";
-    int uroce_ibv_detach_mcast => "ibv_detach_mcast@@IBVERBS_1.1";
     int uroce_ibv_resolve_eth_l2_from_gid => "ibv_resolve_eth_l2_from_gid@@IBVERBS_1.1";
     ptr uroce_ibv_import_device => "ibv_import_device@@IBVERBS_1.10";
     ptr uroce_ibv_import_pd => "ibv_import_pd@@IBVERBS_1.10";
