@@ -10,7 +10,7 @@
 //! and every call fails with `ENOSYS`. docs/ARCHITECTURE.md ("librdmacm") says why the
 //! implementation is not in this library.
 //!
-//! Functions uroce does not implement (rsockets, multicast, `rdma_reject_ece`) fail here
+//! Functions uroce does not implement (rsockets, `rdma_reject_ece`) fail here
 //! with `-1` (NULL-equivalent) and `errno` `ENOSYS`.
 //!
 //! Each function has an internal name `urcm_<name>`; a `.symver` directive gives it the
@@ -159,8 +159,8 @@ pub mod api {
     forward!(rdma_get_request, "RDMACM_1.0", (listen: *mut c_void, id: *mut c_void) -> c_int, -1);
     forward!(rdma_get_src_port, "RDMACM_1.0", (id: *mut c_void) -> u16, 0);
     forward!(rdma_getaddrinfo, "RDMACM_1.0", (node: *mut c_void, service: *mut c_void, hints: *mut c_void, res: *mut c_void) -> c_int, -1);
-    unsupported!(rdma_join_multicast, "RDMACM_1.0");
-    unsupported!(rdma_leave_multicast, "RDMACM_1.0");
+    forward!(rdma_join_multicast, "RDMACM_1.0", (id: *mut c_void, addr: *mut c_void, context: *mut c_void) -> c_int, -1);
+    forward!(rdma_leave_multicast, "RDMACM_1.0", (id: *mut c_void, addr: *mut c_void) -> c_int, -1);
     forward!(rdma_listen, "RDMACM_1.0", (id: *mut c_void, backlog: c_int) -> c_int, -1);
     forward!(rdma_migrate_id, "RDMACM_1.0", (id: *mut c_void, channel: *mut c_void) -> c_int, -1);
     forward!(rdma_notify, "RDMACM_1.0", (id: *mut c_void, event: c_int) -> c_int, -1);
@@ -191,7 +191,7 @@ pub mod api {
     unsupported!(rsocket, "RDMACM_1.0");
     unsupported!(rwrite, "RDMACM_1.0");
     unsupported!(rwritev, "RDMACM_1.0");
-    unsupported!(rdma_join_multicast_ex, "RDMACM_1.1");
+    forward!(rdma_join_multicast_ex, "RDMACM_1.1", (id: *mut c_void, attr: *mut c_void, context: *mut c_void) -> c_int, -1);
     forward!(rdma_establish, "RDMACM_1.2", (id: *mut c_void) -> c_int, -1);
     forward!(rdma_init_qp_attr, "RDMACM_1.2", (id: *mut c_void, qp_attr: *mut c_void, qp_attr_mask: *mut c_int) -> c_int, -1);
     forward!(rdma_get_remote_ece, "RDMACM_1.3", (id: *mut c_void, ece: *mut c_void) -> c_int, -1);

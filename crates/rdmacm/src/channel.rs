@@ -39,6 +39,10 @@ pub enum EventKind {
     Disconnected = 10,
     /// The device went away.
     DeviceRemoval = 11,
+    /// `join_multicast` finished: the event's UD parameters address the group.
+    MulticastJoin = 12,
+    /// A joined multicast group failed (not raised by uroce: joins are local).
+    MulticastError = 13,
     /// The connection's TIMEWAIT ended; its QP may be reused.
     TimewaitExit = 15,
 }

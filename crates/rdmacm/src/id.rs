@@ -140,6 +140,9 @@ struct IdState {
     alias: Option<IpAddr>,
     /// A listener's announcement of its aliased address (see `alias`).
     announcement: Option<alias::Announcement>,
+    /// The multicast groups joined ([`CmIdRef::join_multicast`]), each with whether the
+    /// id's QP was attached to it.
+    mcast: Vec<(IpAddr, bool)>,
 }
 
 pub(crate) struct IdInner {
@@ -185,6 +188,7 @@ impl IdInner {
                 ack_timeout_set: false,
                 alias: None,
                 announcement: None,
+                mcast: Vec::new(),
             }),
             refs: Mutex::new(0),
             refs_cv: Condvar::new(),
@@ -494,6 +498,84 @@ impl CmIdRef {
         st.phase = Phase::AddrResolved;
         self.push(Event::new(EventKind::AddrResolved, self.clone()));
         Ok(())
+    }
+
+    /// Joins the multicast group `group` (`rdma_join_multicast`). On RoCE there is no
+    /// subnet administrator to ask: as the Linux RDMA CM does for RoCE, the MGID is the
+    /// group's address as a GID (IPv4-mapped for IPv4, IBA vol 1 Annex A17), the join
+    /// succeeds locally, and the id's QP (if it has one) is attached to the MGID, so the
+    /// device joins the IP group. Reports [`EventKind::MulticastJoin`] with the UD
+    /// parameters to send to the group: the group's address, QPN `0xFFFFFF` and the port
+    /// space's Q_Key ([`UDP_QKEY`]). A send-only member (`send_only`, librdmacm's
+    /// `RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER`) does not attach its QP.
+    ///
+    /// # Errors
+    /// [`CmError::InvalidState`] before the address is bound or resolved;
+    /// [`CmError::Invalid`] for a non-multicast address, a family other than the id's, a
+    /// port space other than UDP or IB, or a group already joined; [`CmError::Verbs`] when
+    /// the QP cannot be attached.
+    pub fn join_multicast(&self, group: IpAddr, send_only: bool) -> Result<(), CmError> {
+        let mut st = lock(&self.inner.st);
+        if !matches!(
+            st.phase,
+            Phase::Bound | Phase::AddrResolved | Phase::RouteResolved
+        ) {
+            return Err(invalid("join_multicast", st.phase));
+        }
+        if !group.is_multicast() {
+            return Err(CmError::Invalid("not a multicast address"));
+        }
+        if st.src.map(|s| s.is_ipv4()) != Some(group.is_ipv4()) {
+            return Err(CmError::Invalid(
+                "the group's family is not the id's address family",
+            ));
+        }
+        if !matches!(self.inner.ps, PortSpace::Udp | PortSpace::Ib) {
+            return Err(CmError::Invalid("multicast needs the UDP or IB port space"));
+        }
+        if st.mcast.iter().any(|(g, _)| *g == group) {
+            return Err(CmError::Invalid("the group is already joined"));
+        }
+        let attach = st.qp.as_ref().filter(|_| !send_only);
+        if let Some(qp) = attach {
+            qp.attach_mcast(uroce_verbs::Gid::from_ip(group), 0)
+                .map_err(|e| CmError::Verbs(e.to_string()))?;
+        }
+        let attached = attach.is_some();
+        st.mcast.push((group, attached));
+        let mut ev = Event::new(EventKind::MulticastJoin, self.clone());
+        ev.ud = Some(UdParam {
+            ah_ip: group,
+            qp_num: uroce_verbs::mcast::MULTICAST_QPN,
+            qkey: UDP_QKEY,
+        });
+        self.push(ev);
+        Ok(())
+    }
+
+    /// Leaves the multicast group `group` (`rdma_leave_multicast`): the id's QP is
+    /// detached from it. No event.
+    ///
+    /// # Errors
+    /// [`CmError::NotJoined`] when the id has not joined `group`.
+    pub fn leave_multicast(&self, group: IpAddr) -> Result<(), CmError> {
+        let mut st = lock(&self.inner.st);
+        let i = st
+            .mcast
+            .iter()
+            .position(|(g, _)| *g == group)
+            .ok_or(CmError::NotJoined(group))?;
+        let (_, attached) = st.mcast.remove(i);
+        if let Some(qp) = st.qp.as_ref().filter(|_| attached) {
+            // A QP detached meanwhile (`ibv_detach_mcast` by the program) is not an error.
+            let _ = qp.detach_mcast(uroce_verbs::Gid::from_ip(group), 0);
+        }
+        Ok(())
+    }
+
+    /// The multicast groups the id has joined.
+    pub fn multicast_groups(&self) -> Vec<IpAddr> {
+        lock(&self.inner.st).mcast.iter().map(|(g, _)| *g).collect()
     }
 
     /// Resolves the route (`rdma_resolve_route`; on RoCE the address is the route).

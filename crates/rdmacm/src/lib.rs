@@ -130,6 +130,9 @@ pub enum CmError {
     /// An id of another `RdmaCm` or channel was given.
     #[error("invalid argument: {0}")]
     Invalid(&'static str),
+    /// `leave_multicast` of a group the id has not joined.
+    #[error("the id has not joined multicast group {0}")]
+    NotJoined(IpAddr),
     /// The connection is established already.
     #[error("the connection is established already")]
     AlreadyConnected,
