@@ -1943,11 +1943,14 @@ pub unsafe extern "C" fn uroce_rdmacm_rdma_getaddrinfo(
             let (src, dst) = if flags & RAI_PASSIVE != 0 {
                 let ip = ip.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
                 (Some(SocketAddr::new(ip, port)), None)
-            } else {
-                let ip = ip
-                    .or(hint_dst.map(|d| d.ip()))
-                    .ok_or(FfiError::Invalid("no node for an active rdma_getaddrinfo"))?;
+            } else if let Some(ip) = ip.or(hint_dst.map(|d| d.ip())) {
                 (hint_src, Some(SocketAddr::new(ip, port)))
+            } else if hint_src.is_some() {
+                // No node and no destination: the source of the hints alone, as
+                // librdmacm's (pyverbs' `AddrInfo(src=…)` names a multicast group so).
+                (hint_src, None)
+            } else {
+                return Err(FfiError::Invalid("no node for an active rdma_getaddrinfo"));
             };
             let family = match src.or(dst) {
                 Some(SocketAddr::V6(_)) => libc::AF_INET6,
