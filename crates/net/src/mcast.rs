@@ -21,7 +21,7 @@
 
 use std::io;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::AsFd;
 
 use rustix::net::{sockopt, AddressFamily, SocketFlags, SocketType};
 
@@ -48,7 +48,7 @@ pub fn group_socket(group: IpAddr, iface: IpAddr, port: u16) -> io::Result<UdpSo
         (IpAddr::V6(g), i) => sockopt::set_ipv6_add_membership(&fd, &g, ifindex(i)?)?,
         _ => return Err(io::Error::from_raw_os_error(libc::EINVAL)),
     }
-    Ok(UdpSocket::from(OwnedFd::from(fd)))
+    Ok(UdpSocket::from(fd))
 }
 
 /// Sets the outgoing multicast interface of the device socket `fd` (bound to `local`) to

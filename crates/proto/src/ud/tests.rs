@@ -1210,7 +1210,7 @@ fn multicast_datagram_reaches_each_qp_with_its_own_qkey_check() {
     assert_eq!(pkt.bth.dest_qp, MULTICAST_QPN);
     let from = Arrival::new(A_IP, group);
     for q in [&mut r1, &mut r2, &mut wrong, &mut gsi] {
-        deliver(q, &m, from.clone(), &out[0].1);
+        deliver(q, &m, from, &out[0].1);
     }
     for (i, q) in [&mut r1, &mut r2].into_iter().enumerate() {
         let c = completions(q);
