@@ -128,23 +128,28 @@ pub(crate) fn check_parent_domain(
 
 /// Whether a QP, MR, SRQ or AH was made through the parent domain at `pd`.
 fn parent_domain_in_use(objs: &Objects, pd: *mut ibv_pd) -> bool {
-    // SAFETY (all four): registered objects are live while the registry lock (held by
-    // whoever holds `objs`) is held; only their `pd` field is read.
-    objs.qps
-        .values()
-        .any(|q| unsafe { (*q.h.c_ptr()).qp_base.pd } == pd)
-        || objs
-            .mrs
-            .values()
-            .any(|m| unsafe { (*m.raw.ptr()).pd } == pd)
-        || objs
-            .srqs
-            .values()
-            .any(|s| unsafe { (*s.h.c_ptr()).pd } == pd)
-        || objs
-            .ahs
-            .values()
-            .any(|a| unsafe { (*a.h.c_ptr()).pd } == pd)
+    // Registered objects are live while the registry lock (held by whoever holds `objs`)
+    // is held; only their `pd` field is read.
+    let qp = |q: &crate::objects::QpEntry| {
+        // SAFETY: a registered QP's container is live (see above).
+        unsafe { (*q.h.c_ptr()).qp_base.pd == pd }
+    };
+    let mr = |m: &crate::objects::MrEntry| {
+        // SAFETY: a registered MR's `ibv_mr` is uroce's and live (see above).
+        unsafe { (*m.raw.ptr()).pd == pd }
+    };
+    let srq = |s: &crate::objects::SrqEntry| {
+        // SAFETY: a registered SRQ's container is live (see above).
+        unsafe { (*s.h.c_ptr()).pd == pd }
+    };
+    let ah = |a: &crate::objects::AhEntry| {
+        // SAFETY: a registered AH's container is live (see above).
+        unsafe { (*a.h.c_ptr()).pd == pd }
+    };
+    objs.qps.values().any(qp)
+        || objs.mrs.values().any(mr)
+        || objs.srqs.values().any(srq)
+        || objs.ahs.values().any(ah)
 }
 
 /// The parent domain part of `ibv_dealloc_pd`: `None` when `pd` is not a parent domain,
