@@ -23,7 +23,8 @@
 //! the runner, and says so; under `UROCE_REQUIRE_TOOLS=1` that is a failure.
 //!
 //! Every skip reason must be known: either [`HARDWARE_ONLY`] (vendor devices, ODP, device
-//! memory, dmabuf, CUDA, huge pages, raw packet QPs: listed in the README, "How the C
+//! memory, dmabuf, CUDA, huge pages, raw packet QPs, mlx5 clock conversion, tag matching:
+//! listed in the README, "How the C
 //! library is checked") or [`OWED`] (what uroce should do and does not yet; an entry whose
 //! reason no longer appears fails the test, so that the list only shrinks).
 //!
@@ -60,7 +61,7 @@ const LIMIT: Duration = Duration::from_secs(300);
 const KNOWN_FAILURES: &[(&str, &str)] = &[];
 /// Skip reasons only hardware (or the host's setup) can lift, by prefix: uroce is a
 /// software RoCE device with no vendor interface, no device memory, no on-demand paging,
-/// no raw Ethernet QPs. Listed in README, "How the C library is checked".
+/// no raw Ethernet QPs, no tag-matching offload. Listed in README, "How the C library is checked".
 const HARDWARE_ONLY: &[&str] = &[
     // mlx5 / EFA direct-verbs tests (vendor providers).
     "Can not run the test over non MLX5 device",
