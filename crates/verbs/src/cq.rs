@@ -218,8 +218,13 @@ impl CqCore {
                 return Err(PushError::Overrun);
             }
             st.entries.push_back(wc);
-            if let Some(stamp) = stamp {
-                st.stamps.push_back(stamp);
+            // Stamping started (under this lock) after the clock read above: stamp now, so
+            // that every entry of a stamping CQ has its stamp.
+            let now_clocks = this.clocks.load(Ordering::Relaxed);
+            match stamp {
+                Some(stamp) => st.stamps.push_back(stamp),
+                None if now_clocks != 0 => st.stamps.push_back(CompletionStamp::now(now_clocks)),
+                None => {}
             }
             let fire = match st.armed {
                 Some(Armed::Next) => true,
