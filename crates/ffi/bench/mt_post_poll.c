@@ -34,7 +34,10 @@
                  ibv_wr_start … ibv_wr_complete list afterwards returns 0)
    They print
      threads=T op=OP iterations=N calls=C seconds=X calls_per_s=R cpu_s=C calls_per_cpu_s=Q
-   and "CHECK ok" or "CHECK FAIL ...". */
+       vol_cs=V
+   (V: the process's voluntary context switches during the run, all threads: each time a
+   thread blocks, e.g. waiting for a lock another thread holds; the progress thread's own
+   waits add a few per run) and "CHECK ok" or "CHECK FAIL ...". */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <inttypes.h>
@@ -78,6 +81,15 @@ static double now(void)
 	struct timespec t;
 	clock_gettime(CLOCK_MONOTONIC, &t);
 	return t.tv_sec + t.tv_nsec / 1e9;
+}
+
+/* Voluntary context switches of the process so far (all threads): a thread that blocks
+   on a lock another thread holds (a futex wait) counts one; a lock-free call never does. */
+static long vol_switches(void)
+{
+	struct rusage u;
+	getrusage(RUSAGE_SELF, &u);
+	return u.ru_nvcsw;
 }
 
 static double cpu_now(void)
@@ -405,16 +417,18 @@ int main(int argc, char **argv)
 			DIE("pthread_create");
 	pthread_barrier_wait(&start);
 	double t0 = now(), c0 = cpu_now();
+	long v0 = vol_switches();
 	for (int i = 0; i < threads; i++)
 		pthread_join(w[i].t, NULL);
 	double secs = now() - t0, cpu = cpu_now() - c0;
+	long vcs = vol_switches() - v0;
 	uint64_t total = per_thread * (uint64_t)threads;
 	if (mode != MSG_MODE) {
 		uint64_t calls = total * (uint64_t)calls_per_iter;
 		printf("threads=%d op=%s iterations=%" PRIu64 " calls=%" PRIu64 " seconds=%.3f "
-		       "calls_per_s=%.0f cpu_s=%.3f calls_per_cpu_s=%.0f\n",
+		       "calls_per_s=%.0f cpu_s=%.3f calls_per_cpu_s=%.0f vol_cs=%ld\n",
 		       threads, argv[3], total, calls, secs, calls / secs, cpu,
-		       cpu > 0 ? calls / cpu : 0.0);
+		       cpu > 0 ? calls / cpu : 0.0, vcs);
 	} else {
 		printf("threads=%d op=%s size=%u messages=%" PRIu64 " seconds=%.3f msgs_per_s=%.0f "
 		       "cpu_s=%.3f msgs_per_cpu_s=%.0f\n",

@@ -2,7 +2,8 @@
 # Runs bench/mt_post_poll.c against one or more builds of the library and prints, per
 # operation and thread count, the median of REPS runs of messages/s (wall clock) and of
 # messages per CPU-second of the process (less sensitive to other load); for the call
-# modes (poll_empty, notify, recv_flush, wr_abort) library calls/s and calls per CPU-second.
+# modes (poll_empty, notify, recv_flush, wr_abort) library calls/s, calls per CPU-second
+# and the process's voluntary context switches per run (threads blocking, e.g. on a lock).
 #
 # usage: crates/ffi/bench/run.sh LABEL=DIR [LABEL=DIR ...]
 #   DIR holds a libibverbs.so.1 (a copy of target/release/liburoce_ffi.so).
@@ -36,18 +37,19 @@ for op in $ops; do
         grep -q '^CHECK ok$' <<EOF || rate= cpu=
 $out
 EOF
-        echo "$label $op $t ${rate:-fail} ${cpu:-fail}" >> "$exe.runs"
+        vcs=$(echo "$out" | sed -n 's/.* vol_cs=\([0-9]*\).*/\1/p')
+        echo "$label $op $t ${rate:-fail} ${cpu:-fail} ${vcs:--}" >> "$exe.runs"
       done
     done
   done
 done
-echo "op threads $(for spec in "$@"; do printf '%s:per-s %s:per-cpu-s ' "${spec%%=*}" "${spec%%=*}"; done)(medians of $reps; messages, or calls for the call modes)"
+echo "op threads $(for spec in "$@"; do printf '%s:per-s %s:per-cpu-s %s:vol-cs ' "${spec%%=*}" "${spec%%=*}" "${spec%%=*}"; done)(medians of $reps; messages, or calls for the call modes; vol-cs: voluntary context switches per run, call modes only)"
 for op in $ops; do
   for t in $threads; do
     line="$op $t"
     for spec in "$@"; do
       label=${spec%%=*}
-      for col in 4 5; do
+      for col in 4 5 6; do
         med=$(awk -v l="$label" -v o="$op" -v t="$t" -v c="$col" '$1==l && $2==o && $3==t {print $c}' "$exe.runs" |
               sort -n | awk '{a[NR]=$1} END {print (NR ? a[int((NR+1)/2)] : "fail")}')
         line="$line $med"
