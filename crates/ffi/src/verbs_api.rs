@@ -1179,6 +1179,8 @@ pub unsafe extern "C" fn uroce_ibv_query_qp(
 
 /// `ibv_destroy_qp(qp)`: destroys the QP (the verbs layer first sends what it still owes
 /// its peer, e.g. a deferred ACK); 0, or the errno value (`EINVAL` unknown QP, `EBUSY`).
+/// A handle of an XRC target QP closes just that handle; the last handle's destroy
+/// destroys the QP (see `crate::xrc::destroy_target_handle`).
 ///
 /// # Safety
 /// None beyond the C contract: unknown pointers are rejected, never dereferenced.
@@ -1186,10 +1188,18 @@ pub unsafe extern "C" fn uroce_ibv_query_qp(
 pub unsafe extern "C" fn uroce_ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     guard(libc::EIO, || {
         errno_value((|| {
-            let QpEntry { h, net } = objects()
+            let mut objs = objects();
+            let QpEntry { h, net } = objs
                 .qps
                 .remove(&(qp as usize))
                 .ok_or(FfiError::BadHandle { what: "qp" })?;
+            // SAFETY: the container's C part stays readable (type-stable memory).
+            if unsafe { (*h.c_ptr()).qp_base.qp_type } == IBV_QPT_XRC_RECV {
+                // One of possibly several handles of an XRC target QP: closes just this
+                // handle (see `crate::xrc::destroy_target_handle`).
+                return crate::xrc::destroy_target_handle(objs, qp, h, net);
+            }
+            drop(objs);
             // SAFETY: `h` was just unpublished by this thread.
             let QpBody {
                 qp: q,
