@@ -11,12 +11,17 @@
 //! them). The session also counts as a call inside the container, so a destroy waits for
 //! `ibv_end_poll`.
 //!
+//! Completion timestamps: `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP` reads `CLOCK_MONOTONIC` in
+//! ns — the device clock is a 1 GHz clock, `hca_core_clock` = 1 000 000 kHz in
+//! `ibv_query_device_ex`, so cycles are ns — and `…_WALLCLOCK` reads `CLOCK_REALTIME` in ns,
+//! each taken once per completion when the completion is generated (when the engine stores
+//! it in the CQ, `uroce_verbs::CqRef::enable_timestamps`), only for a CQ that asked for it.
+//!
 //! What is refused, as rdma-core's rxe provider and the kernel's uverbs refuse it:
-//! `wc_flags` beyond `IBV_WC_STANDARD_FLAGS` (completion timestamps — uroce has no clock
-//! of the completion's arrival it could report truthfully —, CVLAN, flow tag and
-//! tag-matching info) with `EOPNOTSUPP`; unknown `comp_mask` bits with `EINVAL`; a parent
-//! domain (`IBV_CQ_INIT_ATTR_MASK_PD` with a non-NULL PD) and the `IGNORE_OVERRUN` flag or
-//! unknown flags with `EOPNOTSUPP`. `IBV_CREATE_CQ_ATTR_SINGLE_THREADED` is accepted (a
+//! other `wc_flags` beyond `IBV_WC_STANDARD_FLAGS` (CVLAN, flow tag and tag-matching info)
+//! with `EOPNOTSUPP`; unknown `comp_mask` bits with `EINVAL`; the `IGNORE_OVERRUN` flag or
+//! unknown flags with `EOPNOTSUPP`. `IBV_CQ_INIT_ATTR_MASK_PD` names a parent domain (or
+//! NULL) of the same context (see `crate::parent_domain`); anything else is `EINVAL`. `IBV_CREATE_CQ_ATTR_SINGLE_THREADED` is accepted (a
 //! hint; the session lock is uncontended then). An accessor is only set for a field the
 //! consumer asked for in `wc_flags` (the others stay NULL, as with rdma-core's providers);
 //! `read_opcode`, `read_vendor_err` and `read_wc_flags` are always set.
@@ -25,7 +30,7 @@ use std::cell::UnsafeCell;
 use std::ffi::{c_int, c_uint};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use uroce_verbs::WorkCompletion;
+use uroce_verbs::{Clocks, CompletionStamp, WorkCompletion};
 
 use crate::abi::*;
 use crate::device::FfiError;
@@ -41,6 +46,8 @@ pub(crate) struct PollSession {
     active: AtomicBool,
     /// The current completion, in its C form (written only by the session's owner).
     cur: UnsafeCell<ibv_wc>,
+    /// The current completion's timestamps (zero unless the CQ stamps).
+    stamp: UnsafeCell<CompletionStamp>,
 }
 
 impl PollSession {
@@ -51,12 +58,28 @@ impl PollSession {
             active: AtomicBool::new(false),
             // SAFETY: ibv_wc is integers only.
             cur: UnsafeCell::new(unsafe { crate::objects::zeroed() }),
+            stamp: UnsafeCell::new(CompletionStamp::default()),
         }
     }
 }
 
-/// Completion fields uroce reports (`IBV_WC_STANDARD_FLAGS`: those of `struct ibv_wc`).
-pub const SUPPORTED_WC_FLAGS: u64 = IBV_WC_STANDARD_FLAGS;
+/// Completion fields uroce reports: those of `struct ibv_wc` (`IBV_WC_STANDARD_FLAGS`)
+/// and both completion timestamps.
+pub const SUPPORTED_WC_FLAGS: u64 = IBV_WC_STANDARD_FLAGS
+    | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP
+    | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK;
+
+/// The clocks `wc_flags` asks each completion to be stamped with.
+pub(crate) fn clocks(wc_flags: u64) -> Clocks {
+    let mut c = Clocks::empty();
+    if wc_flags & IBV_WC_EX_WITH_COMPLETION_TIMESTAMP != 0 {
+        c |= Clocks::MONOTONIC;
+    }
+    if wc_flags & IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK != 0 {
+        c |= Clocks::REALTIME;
+    }
+    c
+}
 
 /// Checks `ibv_cq_init_attr_ex` as rxe does; the supported `wc_flags` on success.
 pub(crate) fn check_attr(a: &ibv_cq_init_attr_ex) -> Result<u64, FfiError> {
@@ -67,7 +90,7 @@ pub(crate) fn check_attr(a: &ibv_cq_init_attr_ex) -> Result<u64, FfiError> {
     }
     if a.wc_flags & !SUPPORTED_WC_FLAGS != 0 {
         return Err(FfiError::Unsupported(
-            "wc_flags beyond IBV_WC_STANDARD_FLAGS (timestamps, CVLAN, flow tag, TM info)",
+            "wc_flags beyond IBV_WC_STANDARD_FLAGS and timestamps (CVLAN, flow tag, TM info)",
         ));
     }
     if a.comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS != 0
@@ -76,9 +99,6 @@ pub(crate) fn check_attr(a: &ibv_cq_init_attr_ex) -> Result<u64, FfiError> {
         return Err(FfiError::Unsupported(
             "CQ creation flags other than IBV_CREATE_CQ_ATTR_SINGLE_THREADED",
         ));
-    }
-    if a.comp_mask & IBV_CQ_INIT_ATTR_MASK_PD != 0 && !a.parent_domain.is_null() {
-        return Err(FfiError::Unsupported("parent domains"));
     }
     Ok(a.wc_flags)
 }
@@ -113,6 +133,12 @@ pub(crate) fn init_ops(c: &mut ibv_cq_ex, wc_flags: u64) {
     if has(IBV_WC_EX_WITH_DLID_PATH_BITS) {
         c.read_dlid_path_bits = Some(read_dlid_path_bits);
     }
+    if has(IBV_WC_EX_WITH_COMPLETION_TIMESTAMP) {
+        c.read_completion_ts = Some(read_completion_ts);
+    }
+    if has(IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK) {
+        c.read_completion_wallclock_ns = Some(read_completion_wallclock_ns);
+    }
 }
 
 /// `verbs_context.create_cq_ex(context, attr)`: an extended CQ; NULL + `errno`
@@ -132,6 +158,9 @@ pub unsafe extern "C" fn vctx_create_cq_ex(
             // SAFETY: caller guarantee: readable attr (checked non-NULL).
             let a = unsafe { attr.read() };
             let wc_flags = check_attr(&a)?;
+            if a.comp_mask & IBV_CQ_INIT_ATTR_MASK_PD != 0 && !a.parent_domain.is_null() {
+                crate::parent_domain::check_parent_domain(context, a.parent_domain)?;
+            }
             let cqe = c_int::try_from(a.cqe).map_err(|_| FfiError::Invalid("cqe too large"))?;
             let vector =
                 c_int::try_from(a.comp_vector).map_err(|_| FfiError::Invalid("comp_vector"))?;
@@ -144,7 +173,12 @@ pub unsafe extern "C" fn vctx_create_cq_ex(
 ///
 /// # Safety
 /// `cq` is the live container's C part and the caller owns the session.
-unsafe fn set_current(cq: *mut ibv_cq_ex, s: &PollSession, w: &WorkCompletion) {
+unsafe fn set_current(
+    cq: *mut ibv_cq_ex,
+    s: &PollSession,
+    w: &WorkCompletion,
+    stamp: Option<CompletionStamp>,
+) {
     let c = wc_to_c(w);
     // SAFETY: caller guarantee: the session's owner is the only writer of `cur` and of
     // the C struct's `status`/`wr_id`.
@@ -152,6 +186,7 @@ unsafe fn set_current(cq: *mut ibv_cq_ex, s: &PollSession, w: &WorkCompletion) {
         (*cq).status = c.status;
         (*cq).wr_id = c.wr_id;
         s.cur.get().write(c);
+        s.stamp.get().write(stamp.unwrap_or_default());
     }
 }
 
@@ -177,14 +212,13 @@ pub unsafe extern "C" fn start_poll(cq: *mut ibv_cq_ex, attr: *mut ibv_poll_cq_a
         };
         // SAFETY: the mutex lives in the live body (it does not move while counted in).
         unsafe { libc::pthread_mutex_lock(b.poll.lock.get()) };
-        let mut one = [WorkCompletion::default()];
-        if b.cq.poll_into(&mut one) == 0 {
+        let Some((wc, stamp)) = b.cq.poll_stamped() else {
             // SAFETY: locked just above by this thread.
             unsafe { libc::pthread_mutex_unlock(b.poll.lock.get()) };
             return libc::ENOENT;
-        }
+        };
         // SAFETY: this thread holds the session lock.
-        unsafe { set_current(cq, &b.poll, &one[0]) };
+        unsafe { set_current(cq, &b.poll, &wc, stamp) };
         b.poll.active.store(true, Ordering::Release);
         // The session keeps the call counted in until `end_poll`.
         g.keep();
@@ -205,12 +239,11 @@ pub unsafe extern "C" fn next_poll(cq: *mut ibv_cq_ex) -> c_int {
         if !b.poll.active.load(Ordering::Acquire) {
             return libc::EINVAL;
         }
-        let mut one = [WorkCompletion::default()];
-        if b.cq.poll_into(&mut one) == 0 {
+        let Some((wc, stamp)) = b.cq.poll_stamped() else {
             return libc::ENOENT;
-        }
+        };
         // SAFETY: the session's owner (C contract).
-        unsafe { set_current(cq, &b.poll, &one[0]) };
+        unsafe { set_current(cq, &b.poll, &wc, stamp) };
         0
     })
 }
@@ -248,6 +281,34 @@ fn current(cq: *mut ibv_cq_ex) -> ibv_wc {
         // SAFETY: ibv_wc is integers only.
         _ => unsafe { crate::objects::zeroed() },
     }
+}
+
+/// The current completion's timestamps (zeroes outside a session).
+fn current_stamp(cq: *mut ibv_cq_ex) -> CompletionStamp {
+    // SAFETY: as in `current`.
+    match unsafe { Handle::<CqKind>::peek(cq) } {
+        // SAFETY: as in `current`: only the session's owner writes `stamp`.
+        Some(b) if b.poll.active.load(Ordering::Acquire) => unsafe { b.poll.stamp.get().read() },
+        _ => CompletionStamp::default(),
+    }
+}
+
+/// `ibv_wc_read_completion_ts`: when the completion was generated, in device clock cycles
+/// (`CLOCK_MONOTONIC` ns: the device clock runs at 1 GHz).
+///
+/// # Safety
+/// None beyond the C contract (inside a session of this thread).
+pub unsafe extern "C" fn read_completion_ts(cq: *mut ibv_cq_ex) -> u64 {
+    current_stamp(cq).monotonic_ns
+}
+
+/// `ibv_wc_read_completion_wallclock_ns`: when the completion was generated,
+/// `CLOCK_REALTIME` ns since the Unix epoch.
+///
+/// # Safety
+/// None beyond the C contract (inside a session of this thread).
+pub unsafe extern "C" fn read_completion_wallclock_ns(cq: *mut ibv_cq_ex) -> u64 {
+    current_stamp(cq).realtime_ns
 }
 
 macro_rules! accessor {
@@ -320,6 +381,8 @@ mod tests {
         a.wc_flags = IBV_WC_STANDARD_FLAGS;
         assert_eq!(check_attr(&a), Ok(IBV_WC_STANDARD_FLAGS));
         a.wc_flags |= IBV_WC_EX_WITH_COMPLETION_TIMESTAMP;
+        assert!(check_attr(&a).is_ok());
+        a.wc_flags |= IBV_WC_EX_WITH_CVLAN;
         assert_eq!(check_attr(&a).map_err(|e| e.errno()), Err(libc::EOPNOTSUPP));
         a.wc_flags = 0;
         a.comp_mask = 1 << 2;
@@ -339,5 +402,11 @@ mod tests {
         assert!(c.read_byte_len.is_some() && c.read_qp_num.is_some());
         assert!(c.read_imm_data.is_none() && c.read_sl.is_none());
         assert!(c.read_opcode.is_some() && c.read_completion_ts.is_none());
+        init_ops(&mut c, IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK);
+        assert!(c.read_completion_wallclock_ns.is_some());
+        assert_eq!(
+            clocks(IBV_WC_EX_WITH_COMPLETION_TIMESTAMP | IBV_WC_EX_WITH_BYTE_LEN),
+            Clocks::MONOTONIC
+        );
     }
 }

@@ -291,6 +291,12 @@ impl Registry {
         vctx.query_port = Some(crate::exports::vctx_query_port);
         vctx.query_device_ex = crate::device_ex::vctx_query_device_ex as *const std::ffi::c_void;
         vctx.create_cq_ex = crate::cq_ex::vctx_create_cq_ex as *const std::ffi::c_void;
+        vctx.alloc_td = crate::parent_domain::vctx_alloc_td as *const std::ffi::c_void;
+        vctx.dealloc_td = crate::parent_domain::vctx_dealloc_td as *const std::ffi::c_void;
+        vctx.alloc_parent_domain =
+            crate::parent_domain::vctx_alloc_parent_domain as *const std::ffi::c_void;
+        vctx.query_rt_values =
+            crate::parent_domain::vctx_query_rt_values as *const std::ffi::c_void;
         vctx.context.ops.poll_cq = Some(crate::verbs_api::ops_poll_cq);
         vctx.context.ops.req_notify_cq = Some(crate::verbs_api::ops_req_notify_cq);
         vctx.context.ops.post_send = Some(crate::verbs_api::ops_post_send);

@@ -31,6 +31,13 @@ pub const IBV_DEVICE_RC_RNR_NAK_GEN: u32 = 1 << 12;
 /// extensions, checksum offloads, flow steering.
 pub const DEVICE_CAP_FLAGS: u32 = IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_RC_RNR_NAK_GEN;
 
+/// `hca_core_clock` (kHz): the device clock that stamps completions
+/// (`IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`) and `ibv_query_rt_values_ex` reads is
+/// `CLOCK_MONOTONIC` in ns, a 1 GHz clock, so cycles are nanoseconds.
+pub const HCA_CORE_CLOCK_KHZ: u64 = 1_000_000;
+/// `completion_timestamp_mask`: the completion timestamp is a full 64-bit counter.
+pub const COMPLETION_TIMESTAMP_MASK: u64 = u64::MAX;
+
 /// `struct ibv_query_device_ex_input`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
@@ -184,8 +191,8 @@ pub fn device_attr_ex(net: &uroce_net::NetDevice) -> ibv_device_attr_ex {
         orig_attr,
         comp_mask: 0,
         odp_caps: ibv_odp_caps::default(),
-        completion_timestamp_mask: 0,
-        hca_core_clock: 0,
+        completion_timestamp_mask: COMPLETION_TIMESTAMP_MASK,
+        hca_core_clock: HCA_CORE_CLOCK_KHZ,
         device_cap_flags_ex: u64::from(orig_attr.device_cap_flags),
         tso_caps: ibv_tso_caps::default(),
         rss_caps: ibv_rss_caps::default(),

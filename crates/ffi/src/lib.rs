@@ -27,6 +27,8 @@
 //!   for uroce's `librdmacm.so.1` (`crates/ffi-rdmacm`), which forwards to it.
 //! * [`cq_ex`]: extended CQs (`ibv_create_cq_ex`, `ibv_start_poll` and the
 //!   `ibv_wc_read_*` accessors).
+//! * [`parent_domain`]: thread and parent domains (`ibv_alloc_td`,
+//!   `ibv_alloc_parent_domain`) and `ibv_query_rt_values_ex`.
 //! * `handle`: the `#[repr(C)]` containers of QPs, CQs, SRQs and AHs, recovered from the
 //!   pointer on the data path without a lock (see `docs/ARCHITECTURE.md`, "The C object
 //!   model").
@@ -55,6 +57,7 @@ pub mod mcast;
 pub mod mr_rereg;
 pub mod mw;
 pub mod objects;
+pub mod parent_domain;
 pub mod qp_ex;
 pub mod rdmacm;
 pub mod sysfs;

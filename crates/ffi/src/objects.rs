@@ -234,6 +234,10 @@ pub(crate) struct Objects {
     pub(crate) qps: HashMap<usize, QpEntry>,
     pub(crate) ahs: HashMap<usize, AhEntry>,
     pub(crate) xrcds: HashMap<usize, crate::xrc::XrcdEntry>,
+    /// Parent domains (`ibv_pd`s standing for a PD of `pds`, see `crate::parent_domain`).
+    pub(crate) parent_domains: HashMap<usize, crate::parent_domain::ParentDomainEntry>,
+    /// Thread domains.
+    pub(crate) tds: HashMap<usize, crate::parent_domain::TdEntry>,
 }
 
 static OBJECTS: LazyLock<Mutex<Objects>> = LazyLock::new(|| Mutex::new(Objects::default()));
@@ -245,11 +249,13 @@ pub(crate) fn objects() -> MutexGuard<'static, Objects> {
 }
 
 impl Objects {
-    /// The PD behind `pd`.
+    /// The PD behind `pd`: a protection domain, or the one a parent domain stands for.
     pub(crate) fn pd(&self, pd: *const ibv_pd) -> Result<&PdEntry, FfiError> {
-        self.pds
-            .get(&(pd as usize))
-            .ok_or(FfiError::BadHandle { what: "pd" })
+        let key = match self.parent_domains.get(&(pd as usize)) {
+            Some(parent) => parent.protection,
+            None => pd as usize,
+        };
+        self.pds.get(&key).ok_or(FfiError::BadHandle { what: "pd" })
     }
 
     /// The CQ behind `cq` (control path: the registry lock is held).

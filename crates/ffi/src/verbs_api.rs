@@ -113,7 +113,8 @@ pub unsafe extern "C" fn uroce_ibv_alloc_pd(context: *mut ibv_context) -> *mut i
     })
 }
 
-/// `ibv_dealloc_pd(pd)`: 0, or `EBUSY` while MRs/QPs use it, `EINVAL` for an unknown PD.
+/// `ibv_dealloc_pd(pd)`: 0, or `EBUSY` while MRs/QPs or parent domains use it, `EINVAL`
+/// for an unknown PD. A parent domain is freed by `crate::parent_domain`.
 ///
 /// # Safety
 /// None beyond the C contract: unknown pointers are rejected, never dereferenced.
@@ -121,8 +122,18 @@ pub unsafe extern "C" fn uroce_ibv_alloc_pd(context: *mut ibv_context) -> *mut i
 pub unsafe extern "C" fn uroce_ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
     guard(libc::EIO, || {
         errno_value((|| {
+            if let Some(r) = crate::parent_domain::dealloc_parent_domain(pd) {
+                return r;
+            }
             let entry = {
                 let mut objs = objects();
+                if crate::parent_domain::has_parent_domains(&objs, pd) {
+                    return Err(refused(
+                        "ibv_dealloc_pd",
+                        libc::EBUSY,
+                        "a parent domain refers to the PD",
+                    ));
+                }
                 let children = objs.pd(pd)?.pd.children();
                 refuse_if_busy("ibv_dealloc_pd", ObjectKind::Pd, children)?;
                 objs.pds
@@ -498,6 +509,11 @@ pub(crate) fn create_cq(
         .context()
         .create_cq(cqe, ch.map(|c| &*c.ch), vector)
         .map_err(|e| refused("ibv_create_cq", libc::EINVAL, e))?;
+    let clocks = crate::cq_ex::clocks(wc_flags);
+    if !clocks.is_empty() {
+        // A new CQ holds no completion: it stamps from its first one.
+        cq.enable_timestamps(clocks);
+    }
     if let Some(c) = ch {
         // SAFETY: registered, live channel allocated by uroce (lock held).
         unsafe { (*c.raw.ptr()).refcnt += 1 };
@@ -1163,6 +1179,8 @@ pub unsafe extern "C" fn uroce_ibv_query_qp(
 
 /// `ibv_destroy_qp(qp)`: destroys the QP (the verbs layer first sends what it still owes
 /// its peer, e.g. a deferred ACK); 0, or the errno value (`EINVAL` unknown QP, `EBUSY`).
+/// A handle of an XRC target QP closes just that handle; the last handle's destroy
+/// destroys the QP (see `crate::xrc::destroy_target_handle`).
 ///
 /// # Safety
 /// None beyond the C contract: unknown pointers are rejected, never dereferenced.
@@ -1170,10 +1188,18 @@ pub unsafe extern "C" fn uroce_ibv_query_qp(
 pub unsafe extern "C" fn uroce_ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     guard(libc::EIO, || {
         errno_value((|| {
-            let QpEntry { h, net } = objects()
+            let mut objs = objects();
+            let QpEntry { h, net } = objs
                 .qps
                 .remove(&(qp as usize))
                 .ok_or(FfiError::BadHandle { what: "qp" })?;
+            // SAFETY: the container's C part stays readable (type-stable memory).
+            if unsafe { (*h.c_ptr()).qp_base.qp_type } == IBV_QPT_XRC_RECV {
+                // One of possibly several handles of an XRC target QP: closes just this
+                // handle (see `crate::xrc::destroy_target_handle`).
+                return crate::xrc::destroy_target_handle(objs, qp, h, net);
+            }
+            drop(objs);
             // SAFETY: `h` was just unpublished by this thread.
             let QpBody {
                 qp: q,

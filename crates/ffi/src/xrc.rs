@@ -12,18 +12,24 @@
 //! (`EINVAL`). With fd -1 the domain is private to this open. The last close frees the
 //! domain; it is refused with `EBUSY` while XRC SRQs or target QPs with handles exist.
 //!
+//! Target QP handles: the `ibv_qp` from `ibv_create_qp_ex` and every one from
+//! `ibv_open_qp` (in any context of the process) are handles of the one QP, each closed
+//! on its own by `ibv_destroy_qp` ([`destroy_target_handle`]): the QP goes on, held by its
+//! domain, while another handle exists, and the last handle's destroy destroys it.
+//!
 //! The kernel's modify-QP command drops the responder attributes of an XRC initiator
 //! (`max_dest_rd_atomic`, `min_rnr_timer`) and the requester attributes of an XRC target
 //! (`max_rd_atomic`, `retry_cnt`, `rnr_retry`) from the mask before checking it, and
 //! programs rely on it (perftest sets them for both); [`strip_xrc_mask`] does the same.
 
 use std::ffi::{c_int, c_void};
-use std::sync::Arc;
+use std::sync::{Arc, MutexGuard};
 
 use uroce_net::NetDevice;
 use uroce_verbs::{AttrMask, CreateQpError, QpType, SrqInitAttr, Xrcd};
 
 use crate::abi::*;
+use crate::async_events::ObjKind;
 use crate::device::{FfiError, Registry};
 use crate::entry::*;
 use crate::handle::{Handle, HandlePtr};
@@ -435,4 +441,86 @@ pub unsafe extern "C" fn vctx_open_qp(
             Ok(register_target(&mut objs, qp, context, qp_context, net))
         })())
     })
+}
+
+/// `ibv_destroy_qp` of a handle of an XRC target QP (IBA Vol 1 Annex A14: a target QP is
+/// shared by the users of its domain, each through its own handle): closes just this
+/// handle. While another handle of the QP exists (any context of the process) the QP goes
+/// on, held by its domain — published, receiving, and the other handles work as before;
+/// the last handle's destroy takes the QP back from its domain and destroys it.
+///
+/// Called by `ibv_destroy_qp` with the registry lock held (`objs`) and the entry of `qp`
+/// (`h`, `net`) already removed from it. On a refusal (`EBUSY`) the handle is live again.
+pub(crate) fn destroy_target_handle(
+    mut objs: MutexGuard<'_, Objects>,
+    qp: *mut ibv_qp,
+    h: HandlePtr<QpKind>,
+    net: Arc<NetDevice>,
+) -> Result<(), FfiError> {
+    // SAFETY: `h` was just unpublished by this thread, under the registry lock.
+    let QpBody {
+        qp: q,
+        builder,
+        max_inline,
+    } = match unsafe { Handle::retire(h.0) } {
+        Ok(b) => b,
+        Err(e) => {
+            objs.qps.insert(qp as usize, QpEntry { h, net });
+            return Err(refused("ibv_destroy_qp", libc::EBUSY, format!("{e:?}")));
+        }
+    };
+    let num = q.qp_num();
+    // SAFETY: the container's C part stays readable (type-stable memory).
+    let context = unsafe { (*h.c_ptr()).qp_base.context };
+    crate::async_events::forget(ObjKind::Qp, num, qp as usize);
+    // Another published handle of the same QP: same device, type and number (numbers are
+    // unique among a device's live QPs).
+    let others = objs.qps.values().any(|e| {
+        // SAFETY: a published container: its C part is initialised and stays readable.
+        let b = unsafe { &(*e.h.c_ptr()).qp_base };
+        Arc::ptr_eq(&e.net, &net) && b.qp_type == IBV_QPT_XRC_RECV && b.qp_num == num
+    });
+    // This handle goes without destroying the QP: a target QP's `Qp` dropped without
+    // `destroy` is handed to its domain (see `uroce_verbs::Xrcd`).
+    drop(q);
+    if others {
+        drop(objs);
+        // SAFETY: retired above, not revived.
+        unsafe { Handle::recycle(h.0) };
+        return Ok(());
+    }
+    // The last handle: the domain gives the QP back as the only reference, destroyed
+    // below. A user of the domain exists in this process (its last close is refused while
+    // target QPs have handles); were none left, the drop above has destroyed the QP.
+    let taken = objs
+        .xrcds
+        .values()
+        .filter(|e| Arc::ptr_eq(&e.net, &net) && e.xrcd.owned_qps().contains(&num))
+        .find_map(|e| e.xrcd.open_qp(num).ok());
+    drop(objs);
+    let result = match taken {
+        None => Ok(()),
+        Some(q) => q.destroy().map_err(|(q, e)| (q, e.to_string())),
+    };
+    match result {
+        Ok(()) => {
+            // SAFETY: retired above, not revived.
+            unsafe { Handle::recycle(h.0) };
+            Ok(())
+        }
+        Err((q, e)) => {
+            // The QP stays unpublished (as any refused destroy leaves it); this handle is
+            // live again so that the program can try again.
+            crate::async_events::remember(ObjKind::Qp, num, context, qp as usize);
+            let body = QpBody {
+                qp: q,
+                builder,
+                max_inline,
+            };
+            // SAFETY: retired above by this thread.
+            unsafe { Handle::revive(h.0, body) };
+            objects().qps.insert(qp as usize, QpEntry { h, net });
+            Err(refused("ibv_destroy_qp", libc::EBUSY, e))
+        }
+    }
 }

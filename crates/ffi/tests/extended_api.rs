@@ -99,9 +99,11 @@ fn extended_api_and_argument_checks_behave_like_rdma_core() {
         assert_eq!(flags & NOT_IMPLEMENTED, 0, "claims {flags:#x}");
         assert_eq!(a.device_cap_flags_ex, u64::from(flags));
         assert_eq!(a.odp_caps.general_caps, 0, "no on-demand paging");
+        assert_eq!((a.tso_caps.max_tso, a.max_dm_size), (0, 0));
+        // The completion clock: 1 GHz (cycles are CLOCK_MONOTONIC ns), a 64-bit counter.
         assert_eq!(
-            (a.tso_caps.max_tso, a.max_dm_size, a.hca_core_clock),
-            (0, 0, 0)
+            (a.hca_core_clock, a.completion_timestamp_mask),
+            (1_000_000, u64::MAX)
         );
         assert!(
             ex[full..].iter().all(|b| *b == 0xAA),

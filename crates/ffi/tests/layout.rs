@@ -434,6 +434,22 @@ fn device_ex_table() -> Vec<Check> {
         phys_port_cnt_ex
     });
     t.extend(consts! {IBV_DEVICE_SYS_IMAGE_GUID, IBV_DEVICE_RC_RNR_NAK_GEN});
+    {
+        use uroce_ffi::parent_domain::*;
+        t.push(ty!(struct ibv_td_init_attr));
+        t.push(ty!(struct ibv_td));
+        t.extend(fields! {struct ibv_td; context});
+        t.push(ty!(struct ibv_parent_domain_init_attr));
+        t.extend(fields! {struct ibv_parent_domain_init_attr;
+            pd, td, comp_mask, alloc, free, pd_context
+        });
+        t.push(ty!(struct ibv_values_ex));
+        t.extend(fields! {struct ibv_values_ex; comp_mask, raw_clock});
+        t.extend(consts! {
+            IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS, IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT,
+            IBV_VALUES_MASK_RAW_CLOCK
+        });
+    }
     t
 }
 

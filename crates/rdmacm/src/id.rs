@@ -1096,8 +1096,16 @@ impl CmIdRef {
             return Err(CmError::Invalid("init_qp_attr: INIT, RTR or RTS"));
         }
         let dst = st.dst.ok_or_else(|| invalid("init_qp_attr", st.phase))?;
-        let c = if st.req.is_some() {
-            passive_connect(&st, &st.param, dst.ip())
+        let c = if let Some(req) = st.req.as_ref() {
+            // Before the accept, as the kernel's CM: the responder resources are what the
+            // REQ's initiator depth asks for, the initiator depth what its responder
+            // resources allow.
+            let param = ConnParam {
+                responder_resources: req.initiator_depth,
+                initiator_depth: req.responder_resources,
+                ..st.param.clone()
+            };
+            passive_connect(&st, &param, dst.ip())
         } else {
             active_connect(&st, dst.ip())
         }

@@ -13,6 +13,12 @@
 //! [`CompChannel`], whose file descriptor becomes readable; [`CompChannel::get_cq_event`]
 //! returns a [`CqEvent`] naming the CQ, which must be acknowledged (dropped or
 //! [`CqEvent::ack`]) before the CQ can be destroyed, as with `ibv_ack_cq_events`.
+//!
+//! Completion timestamps ([`CqRef::enable_timestamps`], for `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`
+//! and `…_WALLCLOCK`): a CQ that asked for them reads the clocks it asked for once per
+//! completion, when the completion is generated (in [`CqCore::push`], before the entry is
+//! stored), and returns the [`CompletionStamp`] with it ([`CqRef::poll_stamped`]); a CQ that
+//! did not ask reads no clock.
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -44,8 +50,62 @@ struct CqState {
     /// push see one value.
     capacity: u32,
     entries: VecDeque<WorkCompletion>,
+    /// The timestamps of `entries`, one each, while the CQ stamps ([`CqCore::clocks`] non-zero
+    /// from creation on); empty otherwise.
+    stamps: VecDeque<CompletionStamp>,
     overrun: bool,
     armed: Option<Armed>,
+}
+
+bitflags::bitflags! {
+    /// The clocks a CQ stamps its completions with.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub struct Clocks: u32 {
+        /// `CLOCK_MONOTONIC` (the device's free-running clock, in ns: a 1 GHz clock).
+        const MONOTONIC = 1;
+        /// `CLOCK_REALTIME` (wall-clock time, ns since the Unix epoch).
+        const REALTIME = 2;
+    }
+}
+
+/// When a completion was generated: the clocks of [`Clocks`] read in [`CqCore::push`], in
+/// nanoseconds (0 for a clock the CQ does not stamp with).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CompletionStamp {
+    /// `CLOCK_MONOTONIC`, ns.
+    pub monotonic_ns: u64,
+    /// `CLOCK_REALTIME`, ns since the Unix epoch.
+    pub realtime_ns: u64,
+}
+
+impl CompletionStamp {
+    /// Reads the clocks of `clocks` ([`Clocks`] bits).
+    fn now(clocks: usize) -> CompletionStamp {
+        let read = |c| {
+            let t = rustix::time::clock_gettime(c);
+            (t.tv_sec as u64)
+                .wrapping_mul(1_000_000_000)
+                .wrapping_add(t.tv_nsec as u64)
+        };
+        let has = |c: Clocks| clocks & c.bits() as usize != 0;
+        CompletionStamp {
+            monotonic_ns: if has(Clocks::MONOTONIC) {
+                read(rustix::time::ClockId::Monotonic)
+            } else {
+                0
+            },
+            realtime_ns: if has(Clocks::REALTIME) {
+                read(rustix::time::ClockId::Realtime)
+            } else {
+                0
+            },
+        }
+    }
+}
+
+/// Reads `CLOCK_MONOTONIC` in ns: the clock of [`CompletionStamp::monotonic_ns`].
+pub fn monotonic_ns() -> u64 {
+    CompletionStamp::now(Clocks::MONOTONIC.bits() as usize).monotonic_ns
 }
 
 /// Why a completion could not be stored.
@@ -63,6 +123,8 @@ pub(crate) struct CqCore {
     comp_vector: u32,
     channel: Option<Arc<ChannelCore>>,
     state: Mutex<CqState>,
+    /// Which clocks each completion is stamped with ([`Clocks`] bits; 0: none, no clock read).
+    clocks: AtomicUsize,
     /// QPs (once per queue using the CQ) and XRC SRQs attached to it.
     pub(crate) attached: AtomicUsize,
     pub(crate) liveness: Liveness,
@@ -99,9 +161,11 @@ impl CqCore {
                     ctx: ctx.clone(),
                     comp_vector,
                     channel,
+                    clocks: AtomicUsize::new(0),
                     state: Mutex::new(CqState {
                         capacity: cqe,
                         entries: VecDeque::new(),
+                        stamps: VecDeque::new(),
                         overrun: false,
                         armed: None,
                     }),
@@ -118,7 +182,14 @@ impl CqCore {
     pub(crate) fn purge_qp(&self, qpn: u32) -> usize {
         let mut st = lock(&self.state);
         let before = st.entries.len();
-        st.entries.retain(|wc| wc.qp_num != qpn);
+        if st.stamps.is_empty() {
+            st.entries.retain(|wc| wc.qp_num != qpn);
+        } else {
+            let st = &mut *st;
+            let mut kept = st.entries.iter().map(|wc| wc.qp_num != qpn);
+            st.stamps.retain(|_| kept.next().unwrap_or(true));
+            st.entries.retain(|wc| wc.qp_num != qpn);
+        }
         before - st.entries.len()
     }
 
@@ -129,6 +200,8 @@ impl CqCore {
         wc: WorkCompletion,
         solicited: bool,
     ) -> Result<(), PushError> {
+        let clocks = this.clocks.load(Ordering::Relaxed);
+        let stamp = (clocks != 0).then(|| CompletionStamp::now(clocks));
         let notify = {
             let mut st = lock(&this.state);
             if st.overrun {
@@ -145,6 +218,14 @@ impl CqCore {
                 return Err(PushError::Overrun);
             }
             st.entries.push_back(wc);
+            // Stamping started (under this lock) after the clock read above: stamp now, so
+            // that every entry of a stamping CQ has its stamp.
+            let now_clocks = this.clocks.load(Ordering::Relaxed);
+            match stamp {
+                Some(stamp) => st.stamps.push_back(stamp),
+                None if now_clocks != 0 => st.stamps.push_back(CompletionStamp::now(now_clocks)),
+                None => {}
+            }
             let fire = match st.armed {
                 Some(Armed::Next) => true,
                 Some(Armed::Solicited) => solicited || wc.status != WcStatus::Success,
@@ -250,6 +331,8 @@ impl CqRef {
                 let n = max.min(st.entries.len());
                 if n > 0 || attempt == 1 {
                     out.extend(st.entries.drain(..n));
+                    let m = n.min(st.stamps.len());
+                    st.stamps.drain(..m);
                     break;
                 }
             }
@@ -271,6 +354,8 @@ impl CqRef {
                     for (slot, wc) in out.iter_mut().zip(st.entries.drain(..n)) {
                         *slot = wc;
                     }
+                    let m = n.min(st.stamps.len());
+                    st.stamps.drain(..m);
                     return n;
                 }
             }
@@ -279,6 +364,42 @@ impl CqRef {
             }
         }
         0
+    }
+
+    /// Takes the oldest completion with its timestamp (`None` unless the CQ stamps, see
+    /// [`CqRef::enable_timestamps`]). Drives progress like [`CqRef::poll`] when the CQ is
+    /// empty.
+    pub fn poll_stamped(&self) -> Option<(WorkCompletion, Option<CompletionStamp>)> {
+        for attempt in 0..2 {
+            {
+                let mut st = lock(&self.core.state);
+                if let Some(wc) = st.entries.pop_front() {
+                    return Some((wc, st.stamps.pop_front()));
+                }
+                if attempt == 1 {
+                    return None;
+                }
+            }
+            if !crate::engine::poll_progress(&self.core.ctx) {
+                break;
+            }
+        }
+        None
+    }
+
+    /// Makes every later completion carry a [`CompletionStamp`] of `clocks` (one clock read
+    /// per clock per completion, at [`CqCore::push`]). Only a CQ that holds no completion
+    /// yet can start stamping (so that each stamp belongs to one entry); returns whether it
+    /// stamps now.
+    pub fn enable_timestamps(&self, clocks: Clocks) -> bool {
+        let st = lock(&self.core.state);
+        if !st.entries.is_empty() && self.core.clocks.load(Ordering::Relaxed) == 0 {
+            return false;
+        }
+        self.core
+            .clocks
+            .fetch_or(clocks.bits() as usize, Ordering::Relaxed);
+        true
     }
 
     /// Arms the CQ for one notification on its completion channel (`ibv_req_notify_cq`):

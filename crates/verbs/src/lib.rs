@@ -163,7 +163,7 @@ pub use ah::{Ah, AhAttr, AhRef};
 pub use binding::{BindError, BindingOwner};
 pub use connect::{rc_init_attr, uc_init_attr, RcConnect, UcConnect, UdActivate};
 pub use context::{Context, Counters, LiveObjects};
-pub use cq::{CompChannel, Cq, CqEvent, CqRef};
+pub use cq::{Clocks, CompChannel, CompletionStamp, Cq, CqEvent, CqRef};
 pub use device::{Device, DeviceAttr, DeviceConfig, Gid, PortAttr, PortState};
 pub use engine::{
     engine_supported, Arrival, EngineCounters, QpMemory, Transmitted, Transport, TxPacket,

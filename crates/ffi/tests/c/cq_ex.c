@@ -7,7 +7,7 @@
    what ibv_poll_cq reported for the same completion (wr_id, status, opcode, vendor_err,
    byte_len, imm_data, qp_num, src_qp, wc_flags, slid, sl, dlid_path_bits), and the data
    must have arrived.
-   Then: refusals at create (EOPNOTSUPP for timestamps and IGNORE_OVERRUN, EINVAL for
+   Then: refusals at create (EOPNOTSUPP for CVLAN and IGNORE_OVERRUN, EINVAL for
    unknown comp_mask), ENOENT on an empty CQ, next_poll walking three completions in
    order, completion events of an extended CQ through its channel, and handles used after
    their destroy (QP, CQ, extended CQ, SRQ) refused with EINVAL / -1 instead of crashing.
@@ -230,10 +230,10 @@ int main(void)
 	struct ibv_cq_init_attr_ex cia;
 	memset(&cia, 0, sizeof cia);
 	cia.cqe = 16;
-	cia.wc_flags = IBV_WC_STANDARD_FLAGS | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP;
+	cia.wc_flags = IBV_WC_STANDARD_FLAGS | IBV_WC_EX_WITH_CVLAN;
 	errno = 0;
 	if (ibv_create_cq_ex(ctx, &cia) || errno != EOPNOTSUPP)
-		FAIL("timestamp wc_flags: errno %d", errno);
+		FAIL("CVLAN wc_flags: errno %d", errno);
 	cia.wc_flags = IBV_WC_STANDARD_FLAGS;
 	cia.comp_mask = 1 << 6;
 	errno = 0;
