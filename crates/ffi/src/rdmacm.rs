@@ -1,7 +1,8 @@
 //! The RDMA-CM API (`librdmacm`), implemented in this library so that it shares the verbs
 //! objects with `libibverbs.so.1`: `id->verbs` is a context of this library, `id->qp` a QP
-//! of its registry. The functions are exported as `uroce_rdmacm_<name>` in the private
-//! version node `UROCE_RDMACM_PRIVATE_1` (`libibverbs.map`); uroce's `librdmacm.so.1`
+//! of its registry. The functions are exported as unversioned `uroce_rdmacm_<name>`
+//! symbols, outside rdma-core's version nodes (the export check compares the versioned
+//! names only; a private version node for them is not done yet); uroce's `librdmacm.so.1`
 //! (`crates/ffi-rdmacm`) carries rdma-core 44's public names and versions and forwards each
 //! call here (docs/ARCHITECTURE.md, "librdmacm", says why).
 //!
