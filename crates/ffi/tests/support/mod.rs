@@ -4,6 +4,7 @@
 use std::net::{Ipv4Addr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use uroce_testkit::{run, skip, Output, TempFile};
@@ -24,10 +25,18 @@ pub fn built_library() -> PathBuf {
 /// A fresh directory holding the library as `libibverbs.so.1`, removed on drop.
 pub struct LibDir(pub PathBuf);
 
+/// Numbers the [`LibDir`]s of this process.
+static LIB_DIRS: AtomicU64 = AtomicU64::new(0);
+
 impl LibDir {
-    /// A directory named after `tag` and this process.
+    /// A directory named after `tag`, this process and a number unique in it: tests of one
+    /// binary run in parallel and several pass the same tag (e.g. the program name), and
+    /// one of them must never remove (on drop) or rewrite (on creation) the library that
+    /// another's programs are loading: the loader then falls back to the system's
+    /// libibverbs.so.1, which finds no device.
     pub fn new(tag: &str) -> LibDir {
-        let dir = std::env::temp_dir().join(format!("uroce-{tag}-{}", std::process::id()));
+        let n = LIB_DIRS.fetch_add(1, Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("uroce-{tag}-{}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("create temp dir");
         let lib = built_library();
