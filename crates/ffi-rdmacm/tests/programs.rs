@@ -129,7 +129,7 @@ fn assert_ok(test: &str, who: &str, o: &Output) {
 }
 
 fn addr(n: u8) -> Ipv4Addr {
-    Ipv4Addr::new(127, 0, 16, n)
+    Ipv4Addr::new(127, 0, 50, n)
 }
 
 #[test]

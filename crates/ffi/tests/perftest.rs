@@ -164,6 +164,23 @@ fn run_pair(
     client_rows
 }
 
+/// Tests of one binary run in parallel and several run the same program: each must get a
+/// library directory of its own. With one directory per program, one test's drop removed
+/// the library while another's client was starting, which then loaded the system's
+/// libibverbs.so.1 and printed "Did not detect devices" (and its server waited for it).
+#[test]
+fn library_directories_are_per_test() {
+    let a = LibDir::new("perftest-ib_send_lat");
+    let b = LibDir::new("perftest-ib_send_lat");
+    assert_ne!(a.0, b.0, "two tests share a library directory");
+    let kept = b.0.join("libibverbs.so.1");
+    drop(a);
+    assert!(
+        kept.exists(),
+        "dropping one directory removed another's library"
+    );
+}
+
 fn addr(n: u8) -> Ipv4Addr {
     Ipv4Addr::new(127, 0, 15, n)
 }
