@@ -147,6 +147,47 @@ fn library_directories_are_per_test() {
     );
 }
 
+/// A client that cannot find the device (here: no uroce library in its directory, so the
+/// system's libibverbs.so.1 loads) fails at once; its server, waiting for it in a TCP
+/// accept, is killed shortly after instead of at the end of its limit, and the failure
+/// names the client's error.
+#[test]
+fn client_failure_is_reported_without_waiting_for_the_server() {
+    let test = "perftest_client_failure";
+    let path = "/usr/bin/ib_send_lat";
+    if !have_program(test, path) {
+        return;
+    }
+    let dir = LibDir::new("perftest-client-failure");
+    let empty = LibDir::new("perftest-no-library");
+    std::fs::remove_file(empty.0.join("libibverbs.so.1")).expect("remove the copy");
+    let port = free_tcp_port();
+    let args: Vec<String> = ["-x", "0", "-n", "5", "-p", &port.to_string()]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let srv = debian_command(&dir, path, addr(43), &args);
+    let mut cargs = args.clone();
+    cargs.push(addr(43).to_string());
+    let cli = debian_command(&empty, path, addr(44), &cargs);
+    let start = std::time::Instant::now();
+    let Err(failed) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        run_server_client(test, srv, cli, port, LIMIT)
+    })) else {
+        panic!("the client cannot have succeeded");
+    };
+    let msg = failed.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(
+        start.elapsed() < Duration::from_secs(60),
+        "took {:?}: the server was left to its limit",
+        start.elapsed()
+    );
+    assert!(
+        msg.contains("Did not detect devices"),
+        "the client's error is not in the report: {msg}"
+    );
+}
+
 fn addr(n: u8) -> Ipv4Addr {
     Ipv4Addr::new(127, 0, 15, n)
 }
