@@ -46,7 +46,11 @@ impl LibDir {
             .parent()
             .expect("<target>/<profile>/deps")
             .to_path_buf();
-        let dir = std::env::temp_dir().join(format!("uroce-cm-{tag}-{}", std::process::id()));
+        // Unique per call: parallel tests may pass the same tag, and one must never remove
+        // or rewrite the libraries another's programs are loading.
+        static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("uroce-cm-{tag}-{}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("create temp dir");
         for (built, name) in [
@@ -128,7 +132,7 @@ fn assert_ok(test: &str, who: &str, o: &Output) {
 }
 
 fn addr(n: u8) -> Ipv4Addr {
-    Ipv4Addr::new(127, 0, 16, n)
+    Ipv4Addr::new(127, 0, 50, n)
 }
 
 #[test]

@@ -24,7 +24,7 @@ fn async_events_and_cancellable_waits() {
     let out = run_c_program(
         test,
         &exe,
-        Ipv4Addr::new(127, 0, 9, 5),
+        Ipv4Addr::new(127, 0, 53, 5),
         &[],
         Duration::from_secs(60),
     );
@@ -54,7 +54,7 @@ fn each_context_gets_its_own_events() {
     let out = run_c_program(
         test,
         &exe,
-        Ipv4Addr::new(127, 0, 33, 2),
+        Ipv4Addr::new(127, 0, 53, 2),
         &[],
         Duration::from_secs(60),
     );

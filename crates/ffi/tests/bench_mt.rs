@@ -29,10 +29,10 @@ fn mt_post_poll_completes_and_checks_data() {
         return;
     };
     for (op, addr) in [
-        ("send", Ipv4Addr::new(127, 0, 33, 3)),
-        ("write", Ipv4Addr::new(127, 0, 33, 4)),
-        ("wr_send", Ipv4Addr::new(127, 0, 33, 5)),
-        ("wr_write", Ipv4Addr::new(127, 0, 33, 6)),
+        ("send", Ipv4Addr::new(127, 0, 57, 3)),
+        ("write", Ipv4Addr::new(127, 0, 57, 4)),
+        ("wr_send", Ipv4Addr::new(127, 0, 57, 5)),
+        ("wr_write", Ipv4Addr::new(127, 0, 57, 6)),
     ] {
         let out = run_c_program(
             test,

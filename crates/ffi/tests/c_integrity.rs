@@ -7,7 +7,7 @@
 //! `ibv_poll_cq` go through `ibv_context.ops`). It is compiled here with `$CC` (else `cc`)
 //! and linked against the system's libibverbs, as any application would be; at run time
 //! `LD_LIBRARY_PATH` puts uroce's cdylib in its place. Two processes (server and client,
-//! one uroce device each on 127.0.11.x, connected like `ibv_rc_pingpong` over TCP) check,
+//! one uroce device each on 127.0.61.x, connected like `ibv_rc_pingpong` over TCP) check,
 //! in both directions, byte for byte: SENDs of 0, 1, MTU, MTU + 1 and 10000 bytes, a
 //! multi-SGE SEND, SEND_WITH_IMM and an INLINE SEND; RDMA WRITEs (odd offset, multi-packet,
 //! multi-SGE, unsignaled, inline), WRITE_WITH_IMM (also zero-length); RDMA READs (1 byte,
@@ -184,7 +184,7 @@ fn c_program_verifies_data_and_access_errors() {
     let Some(exe) = compile(TEST) else {
         return;
     };
-    let addrs = (Ipv4Addr::new(127, 0, 11, 2), Ipv4Addr::new(127, 0, 11, 1));
+    let addrs = (Ipv4Addr::new(127, 0, 61, 2), Ipv4Addr::new(127, 0, 11, 1));
     let (s, c) = run_pair(TEST, &exe, addrs, &[], None);
     let all: Vec<&str> = DATA_CHECKS.iter().chain(ERROR_CHECKS).copied().collect();
     assert_passes(TEST, "server", &s, &all, 1);
@@ -201,7 +201,7 @@ fn c_program_verifies_data_under_packet_faults() {
     // retries in a row, which these rates make vanishingly unlikely.
     const FAULTS: &str = "drop=0.02,dup=0.02,reorder=0.02,corrupt=0.005";
     let (fs, fc) = (format!("{FAULTS},seed=11"), format!("{FAULTS},seed=12"));
-    let addrs = (Ipv4Addr::new(127, 0, 11, 4), Ipv4Addr::new(127, 0, 11, 3));
+    let addrs = (Ipv4Addr::new(127, 0, 61, 4), Ipv4Addr::new(127, 0, 11, 3));
     let rounds = 3;
     let (s, c) = run_pair(
         TEST,

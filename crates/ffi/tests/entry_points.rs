@@ -15,7 +15,7 @@ use uroce_ffi::exports::*;
 use uroce_ffi::utility::{uroce_ibv_get_pkey_index, uroce_ibv_query_pkey};
 
 /// A loopback address no other test uses.
-const ADDR: Ipv4Addr = Ipv4Addr::new(127, 0, 6, 2);
+const ADDR: Ipv4Addr = Ipv4Addr::new(127, 0, 55, 2);
 
 fn errno() -> c_int {
     std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
@@ -43,12 +43,12 @@ fn entry_points_behave_like_rdma_core() {
     // SAFETY: plain call with a live device.
     assert_eq!(unsafe { uroce_ibv_get_device_index(dev) }, 0);
     // The GUID is big-endian: its first bytes in memory are those of the EUI-64,
-    // 00:00:7f:ff:fe:00:06:02 for 127.0.6.2 (pseudo-MAC 02:00:7f:00:06:02).
+    // 00:00:7f:ff:fe:00:37:02 for 127.0.55.2 (pseudo-MAC 02:00:7f:00:37:02).
     // SAFETY: plain call with a live device.
     let guid = unsafe { uroce_ibv_get_device_guid(dev) };
     assert_eq!(
         guid.to_ne_bytes(),
-        [0x00, 0x00, 0x7f, 0xff, 0xfe, 0x00, 0x06, 0x02]
+        [0x00, 0x00, 0x7f, 0xff, 0xfe, 0x00, 0x37, 0x02]
     );
 
     // Foreign device pointers are rejected without being dereferenced.
@@ -123,7 +123,7 @@ fn entry_points_behave_like_rdma_core() {
     let rc = unsafe { qp(c1, 2, attr.as_mut_ptr(), size_of::<ibv_port_attr>()) };
     assert_eq!(rc, libc::EINVAL);
 
-    // GIDs: entry 0 is ::ffff:127.0.6.2, entry 1 is empty, 1024 is out of range.
+    // GIDs: entry 0 is ::ffff:127.0.55.2, entry 1 is empty, 1024 is out of range.
     let mut gid = ibv_gid { raw: [0xee; 16] };
     // SAFETY: `gid` is writable; reading the raw bytes of a plain-bytes union.
     unsafe {

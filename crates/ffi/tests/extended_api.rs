@@ -25,7 +25,7 @@ use uroce_ffi::utility::uroce__ibv_query_gid_table;
 use uroce_ffi::verbs_api::*;
 
 /// A loopback address no other test uses.
-const ADDR: Ipv4Addr = Ipv4Addr::new(127, 0, 31, 2);
+const ADDR: Ipv4Addr = Ipv4Addr::new(127, 0, 52, 2);
 
 /// `IBV_DEVICE_RC_RNR_NAK_GEN` and `IBV_DEVICE_SYS_IMAGE_GUID` (verbs.h).
 const RNR_NAK_GEN: u32 = 1 << 12;
@@ -194,7 +194,7 @@ fn extended_api_and_argument_checks_behave_like_rdma_core() {
         ah_attr.port_num = 1;
         ah_attr.grh.hop_limit = 64;
         ah_attr.grh.flow_label = u32::MAX;
-        ah_attr.grh.dgid.raw = Ipv4Addr::new(127, 0, 31, 3).to_ipv6_mapped().octets();
+        ah_attr.grh.dgid.raw = Ipv4Addr::new(127, 0, 52, 3).to_ipv6_mapped().octets();
         let ah = uroce_ibv_create_ah(pd, &mut ah_attr);
         assert!(
             !ah.is_null(),

@@ -31,8 +31,6 @@ use support::{
 
 /// Per-process limit.
 const LIMIT: Duration = Duration::from_secs(120);
-/// Per-process limit of a UC run (which gets a second try, see `run_pair`).
-const UC_LIMIT: Duration = Duration::from_secs(45);
 
 /// The result rows of perftest's table: the lines after the `#bytes` header up to the
 /// closing dashes, split into words.
@@ -73,44 +71,12 @@ fn run_pair(
     common.push(port.to_string());
     common.extend(args.iter().map(|s| s.to_string()));
 
-    let unreliable = args.contains(&"UC");
-    let attempt = |common: &[String], port: u16, server: Ipv4Addr, client: Ipv4Addr| {
-        let srv_cmd = debian_command(&dir, &path, server, common);
-        let mut cargs = common.to_vec();
-        cargs.push(server.to_string());
-        let cli_cmd = debian_command(&dir, &path, client, &cargs);
-        let limit = if unreliable { UC_LIMIT } else { LIMIT };
-        let (srv, cli) = run_server_client(&test, srv_cmd, cli_cmd, port, limit);
-        assert_both_succeeded(&test, &srv, &cli);
-        (srv, cli)
-    };
-    // UC has no retransmission: one datagram lost on an overloaded host (all tests run at
-    // once on two cores) stalls perftest's loop for good. Such a run gets one more try
-    // on a fresh port, and the first failure is printed; two failures fail the test.
-    let (srv, cli) = if unreliable {
-        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            attempt(&common, port, server, client)
-        })) {
-            Ok(out) => out,
-            Err(_) => {
-                eprintln!("{test}: first UC run failed (above); trying once more");
-                let port2 = free_tcp_port();
-                let at = common.iter().position(|a| a == "-p").map(|i| i + 1);
-                let mut again = common.clone();
-                if let Some(i) = at {
-                    again[i] = port2.to_string();
-                }
-                // Fresh addresses too: nothing of the first pair can be in the way.
-                let moved = |a: Ipv4Addr| {
-                    let o = a.octets();
-                    Ipv4Addr::new(o[0], o[1], o[2].wrapping_add(100), o[3])
-                };
-                attempt(&again, port2, moved(server), moved(client))
-            }
-        }
-    } else {
-        attempt(&common, port, server, client)
-    };
+    let srv_cmd = debian_command(&dir, &path, server, &common);
+    let mut cargs = common.clone();
+    cargs.push(server.to_string());
+    let cli_cmd = debian_command(&dir, &path, client, &cargs);
+    let (srv, cli) = run_server_client(&test, srv_cmd, cli_cmd, port, LIMIT);
+    assert_both_succeeded(&test, &srv, &cli);
     let check = |side: &str, out: &str, sizes: &[u64]| -> Vec<Vec<String>> {
         let rows = rows(out);
         assert_eq!(
@@ -162,6 +128,64 @@ fn run_pair(
         check("server", &srv.stdout, server_sizes);
     }
     client_rows
+}
+
+/// Tests of one binary run in parallel and several run the same program: each must get a
+/// library directory of its own. With one directory per program, one test's drop removed
+/// the library while another's client was starting, which then loaded the system's
+/// libibverbs.so.1 and printed "Did not detect devices" (and its server waited for it).
+#[test]
+fn library_directories_are_per_test() {
+    let a = LibDir::new("perftest-ib_send_lat");
+    let b = LibDir::new("perftest-ib_send_lat");
+    assert_ne!(a.0, b.0, "two tests share a library directory");
+    let kept = b.0.join("libibverbs.so.1");
+    drop(a);
+    assert!(
+        kept.exists(),
+        "dropping one directory removed another's library"
+    );
+}
+
+/// A client that cannot find the device (here: no uroce library in its directory, so the
+/// system's libibverbs.so.1 loads) fails at once; its server, waiting for it in a TCP
+/// accept, is killed shortly after instead of at the end of its limit, and the failure
+/// names the client's error.
+#[test]
+fn client_failure_is_reported_without_waiting_for_the_server() {
+    let test = "perftest_client_failure";
+    let path = "/usr/bin/ib_send_lat";
+    if !have_program(test, path) {
+        return;
+    }
+    let dir = LibDir::new("perftest-client-failure");
+    let empty = LibDir::new("perftest-no-library");
+    std::fs::remove_file(empty.0.join("libibverbs.so.1")).expect("remove the copy");
+    let port = free_tcp_port();
+    let args: Vec<String> = ["-x", "0", "-n", "5", "-p", &port.to_string()]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let srv = debian_command(&dir, path, addr(43), &args);
+    let mut cargs = args.clone();
+    cargs.push(addr(43).to_string());
+    let cli = debian_command(&empty, path, addr(44), &cargs);
+    let start = std::time::Instant::now();
+    let Err(failed) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        run_server_client(test, srv, cli, port, LIMIT)
+    })) else {
+        panic!("the client cannot have succeeded");
+    };
+    let msg = failed.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(
+        start.elapsed() < Duration::from_secs(60),
+        "took {:?}: the server was left to its limit",
+        start.elapsed()
+    );
+    assert!(
+        msg.contains("Did not detect devices"),
+        "the client's error is not in the report: {msg}"
+    );
 }
 
 fn addr(n: u8) -> Ipv4Addr {
@@ -240,12 +264,12 @@ fn perftest_ud_send_bw() {
 
 #[test]
 fn perftest_uc_send_lat() {
-    // 100 iterations, not 500: this test stalled in full parallel runs (both sides
-    // waiting). The likely cause, not yet confirmed: a UC SEND that arrives before its
-    // receiver has re-posted a receive (the receiver preempted on a loaded host) is
-    // dropped, as UC requires, and perftest waits for it forever. Fewer iterations,
-    // fewer chances; see run_pair's retry.
-    run_pair("ib_send_lat", addr(23), addr(24), &["-c", "UC"], 100, &[2]);
+    // A ping-pong: one message in flight, and perftest keeps its receive queue full, so no
+    // SEND finds it empty and none overflows a socket buffer. The stalls once seen here
+    // under load were not lost datagrams: tests running the same program shared one
+    // library directory, and one test's cleanup removed the library while another's
+    // client was starting (see `library_directories_are_per_test`).
+    run_pair("ib_send_lat", addr(23), addr(24), &["-c", "UC"], 500, &[2]);
 }
 
 /// UC has neither retransmission nor flow control: a burst larger than the receiving UDP

@@ -1,6 +1,6 @@
 //! The unmodified Debian `ibv_rc_pingpong` (package ibverbs-utils) runs between two
 //! processes against uroce's cdylib presented as `libibverbs.so.1` through
-//! `LD_LIBRARY_PATH`: one uroce device on 127.0.7.x per process, the QP numbers, PSNs and
+//! `LD_LIBRARY_PATH`: one uroce device on 127.0.59.x per process, the QP numbers, PSNs and
 //! GIDs exchanged by the program itself over TCP, then `iters` round trips of `size` bytes
 //! over RC:
 //! - the defaults (4096 bytes, 1000 iterations) in busy-polling mode and in event mode
@@ -65,8 +65,8 @@ fn debian_rc_pingpong_busy_polling() {
     }
     run_pair(
         TEST,
-        Ipv4Addr::new(127, 0, 7, 2),
-        Ipv4Addr::new(127, 0, 7, 1),
+        Ipv4Addr::new(127, 0, 59, 2),
+        Ipv4Addr::new(127, 0, 59, 1),
         SIZE,
         ITERS,
         &[],
@@ -81,8 +81,8 @@ fn debian_rc_pingpong_event_mode() {
     }
     run_pair(
         TEST,
-        Ipv4Addr::new(127, 0, 7, 4),
-        Ipv4Addr::new(127, 0, 7, 3),
+        Ipv4Addr::new(127, 0, 59, 4),
+        Ipv4Addr::new(127, 0, 59, 3),
         SIZE,
         ITERS,
         &["-e"],
@@ -97,8 +97,8 @@ fn debian_rc_pingpong_one_byte_validated() {
     }
     run_pair(
         TEST,
-        Ipv4Addr::new(127, 0, 7, 6),
-        Ipv4Addr::new(127, 0, 7, 5),
+        Ipv4Addr::new(127, 0, 59, 6),
+        Ipv4Addr::new(127, 0, 59, 5),
         1,
         ITERS,
         &["-c"],
@@ -113,8 +113,8 @@ fn debian_rc_pingpong_4097_bytes_validated() {
     }
     run_pair(
         TEST,
-        Ipv4Addr::new(127, 0, 7, 8),
-        Ipv4Addr::new(127, 0, 7, 7),
+        Ipv4Addr::new(127, 0, 59, 8),
+        Ipv4Addr::new(127, 0, 59, 7),
         4097,
         ITERS,
         &["-c"],
@@ -129,8 +129,8 @@ fn debian_rc_pingpong_1_mib_validated() {
     }
     run_pair(
         TEST,
-        Ipv4Addr::new(127, 0, 7, 10),
-        Ipv4Addr::new(127, 0, 7, 9),
+        Ipv4Addr::new(127, 0, 59, 10),
+        Ipv4Addr::new(127, 0, 59, 9),
         1 << 20,
         100,
         &["-c"],
@@ -145,8 +145,8 @@ fn debian_rc_pingpong_1_mib_event_mode_validated() {
     }
     run_pair(
         TEST,
-        Ipv4Addr::new(127, 0, 7, 12),
-        Ipv4Addr::new(127, 0, 7, 11),
+        Ipv4Addr::new(127, 0, 59, 12),
+        Ipv4Addr::new(127, 0, 59, 11),
         1 << 20,
         20,
         &["-e", "-c"],
@@ -161,8 +161,8 @@ fn debian_rc_pingpong_10000_iterations_validated() {
     }
     run_pair(
         TEST,
-        Ipv4Addr::new(127, 0, 7, 14),
-        Ipv4Addr::new(127, 0, 7, 13),
+        Ipv4Addr::new(127, 0, 59, 14),
+        Ipv4Addr::new(127, 0, 59, 13),
         SIZE,
         10_000,
         &["-c"],

@@ -15,7 +15,7 @@ use support::{compile_c, debian_command, LibDir};
 use uroce_testkit::run;
 
 /// A loopback address no other test uses.
-const ADDR: Ipv4Addr = Ipv4Addr::new(127, 0, 41, 2);
+const ADDR: Ipv4Addr = Ipv4Addr::new(127, 0, 56, 2);
 
 /// (section, expected result, what its stderr line must contain).
 const SECTIONS: &[(&str, &str, &str)] = &[

@@ -1,6 +1,6 @@
 //! The unmodified Debian `ibv_srq_pingpong` (package ibverbs-utils) runs between two
 //! processes against uroce's cdylib presented as `libibverbs.so.1` through
-//! `LD_LIBRARY_PATH`: one uroce device on 127.0.8.x per process, several RC QPs per side
+//! `LD_LIBRARY_PATH`: one uroce device on 127.0.60.x per process, several RC QPs per side
 //! (16 by default, 8 with `-q 8`) that all take their receive WQEs from one shared
 //! receive queue (`ibv_create_srq`, the `post_srq_recv` slot, `ibv_create_qp` with
 //! `init_attr.srq`, `ibv_destroy_srq`), in busy-polling and event mode, and with a small
@@ -107,8 +107,8 @@ fn debian_srq_pingpong_default_qps() {
     }
     run_pair(
         TEST,
-        Ipv4Addr::new(127, 0, 8, 2),
-        Ipv4Addr::new(127, 0, 8, 1),
+        Ipv4Addr::new(127, 0, 60, 2),
+        Ipv4Addr::new(127, 0, 60, 1),
         DEFAULT_QPS,
         &[],
     );
@@ -122,8 +122,8 @@ fn debian_srq_pingpong_eight_qps_event_mode() {
     }
     run_pair(
         TEST,
-        Ipv4Addr::new(127, 0, 8, 4),
-        Ipv4Addr::new(127, 0, 8, 3),
+        Ipv4Addr::new(127, 0, 60, 4),
+        Ipv4Addr::new(127, 0, 60, 3),
         8,
         &["-q", "8", "-e"],
     );
@@ -139,8 +139,8 @@ fn debian_srq_pingpong_small_srq_runs_dry() {
     // remain, so the SRQ can be empty when a message arrives (RNR NAK, then a retry).
     run_pair(
         TEST,
-        Ipv4Addr::new(127, 0, 8, 6),
-        Ipv4Addr::new(127, 0, 8, 5),
+        Ipv4Addr::new(127, 0, 60, 6),
+        Ipv4Addr::new(127, 0, 60, 5),
         DEFAULT_QPS,
         &["-r", "16"],
     );

@@ -23,7 +23,7 @@ use uroce_ffi::exports::*;
 use uroce_ffi::verbs_api::*;
 
 /// A loopback address no other test uses.
-const ADDR: Ipv4Addr = Ipv4Addr::new(127, 0, 6, 3);
+const ADDR: Ipv4Addr = Ipv4Addr::new(127, 0, 54, 3);
 const LEN: usize = 4096;
 
 fn errno() -> c_int {
@@ -155,7 +155,7 @@ fn verbs_objects_and_data_path_behave_like_rdma_core() {
         ah_attr.is_global = 1;
         ah_attr.port_num = 1;
         ah_attr.grh.hop_limit = 64;
-        ah_attr.grh.dgid.raw = Ipv4Addr::new(127, 0, 9, 9).to_ipv6_mapped().octets();
+        ah_attr.grh.dgid.raw = Ipv4Addr::new(127, 0, 54, 9).to_ipv6_mapped().octets();
         let ah = uroce_ibv_create_ah(pd, &mut ah_attr);
         assert!(!ah.is_null(), "errno {}", errno());
         assert_eq!(((*ah).context, (*ah).pd), (ctx, pd));

@@ -1,5 +1,5 @@
 //! The `ibv_wr_*` API between two processes with a device each (`tests/c/wr_api_2dev.c`,
-//! 127.0.79.10 and 127.0.79.11, connection data over TCP on loopback): every RC opcode
+//! 127.0.58.10 and 127.0.58.11, connection data over TCP on loopback): every RC opcode
 //! in one `ibv_wr_start` … `ibv_wr_complete` list, checked on both sides (receive
 //! completions, bytes landed and the atomics' new values at the server; send
 //! completions, READ bytes and the atomics' old values at the client); a type 2 window
@@ -28,13 +28,13 @@ fn wr_api_between_two_devices() {
     let server = debian_command(
         &dir,
         &program,
-        Ipv4Addr::new(127, 0, 79, 10),
+        Ipv4Addr::new(127, 0, 58, 10),
         &[port.to_string()],
     );
     let client = debian_command(
         &dir,
         &program,
-        Ipv4Addr::new(127, 0, 79, 11),
+        Ipv4Addr::new(127, 0, 58, 11),
         &[port.to_string(), "client".to_string()],
     );
     let (s, c) = run_server_client(test, server, client, port, Duration::from_secs(60));

@@ -30,7 +30,7 @@ fn open_qp_second_context_receives() {
     let out = run_c_program(
         test,
         &exe,
-        Ipv4Addr::new(127, 0, 79, 3),
+        Ipv4Addr::new(127, 0, 51, 3),
         &[path],
         Duration::from_secs(60),
     );

@@ -489,7 +489,9 @@ impl Shared {
                 }
             }
         }
-        // 3. Timers.
+        // 3. Timers (the receive phase may have taken a while: what it brought counts
+        // before a deadline is judged, and the deadline against the clock now).
+        let now = self.now().max(now);
         let due: Vec<u32> = io
             .timers
             .iter()
@@ -588,10 +590,19 @@ impl Shared {
     }
 
     /// Sends what `qp` has to send (bounded); returns whether anything was sent.
+    ///
+    /// `now` (when the caller's step began) is not what the engines see: the retransmit
+    /// timer a request packet arms runs from its emission (IBA Vol 1 chapter 9, Local ACK
+    /// Timeout), and the receive phase of a step, or a thread preempted on a loaded host,
+    /// can put tens of milliseconds between the two. Each batch reads the clock afresh,
+    /// just before the packets are built and sent, so that a timer is never armed earlier
+    /// than its packet leaves (which would shorten the Local ACK Timeout and use up
+    /// `retry_cnt` early).
     fn transmit(&self, io: &mut Io, qp: &QpRef, now: Instant) -> bool {
         let mut sent = false;
         for round in 0..TX_ROUNDS {
             io.lens.clear();
+            let now = self.now().max(now);
             let t = qp.engine_transmit(now, &mut io.tx, MAX_PACKET, TX_BATCH, &mut io.lens);
             if t.packets == 0 {
                 break;

@@ -87,7 +87,7 @@ fn connect_params(from: IpAddr, to: IpAddr) -> ConnectParams {
 
 #[test]
 fn a_device_dropped_in_its_own_event_sink_still_sends_the_queued_mad() {
-    let (a_ip, b_ip) = (ip("127.0.217.1"), ip("127.0.217.2"));
+    let (a_ip, b_ip) = (ip("127.0.218.1"), ip("127.0.218.2"));
     let a = Arc::new(NetDevice::open(NetConfig::new(a_ip)).unwrap());
     let sink = Arc::new(DropsItself {
         dev: Mutex::new(None),
@@ -127,7 +127,7 @@ fn a_device_dropped_in_its_own_event_sink_still_sends_the_queued_mad() {
 fn a_command_s_mad_is_on_qp1_when_the_command_returns() {
     // Nobody needs to answer: the REQ only has to have been handed to QP1 (the CM thread,
     // woken by the command, has not necessarily run yet).
-    let (a_ip, b_ip) = (ip("127.0.217.3"), ip("127.0.217.4"));
+    let (a_ip, b_ip) = (ip("127.0.218.3"), ip("127.0.218.4"));
     let b = NetDevice::open(NetConfig::new(b_ip)).unwrap();
     let cm = b.cm().unwrap();
     // 4.096 µs × 2^20 ≈ 4.3 s before a retry could add to the count.

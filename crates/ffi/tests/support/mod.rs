@@ -4,6 +4,7 @@
 use std::net::{Ipv4Addr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use uroce_testkit::{run, skip, Output, TempFile};
@@ -24,10 +25,18 @@ pub fn built_library() -> PathBuf {
 /// A fresh directory holding the library as `libibverbs.so.1`, removed on drop.
 pub struct LibDir(pub PathBuf);
 
+/// Numbers the [`LibDir`]s of this process.
+static LIB_DIRS: AtomicU64 = AtomicU64::new(0);
+
 impl LibDir {
-    /// A directory named after `tag` and this process.
+    /// A directory named after `tag`, this process and a number unique in it: tests of one
+    /// binary run in parallel and several pass the same tag (e.g. the program name), and
+    /// one of them must never remove (on drop) or rewrite (on creation) the library that
+    /// another's programs are loading: the loader then falls back to the system's
+    /// libibverbs.so.1, which finds no device.
     pub fn new(tag: &str) -> LibDir {
-        let dir = std::env::temp_dir().join(format!("uroce-{tag}-{}", std::process::id()));
+        let n = LIB_DIRS.fetch_add(1, Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("uroce-{tag}-{}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("create temp dir");
         let lib = built_library();
@@ -165,9 +174,67 @@ pub fn compile_c_file(test: &str, path: &str, libs: &[&str]) -> Option<TempFile>
     }
 }
 
+/// How long the server may still run after its client failed: a server whose client
+/// never connected (e.g. it could not load the library) would otherwise wait for it until
+/// its whole limit and hide the client's error behind a timeout.
+const AFTER_CLIENT_FAILED: Duration = Duration::from_secs(10);
+
+/// `testkit::run` that also ends the program (killed) once `cancel` is set.
+fn run_cancellable(
+    mut cmd: Command,
+    limit: Duration,
+    cancel: &std::sync::atomic::AtomicBool,
+) -> Result<Output, String> {
+    let out_file = TempFile::new("stdout", "txt");
+    let err_file = TempFile::new("stderr", "txt");
+    let out = std::fs::File::create(out_file.path()).map_err(|e| e.to_string())?;
+    let err = std::fs::File::create(err_file.path()).map_err(|e| e.to_string())?;
+    let mut child = cmd
+        .stdin(std::process::Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .spawn()
+        .map_err(|e| format!("cannot start {:?}: {e}", cmd.get_program()))?;
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if Instant::now() >= deadline || cancel.load(Ordering::SeqCst) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                let why = if Instant::now() >= deadline {
+                    format!("ran longer than {limit:?}")
+                } else {
+                    format!("was still running {AFTER_CLIENT_FAILED:?} after its client failed")
+                };
+                let read = |p: &Path| {
+                    String::from_utf8_lossy(&std::fs::read(p).unwrap_or_default()).into_owned()
+                };
+                return Err(format!(
+                    "{:?} {why} and was killed; stdout:\n{}\nstderr:\n{}",
+                    cmd.get_program(),
+                    read(out_file.path()),
+                    read(err_file.path())
+                ));
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(10)),
+            Err(e) => return Err(format!("waiting for {:?}: {e}", cmd.get_program())),
+        }
+    };
+    let read =
+        |p: &Path| String::from_utf8_lossy(&std::fs::read(p).unwrap_or_default()).into_owned();
+    Ok(Output {
+        status,
+        stdout: read(out_file.path()),
+        stderr: read(err_file.path()),
+    })
+}
+
 /// Runs `server` (in a thread) until it listens on TCP `port`, then `client`, each
 /// bounded by `limit`; returns `(server, client)` outputs once both have ended. Panics
 /// (naming `test`) when the server never listens within 20 s or a program cannot run.
+/// When the client fails, the server gets [`AFTER_CLIENT_FAILED`] more and is then killed,
+/// and a server that did not end on its own is reported with the client's output.
 pub fn run_server_client(
     test: &str,
     server: Command,
@@ -176,7 +243,9 @@ pub fn run_server_client(
     limit: Duration,
 ) -> (Output, Output) {
     let start = Instant::now();
-    let server_thread = std::thread::spawn(move || run(server, limit));
+    let cancel = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let server_cancel = std::sync::Arc::clone(&cancel);
+    let server_thread = std::thread::spawn(move || run_cancellable(server, limit, &server_cancel));
     let wait_until = Instant::now() + Duration::from_secs(20);
     while !listening(port) {
         if server_thread.is_finished() {
@@ -189,17 +258,37 @@ pub fn run_server_client(
             };
             panic!("{test}: the server exited before it listened on TCP port {port}: {why}");
         }
-        assert!(
-            Instant::now() < wait_until,
-            "{test}: the server never listened on TCP port {port}"
-        );
+        if Instant::now() >= wait_until {
+            cancel.store(true, Ordering::SeqCst);
+            let _ = server_thread.join();
+            panic!("{test}: the server never listened on TCP port {port}");
+        }
         std::thread::sleep(Duration::from_millis(20));
     }
-    let client_out = run(client, limit).unwrap_or_else(|e| panic!("{test} client: {e}"));
-    let server_out = server_thread
-        .join()
-        .expect("server thread")
-        .unwrap_or_else(|e| panic!("{test} server: {e}"));
+    let client_out = run(client, limit);
+    let client_failed = !matches!(&client_out, Ok(o) if o.status.success());
+    if client_failed {
+        // Bounded: at most AFTER_CLIENT_FAILED in steps of 10 ms.
+        let until = Instant::now() + AFTER_CLIENT_FAILED;
+        while !server_thread.is_finished() && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        cancel.store(true, Ordering::SeqCst);
+    }
+    let server_out = server_thread.join().expect("server thread");
+    let client_out = client_out.unwrap_or_else(|e| match &server_out {
+        Ok(s) => panic!(
+            "{test} client: {e}\nserver stdout:\n{}\nserver stderr:\n{}",
+            s.stdout, s.stderr
+        ),
+        Err(s) => panic!("{test} client: {e}\nserver: {s}"),
+    });
+    let server_out = server_out.unwrap_or_else(|e| {
+        panic!(
+            "{test} server: {e}\nclient ({:?}) stdout:\n{}\nclient stderr:\n{}",
+            client_out.status, client_out.stdout, client_out.stderr
+        )
+    });
     eprintln!("{test}: both finished in {:?}", start.elapsed());
     (server_out, client_out)
 }
