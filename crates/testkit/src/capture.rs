@@ -47,11 +47,13 @@ impl LiveCapture {
         // A 64 MiB kernel buffer (`-B`, default 2 MiB): a capturer starved of CPU on a
         // loaded machine otherwise drops packets that the devices did send, and the tests
         // that compare the capture with the devices' counters fail for it.
-        cmd.args(["-i", interface, "-B", "64", "-f", filter, "-F", "pcap", "-w"])
-            .arg(file.path())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(err);
+        cmd.args([
+            "-i", interface, "-B", "64", "-f", filter, "-F", "pcap", "-w",
+        ])
+        .arg(file.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(err);
         let child = cmd
             .spawn()
             .map_err(|e| format!("cannot start {}: {e}", tshark()))?;
