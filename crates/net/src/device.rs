@@ -598,6 +598,22 @@ impl Shared {
     /// just before the packets are built and sent, so that a timer is never armed earlier
     /// than its packet leaves (which would shorten the Local ACK Timeout and use up
     /// `retry_cnt` early).
+    /// Transmits QP `qpn`'s output now (the caller holds the I/O lock) and arms its
+    /// timer, waking the progress thread only if it would sleep past the new deadline.
+    fn transmit_now(&self, io: &mut Io, qpn: u32, now: Instant) {
+        if let Some(qp) = self.ctx.lookup_qp(qpn) {
+            self.transmit(io, &qp, now);
+            if let Some(d) = qp.engine_poll_timeout() {
+                io.timers.insert(qpn, d);
+                if self.sleeping.load(Ordering::SeqCst)
+                    && d.as_nanos() < self.sleep_until.load(Ordering::SeqCst)
+                {
+                    self.wake();
+                }
+            }
+        }
+    }
+
     fn transmit(&self, io: &mut Io, qp: &QpRef, now: Instant) -> bool {
         let mut sent = false;
         for round in 0..TX_ROUNDS {
@@ -808,17 +824,16 @@ impl Transport for Hook {
         let guard = sh.io.try_lock();
         match guard {
             Ok(mut io) => {
-                if let Some(qp) = sh.ctx.lookup_qp(qpn) {
-                    sh.transmit(&mut io, &qp, now);
-                    if let Some(d) = qp.engine_poll_timeout() {
-                        io.timers.insert(qpn, d);
-                        // Wake the progress thread only if it would sleep past the new
-                        // deadline.
-                        if sh.sleeping.load(Ordering::SeqCst)
-                            && d.as_nanos() < sh.sleep_until.load(Ordering::SeqCst)
-                        {
-                            sh.wake();
-                        }
+                sh.transmit_now(&mut io, qpn, now);
+                // Output parked for this post leaves with it: the ACKs a poll deferred
+                // (above all an XRC target QP's, which is never the posting QP: its ACK
+                // would otherwise wait for a later step, up to the progress thread's
+                // sleep), and QPs rung during a burst.
+                if sh.has_ready.swap(false, Ordering::SeqCst) {
+                    sh.deferred_since.store(0, Ordering::Relaxed);
+                    let parked: Vec<u32> = lock(&sh.ready).drain(..).collect();
+                    for q in parked.into_iter().filter(|&q| q != qpn) {
+                        sh.transmit_now(&mut io, q, now);
                     }
                 }
             }
