@@ -16,51 +16,7 @@
 #include <time.h>
 #include <infiniband/verbs.h>
 
-#define FAIL(...) do { fprintf(stderr, "FAIL: " __VA_ARGS__); fprintf(stderr, "\n"); exit(1); } while (0)
-
-static double now(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec + t.tv_nsec / 1e9;
-}
-
-static void to_rts(struct ibv_qp *qp, uint32_t dqpn, union ibv_gid *gid, int rts)
-{
-	struct ibv_qp_attr a;
-	memset(&a, 0, sizeof a);
-	a.qp_state = IBV_QPS_INIT;
-	a.port_num = 1;
-	a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
-		FAIL("INIT");
-	memset(&a, 0, sizeof a);
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = dqpn;
-	a.rq_psn = 1;
-	a.max_dest_rd_atomic = 1;
-	a.min_rnr_timer = 12;
-	a.ah_attr.is_global = 1;
-	a.ah_attr.grh.dgid = *gid;
-	a.ah_attr.grh.hop_limit = 64;
-	a.ah_attr.port_num = 1;
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-			  IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-		FAIL("RTR");
-	if (!rts)
-		return;
-	memset(&a, 0, sizeof a);
-	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	a.sq_psn = 1;
-	a.max_rd_atomic = 1;
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-			  IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC))
-		FAIL("RTS");
-}
+#include "rc_loopback.h"
 
 static void *wait_async(void *arg)
 {
@@ -145,8 +101,8 @@ int main(void)
 		FAIL("expected -1/EAGAIN with nothing pending, errno %d", errno);
 	printf("PASS nonblocking_empty\n");
 
-	to_rts(a, b->qp_num, &gid, 1);
-	to_rts(b, a->qp_num, &gid, 0);
+	connect_rc(a, b->qp_num, &gid, 0, 1);
+	connect_rc(b, a->qp_num, &gid, 0, 0);
 	struct ibv_sge sge = { (uintptr_t)buf, 8, mr->lkey };
 	struct ibv_recv_wr rwr = { .wr_id = 2, .sg_list = &sge, .num_sge = 1 }, *bad_r;
 	if (ibv_post_recv(b, &rwr, &bad_r))

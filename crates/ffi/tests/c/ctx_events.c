@@ -15,7 +15,7 @@
 #include <time.h>
 #include <infiniband/verbs.h>
 
-#define FAIL(...) do { fprintf(stderr, "FAIL: " __VA_ARGS__); fprintf(stderr, "\n"); exit(1); } while (0)
+#include "rc_loopback.h"
 
 struct side {
 	struct ibv_context *ctx;
@@ -24,42 +24,6 @@ struct side {
 	struct ibv_mr *mr;
 	char buf[64];
 };
-
-static void modify(struct ibv_qp *qp, uint32_t dqpn, union ibv_gid *gid, int rts)
-{
-	struct ibv_qp_attr a;
-	memset(&a, 0, sizeof a);
-	a.qp_state = IBV_QPS_INIT;
-	a.port_num = 1;
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
-		FAIL("INIT");
-	memset(&a, 0, sizeof a);
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = dqpn;
-	a.rq_psn = 1;
-	a.max_dest_rd_atomic = 1;
-	a.min_rnr_timer = 12;
-	a.ah_attr.is_global = 1;
-	a.ah_attr.grh.dgid = *gid;
-	a.ah_attr.grh.hop_limit = 64;
-	a.ah_attr.port_num = 1;
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-			  IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-		FAIL("RTR");
-	if (!rts)
-		return;
-	memset(&a, 0, sizeof a);
-	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 14;
-	a.retry_cnt = 7;
-	a.rnr_retry = 7;
-	a.sq_psn = 1;
-	a.max_rd_atomic = 1;
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-			  IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC))
-		FAIL("RTS");
-}
 
 static struct ibv_qp *qp_of(struct side *s)
 {
@@ -89,8 +53,8 @@ static int readable(int fd, int ms)
 static void check(const char *name, struct side *snd, struct ibv_qp *from, struct side *rcv,
 		  struct ibv_qp *to, union ibv_gid *gid)
 {
-	modify(from, to->qp_num, gid, 1);
-	modify(to, from->qp_num, gid, 0);
+	connect_rc(from, to->qp_num, gid, 0, 1);
+	connect_rc(to, from->qp_num, gid, 0, 0);
 	struct ibv_sge rsge = { (uintptr_t)rcv->buf, 8, rcv->mr->lkey };
 	struct ibv_recv_wr rwr = { .wr_id = 2, .sg_list = &rsge, .num_sge = 1 }, *bad_r;
 	if (ibv_post_recv(to, &rwr, &bad_r))
