@@ -76,7 +76,7 @@ pub const BUSY_POLL_GRACE: Duration = Duration::from_micros(500);
 /// How long a polling application's steps leave output deferred by an earlier step
 /// before sending it themselves (it usually leaves with the application's next post).
 const ACK_DEFER_NANOS: u64 = 20_000;
-/// A post less than this after the previous one is part of a burst (see `Hook::ring`).
+/// A post less than this after the previous one is part of a burst (see `DeviceTransport::ring`).
 const BURST_GAP_NANOS: u64 = 5_000;
 /// How long after an application's busy polling expires the progress thread looks again
 /// (a margin against waking a little too early and sleeping another round).
@@ -278,7 +278,7 @@ fn add_rc(sum: &mut EngineCounters, c: &EngineCounters) {
 }
 
 /// What the progress lock protects.
-struct Io {
+struct ProgressState {
     sock: RoceSocket,
     rx: RecvBatch,
     tx: Vec<u8>,
@@ -302,11 +302,11 @@ struct GroupSock {
     sock: RoceSocket,
 }
 
-struct Shared {
+struct DeviceCore {
     ctx: Context,
     port: u16,
     epoch: std::time::Instant,
-    io: Mutex<Io>,
+    io: Mutex<ProgressState>,
     ready: Mutex<Vec<u32>>,
     has_ready: AtomicBool,
     doorbell: OwnedFd,
@@ -341,7 +341,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-impl Shared {
+impl DeviceCore {
     fn now(&self) -> Instant {
         Instant::from_nanos(u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX))
     }
@@ -378,7 +378,7 @@ impl Shared {
     /// ready list, so the application sees its completions one system call sooner, and
     /// the ACK leaves with the next step or together with the application's next post
     /// (in a ping-pong, in the same `sendmmsg` as the reply).
-    fn step(&self, io: &mut Io, defer_rx_output: bool) -> bool {
+    fn step(&self, io: &mut ProgressState, defer_rx_output: bool) -> bool {
         let now = self.now();
         let mut work = false;
         io.touched.clear();
@@ -424,17 +424,18 @@ impl Shared {
                 if let Some(id) = r.ident {
                     from.ipv4_id = id.identification;
                 }
-                let Some(delivered) = qp.engine_handle_packet(now, &from, &r.packet) else {
+                // The completions the packet produced are already on their CQs (the
+                // verbs layer pushed them); only a QP without engine matters here.
+                if qp.engine_handle_packet(now, &from, &r.packet).is_none() {
                     self.no_engine.fetch_add(1, Ordering::Relaxed);
                     continue;
-                };
+                }
                 if !io.touched.contains(&qpn) {
                     io.touched.push(qpn);
                 }
                 // A SEND or WRITE this QP answered: its output is an ACK, which may wait
                 // for the application's next post (see below). READ and atomic
                 // responses, and what ACKs unblock (the requester's window), never wait.
-                let _ = delivered;
                 let acked_request = opcode::info(r.packet.bth.opcode).is_some_and(|i| {
                     i.is_request && matches!(i.operation, Operation::Send | Operation::RdmaWrite)
                 });
@@ -519,9 +520,9 @@ impl Shared {
     /// DestQP 0xFFFFFF to every QP attached to the group (IBA 10.5; see [`crate::mcast`]),
     /// the group's address as the arrival's local address. Returns whether anything was
     /// received.
-    fn receive_groups(&self, io: &mut Io, now: Instant) -> bool {
+    fn receive_groups(&self, io: &mut ProgressState, now: Instant) -> bool {
         let mut work = false;
-        let Io {
+        let ProgressState {
             groups,
             rx,
             touched,
@@ -569,7 +570,7 @@ impl Shared {
     }
 
     /// Transmits for each QP in `qpns` and records its next deadline.
-    fn transmit_all(&self, io: &mut Io, qpns: &[u32], now: Instant) -> bool {
+    fn transmit_all(&self, io: &mut ProgressState, qpns: &[u32], now: Instant) -> bool {
         let mut work = false;
         for &qpn in qpns {
             if let Some(qp) = self.ctx.lookup_qp(qpn) {
@@ -600,7 +601,7 @@ impl Shared {
     /// `retry_cnt` early).
     /// Transmits QP `qpn`'s output now (the caller holds the I/O lock) and arms its
     /// timer, waking the progress thread only if it would sleep past the new deadline.
-    fn transmit_now(&self, io: &mut Io, qpn: u32, now: Instant) {
+    fn transmit_now(&self, io: &mut ProgressState, qpn: u32, now: Instant) {
         if let Some(qp) = self.ctx.lookup_qp(qpn) {
             self.transmit(io, &qp, now);
             if let Some(d) = qp.engine_poll_timeout() {
@@ -614,7 +615,7 @@ impl Shared {
         }
     }
 
-    fn transmit(&self, io: &mut Io, qp: &QpRef, now: Instant) -> bool {
+    fn transmit(&self, io: &mut ProgressState, qp: &QpRef, now: Instant) -> bool {
         let mut sent = false;
         for round in 0..TX_ROUNDS {
             io.lens.clear();
@@ -624,7 +625,7 @@ impl Shared {
                 break;
             }
             sent = true;
-            let Io { sock, tx, lens, .. } = io;
+            let ProgressState { sock, tx, lens, .. } = io;
             send_runs(sock, self.port, tx, lens);
             if !t.limited {
                 break;
@@ -637,7 +638,7 @@ impl Shared {
         sent
     }
 
-    fn next_deadline(&self, io: &Io) -> Option<Instant> {
+    fn next_deadline(&self, io: &ProgressState) -> Option<Instant> {
         io.timers.values().min().copied()
     }
 }
@@ -796,9 +797,9 @@ fn send_train_all(sock: &mut RoceSocket, dst: SocketAddr, run: &mut [u8], seg_le
 
 /// The transport hook installed on the context; weak, so the context does not keep the
 /// device alive.
-struct Hook(Weak<Shared>);
+struct DeviceTransport(Weak<DeviceCore>);
 
-impl Transport for Hook {
+impl Transport for DeviceTransport {
     fn ring(&self, qpn: u32) {
         let Some(sh) = self.0.upgrade() else {
             return;
@@ -911,7 +912,7 @@ pub struct NetDevice {
     cm: std::sync::OnceLock<Arc<CmService>>,
     cm_thread: Mutex<Option<JoinHandle<()>>>,
     progress_thread: bool,
-    shared: Arc<Shared>,
+    shared: Arc<DeviceCore>,
     thread: Option<JoinHandle<()>>,
     local: SocketAddr,
 }
@@ -953,11 +954,11 @@ impl NetDevice {
         let ctx = Context::open(&device).map_err(|e| NetError::Device(e.to_string()))?;
         let doorbell = eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)
             .map_err(|e| NetError::Io(std::io::Error::from(e)))?;
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(DeviceCore {
             ctx,
             port: cfg.port,
             epoch: std::time::Instant::now(),
-            io: Mutex::new(Io {
+            io: Mutex::new(ProgressState {
                 sock,
                 rx: RecvBatch::default(),
                 tx: vec![0; MAX_PACKET * TX_BATCH],
@@ -984,8 +985,8 @@ impl NetDevice {
             icrc: cfg.icrc,
             mcast_dropped: AtomicU64::new(0),
         });
-        let hook: Arc<dyn Transport> = Arc::new(Hook(Arc::downgrade(&shared)));
-        if shared.ctx.set_transport(hook).is_err() {
+        let transport: Arc<dyn Transport> = Arc::new(DeviceTransport(Arc::downgrade(&shared)));
+        if shared.ctx.set_transport(transport).is_err() {
             return Err(NetError::Device(
                 "the context already has a transport".to_owned(),
             ));
@@ -1200,7 +1201,7 @@ impl Drop for NetDevice {
     }
 }
 
-fn progress_thread(sh: &Shared) {
+fn progress_thread(sh: &DeviceCore) {
     let mut buf = [0u8; 8];
     let mut last_work = sh.now();
     // The last known timer deadline, and whether the last wake-up was only to see whether
