@@ -655,7 +655,8 @@ impl RcQp {
     /// Emits the next packet (BTH..ICRC with the 4 ICRC bytes zero: the I/O layer seals it)
     /// into `buf`, returns its length; `None` when nothing is ready. `buf` must hold at
     /// least 4096 + 64 bytes (a smaller one makes packets that do not fit wait). Packet
-    /// order: responses/ACKs first, then requests.
+    /// order: responses/ACKs first, then requests, except that a lone positive ACK lets
+    /// one request message go first ([`Responder::ack_may_wait`]).
     pub fn poll_transmit(
         &mut self,
         now: Instant,
@@ -672,8 +673,28 @@ impl RcQp {
             }
             QpState::Rtr => self.responder_poll(env, buf),
             QpState::Rts | QpState::Sqd => {
+                // The WQE at `send_idx` has started only while its message is partly sent.
+                let mid_message = self
+                    .req
+                    .sq
+                    .get(self.req.send_idx)
+                    .is_some_and(|w| w.started);
+                if self.resp.ack_may_wait(mid_message) {
+                    if let Some(n) = self.requester_poll(now, env, buf) {
+                        self.resp.ack_waited = true;
+                        self.counters.packets_sent += 1;
+                        return Some(n);
+                    }
+                    if !matches!(self.state, QpState::Rts | QpState::Sqd) {
+                        // A local operation failed: the QP is in ERR.
+                        return None;
+                    }
+                }
                 match self.responder_poll(env, buf) {
-                    Some(n) => Some(n),
+                    Some(n) => {
+                        self.resp.ack_waited = false;
+                        Some(n)
+                    }
                     // A responder error moves the QP to ERR: no requests after that.
                     None if matches!(self.state, QpState::Rts | QpState::Sqd) => {
                         self.requester_poll(now, env, buf)

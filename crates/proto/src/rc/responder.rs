@@ -126,6 +126,9 @@ pub(super) struct Responder {
     /// XRC target: the SRQ named by the message in progress (or the last one executed);
     /// its receive completions go to that SRQ's CQ.
     pub xrc_srqn: u32,
+    /// A request message went ahead of the plain ACK at the head of `out` (see
+    /// [`Responder::ack_may_wait`]): the ACK goes when that message's last packet is out.
+    pub ack_waited: bool,
 }
 
 impl Responder {
@@ -143,7 +146,33 @@ impl Responder {
             out: VecDeque::new(),
             out_cap: usize::from(cfg.max_dest_rd_atomic) + OUT_SLACK,
             drain_in_err: false,
+            ack_waited: false,
         }
+    }
+
+    /// Whether the only output is a positive ACK, which lets one request message go first
+    /// (`mid_message`: the requester has sent part of a message). In a ping-pong the
+    /// application's reply and the ACK of the request it answers leave in the same
+    /// transmit batch. Reply first: a busy-polling peer that completes its request when
+    /// the ACK arrives and then stops calling in (it spins on memory for the reply's RDMA
+    /// WRITE, as `ib_write_lat` does) has the reply already; with the ACK first, a step
+    /// that read the ACK alone left the reply unread until the peer's progress thread
+    /// came by (hundreds of microseconds). A one-packet reply and the ACK, equal in length
+    /// or the ACK shorter, also form one segmentation-offload train: one datagram
+    /// through the kernel. The ACK waits for one message at most (whose packets the
+    /// requester's window bounds); NAKs and READ and atomic responses never wait. The two
+    /// directions of a connection have separate PSN sequences (IBA Vol 1 §9.7), so the
+    /// order between a request and an ACK means nothing to the peer.
+    pub fn ack_may_wait(&self, mid_message: bool) -> bool {
+        (!self.ack_waited || mid_message)
+            && self.out.len() == 1
+            && matches!(
+                self.out.front(),
+                Some(RespOut::Ack {
+                    syndrome: Syndrome::Ack { .. },
+                    ..
+                })
+            )
     }
 
     /// Takes the receive WQE of the SEND in progress, if any.

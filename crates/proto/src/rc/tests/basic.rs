@@ -721,3 +721,133 @@ fn one_gibibyte_write_and_read() {
     assert_eq!(p.a.counters().packets_sent, 262_144 + 1);
     assert_eq!(p.b.counters().read_responses_sent, 262_144);
 }
+
+/// The opcodes `side` sent, after the first `skip` packets.
+fn opcodes_from(p: &Pair<TestMem>, side: Side, skip: usize) -> Vec<u8> {
+    p.sent(side).iter().skip(skip).map(|s| s.opcode).collect()
+}
+
+#[test]
+fn a_lone_ack_follows_the_request_message_posted_with_it() {
+    // A ping-pong: B answers A's RDMA WRITE with a 3-packet WRITE of its own while the ACK
+    // of A's WRITE is still queued. The reply goes first, all of it, then the ACK: a peer
+    // that stops calling in once its request completes has the reply by then.
+    let mut p = Pair::new();
+    p.mem_a.add(1, 0x1000, 4096, ALL);
+    p.mem_b.add(2, 0x8000, 4096, ALL);
+    p.mem_a.put(1, 0x1000, &bytes(3, 600));
+    p.mem_b.put(2, 0x8000, &bytes(4, 600));
+    p.a.post_send(rdma(
+        1,
+        SendOpcode::RdmaWrite,
+        vec![sge(0x1000, 8, 1)],
+        0x8800,
+        2,
+    ))
+    .unwrap();
+    assert!(p.round(), "A's WRITE went to B");
+    assert!(p.sent(Side::B).is_empty(), "B has sent nothing yet");
+    p.b.post_send(rdma(
+        2,
+        SendOpcode::RdmaWrite,
+        vec![sge(0x8000, 600, 2)],
+        0x1800,
+        1,
+    ))
+    .unwrap();
+    p.round();
+    assert_eq!(
+        opcodes_from(&p, Side::B, 0),
+        [
+            op::RC_RDMA_WRITE_FIRST,
+            op::RC_RDMA_WRITE_MIDDLE,
+            op::RC_RDMA_WRITE_LAST,
+            op::RC_ACKNOWLEDGE
+        ]
+    );
+    p.run();
+    assert_eq!(p.mem_b.get(2, 0x8800, 8), bytes(3, 8));
+    assert_eq!(p.mem_a.get(1, 0x1800, 600), bytes(4, 600));
+    let a: Vec<_> = p
+        .completions(Side::A)
+        .iter()
+        .map(|(_, c)| c.status)
+        .collect();
+    assert_eq!(a, [WcStatus::Success], "A's WRITE completed");
+    let b: Vec<_> = p
+        .completions(Side::B)
+        .iter()
+        .map(|(_, c)| c.status)
+        .collect();
+    assert_eq!(b, [WcStatus::Success], "B's WRITE completed");
+}
+
+#[test]
+fn an_ack_waits_for_one_message_only_and_read_responses_never_wait() {
+    let mut p = Pair::new();
+    p.mem_a.add(1, 0x1000, 4096, ALL);
+    p.mem_b.add(2, 0x8000, 4096, ALL);
+    p.a.post_send(rdma(
+        1,
+        SendOpcode::RdmaWrite,
+        vec![sge(0x1000, 8, 1)],
+        0x8800,
+        2,
+    ))
+    .unwrap();
+    p.round();
+    // Two 2-packet messages: the ACK goes between them.
+    for id in [2, 3] {
+        p.b.post_send(rdma(
+            id,
+            SendOpcode::RdmaWrite,
+            vec![sge(0x8000, 300, 2)],
+            0x1800,
+            1,
+        ))
+        .unwrap();
+    }
+    p.round();
+    assert_eq!(
+        opcodes_from(&p, Side::B, 0),
+        [
+            op::RC_RDMA_WRITE_FIRST,
+            op::RC_RDMA_WRITE_LAST,
+            op::RC_ACKNOWLEDGE,
+            op::RC_RDMA_WRITE_FIRST,
+            op::RC_RDMA_WRITE_LAST,
+        ]
+    );
+    p.run();
+    let sent_before = p.sent(Side::B).len();
+    // A READ response is not a plain ACK: it goes before B's next request.
+    p.a.post_send(rdma(
+        4,
+        SendOpcode::RdmaRead,
+        vec![sge(0x1000, 8, 1)],
+        0x8000,
+        2,
+    ))
+    .unwrap();
+    p.round();
+    p.b.post_send(rdma(
+        5,
+        SendOpcode::RdmaWrite,
+        vec![sge(0x8000, 8, 2)],
+        0x1800,
+        1,
+    ))
+    .unwrap();
+    p.round();
+    assert_eq!(
+        opcodes_from(&p, Side::B, sent_before),
+        [op::RC_RDMA_READ_RESPONSE_ONLY, op::RC_RDMA_WRITE_ONLY]
+    );
+    p.run();
+    let b: Vec<_> = p
+        .completions(Side::B)
+        .iter()
+        .map(|(_, c)| c.status)
+        .collect();
+    assert_eq!(b, [WcStatus::Success; 3]);
+}
