@@ -12,12 +12,20 @@
 //! context by address, so that a pointer the application hands back is only dereferenced
 //! when uroce handed it out and it was not closed yet.
 //!
-//! Everything here is safe Rust except [`Registry::open`] and [`Registry::close`], which
-//! create and free the context allocations.
+//! Device files: each `ibv_open_device` also opens a *device file*, uroce's stand-in for
+//! the kernel's uverbs file, whose `cmd_fd` is a sealed memfd naming it (see
+//! [`crate::import`]). `ibv_import_device` on a descriptor of that memfd opens another
+//! context of the same device file; the PDs and MRs of a device file can be imported by
+//! handle through any of its contexts.
+//!
+//! Everything here is safe Rust except `new_context`, [`Registry::import`] and
+//! [`Registry::close`], which create and free the context allocations and take over an
+//! imported `cmd_fd`.
 
 use std::collections::HashMap;
 use std::ffi::c_char;
-use std::sync::atomic::{AtomicPtr, Ordering};
+use std::os::fd::{AsRawFd as _, OwnedFd};
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError, Weak};
 
 use uroce_net::{NetConfig, NetDevice};
@@ -105,7 +113,16 @@ struct Ctx {
     raw: AtomicPtr<verbs_context>,
     /// The shared network device this context uses.
     net: Arc<NetDevice>,
+    /// The device file the context belongs to (see [`crate::import`]): the one its
+    /// `ibv_open_device` opened, or the one of the descriptor it was imported from.
+    file: u64,
+    /// `cmd_fd`, owned by the context (closed with it, as rdma-core closes its `cmd_fd`).
+    cmd: OwnedFd,
 }
+
+/// The next device file id: process-wide, never reused (a child made by `fork` continues
+/// the parent's sequence, so its files never take the ids of the parent's it inherited).
+static NEXT_FILE: AtomicU64 = AtomicU64::new(1);
 
 /// All state of the exported functions.
 #[derive(Default)]
@@ -219,6 +236,92 @@ fn make_device(cfg: &NetConfig) -> ibv_device {
     d
 }
 
+/// Makes and registers a context of device file `file` on `net`, whose `cmd_fd` is `cmd`;
+/// on failure `cmd` is handed back with the error.
+fn new_context(
+    st: &mut State,
+    dev: *mut ibv_device,
+    net: Arc<NetDevice>,
+    file: u64,
+    cmd: OwnedFd,
+) -> Result<*mut ibv_context, (FfiError, OwnedFd)> {
+    // SAFETY: verbs_context consists of integers, raw pointers, `Option<extern fn>`
+    // (NULL is `None`) and an `ibv_context` of the same kinds plus a glibc
+    // `pthread_mutex_t`, whose all-zero bytes are `PTHREAD_MUTEX_INITIALIZER`; every
+    // field is therefore valid when zeroed.
+    let mut vctx: Box<verbs_context> = unsafe { Box::new(std::mem::zeroed()) };
+    vctx.query_port = Some(crate::exports::vctx_query_port);
+    vctx.query_device_ex = crate::device_ex::vctx_query_device_ex as *const std::ffi::c_void;
+    vctx.create_cq_ex = crate::cq_ex::vctx_create_cq_ex as *const std::ffi::c_void;
+    vctx.alloc_td = crate::parent_domain::vctx_alloc_td as *const std::ffi::c_void;
+    vctx.dealloc_td = crate::parent_domain::vctx_dealloc_td as *const std::ffi::c_void;
+    vctx.alloc_parent_domain =
+        crate::parent_domain::vctx_alloc_parent_domain as *const std::ffi::c_void;
+    vctx.query_rt_values = crate::parent_domain::vctx_query_rt_values as *const std::ffi::c_void;
+    vctx.context.ops.poll_cq = Some(crate::verbs_api::ops_poll_cq);
+    vctx.context.ops.req_notify_cq = Some(crate::verbs_api::ops_req_notify_cq);
+    vctx.context.ops.post_send = Some(crate::verbs_api::ops_post_send);
+    vctx.context.ops.post_recv = Some(crate::verbs_api::ops_post_recv);
+    vctx.context.ops.post_srq_recv = Some(crate::verbs_api::ops_post_srq_recv);
+    vctx.context.ops.alloc_mw = Some(crate::mw::ops_alloc_mw);
+    vctx.context.ops.bind_mw = Some(crate::mw::ops_bind_mw);
+    vctx.context.ops.dealloc_mw = Some(crate::mw::ops_dealloc_mw);
+    vctx.open_xrcd = Some(crate::xrc::vctx_open_xrcd);
+    vctx.close_xrcd = Some(crate::xrc::vctx_close_xrcd);
+    vctx.create_srq_ex = Some(crate::xrc::vctx_create_srq_ex);
+    vctx.get_srq_num = Some(crate::xrc::vctx_get_srq_num);
+    vctx.create_qp_ex = Some(crate::xrc::vctx_create_qp_ex);
+    // The slot is untyped in the struct; the header casts it back to
+    // `struct ibv_qp *(*)(struct ibv_context *, struct ibv_qp_open_attr *)`.
+    let open_qp: unsafe extern "C" fn(*mut ibv_context, *mut ibv_qp_open_attr) -> *mut ibv_qp =
+        crate::xrc::vctx_open_qp;
+    vctx.open_qp = open_qp as *const std::ffi::c_void;
+    vctx.sz = std::mem::size_of::<verbs_context>();
+    vctx.context.device = dev;
+    // `cmd_fd` names the device file (see `crate::import`): a program duplicates it to
+    // import the context's device (`ibv_import_device`). `async_fd` is this context's own
+    // event queue (see `async_events`), set below.
+    vctx.context.cmd_fd = cmd.as_raw_fd();
+    vctx.context.async_fd = -1;
+    vctx.context.num_comp_vectors = NUM_COMP_VECTORS;
+    vctx.context.mutex = libc::PTHREAD_MUTEX_INITIALIZER;
+    vctx.context.abi_compat = VERBS_ABI_IS_EXTENDED;
+    if st.pump.is_none() {
+        match crate::async_events::Pump::start(Arc::downgrade(&net)) {
+            Ok(p) => st.pump = Some(p),
+            Err(e) => return Err((e, cmd)),
+        }
+    }
+    let raw = Box::into_raw(vctx);
+    // SAFETY: `raw` is the live allocation just made; taking a field address does not
+    // read anything.
+    let ctx = unsafe { &raw mut (*raw).context };
+    match crate::async_events::open_context(ctx) {
+        // SAFETY: `raw` is the live allocation just made, not shared yet.
+        Ok(fd) => unsafe { (*raw).context.async_fd = fd },
+        Err(e) => {
+            // SAFETY: `raw` came from `Box::into_raw` above and was never shared.
+            drop(unsafe { Box::from_raw(raw) });
+            if st.contexts.is_empty() {
+                if let Some(p) = st.pump.take() {
+                    p.stop();
+                }
+            }
+            return Err((e, cmd));
+        }
+    }
+    st.contexts.insert(
+        ctx as usize,
+        Ctx {
+            raw: AtomicPtr::new(raw),
+            net,
+            file,
+            cmd,
+        },
+    );
+    Ok(ctx)
+}
+
 impl Registry {
     /// The device pointer, creating the device from the environment on first use.
     ///
@@ -254,11 +357,12 @@ impl Registry {
         Self::guid(dev).map(|_| ())
     }
 
-    /// Opens a context on `dev`: returns the `ibv_context` handed to the application.
+    /// Opens a context on `dev`, with a device file of its own: returns the `ibv_context`
+    /// handed to the application.
     ///
     /// # Errors
     /// [`FfiError::BadHandle`] for a foreign device, [`FfiError::Open`] when the network
-    /// device cannot be opened.
+    /// device cannot be opened or the device file not made.
     pub fn open(dev: *mut ibv_device) -> Result<*mut ibv_context, FfiError> {
         let mut st = state();
         let cfg = match &st.dev {
@@ -283,85 +387,56 @@ impl Registry {
                 n
             }
         };
-        // SAFETY: verbs_context consists of integers, raw pointers, `Option<extern fn>`
-        // (NULL is `None`) and an `ibv_context` of the same kinds plus a glibc
-        // `pthread_mutex_t`, whose all-zero bytes are `PTHREAD_MUTEX_INITIALIZER`; every
-        // field is therefore valid when zeroed.
-        let mut vctx: Box<verbs_context> = unsafe { Box::new(std::mem::zeroed()) };
-        vctx.query_port = Some(crate::exports::vctx_query_port);
-        vctx.query_device_ex = crate::device_ex::vctx_query_device_ex as *const std::ffi::c_void;
-        vctx.create_cq_ex = crate::cq_ex::vctx_create_cq_ex as *const std::ffi::c_void;
-        vctx.alloc_td = crate::parent_domain::vctx_alloc_td as *const std::ffi::c_void;
-        vctx.dealloc_td = crate::parent_domain::vctx_dealloc_td as *const std::ffi::c_void;
-        vctx.alloc_parent_domain =
-            crate::parent_domain::vctx_alloc_parent_domain as *const std::ffi::c_void;
-        vctx.query_rt_values =
-            crate::parent_domain::vctx_query_rt_values as *const std::ffi::c_void;
-        vctx.context.ops.poll_cq = Some(crate::verbs_api::ops_poll_cq);
-        vctx.context.ops.req_notify_cq = Some(crate::verbs_api::ops_req_notify_cq);
-        vctx.context.ops.post_send = Some(crate::verbs_api::ops_post_send);
-        vctx.context.ops.post_recv = Some(crate::verbs_api::ops_post_recv);
-        vctx.context.ops.post_srq_recv = Some(crate::verbs_api::ops_post_srq_recv);
-        vctx.context.ops.alloc_mw = Some(crate::mw::ops_alloc_mw);
-        vctx.context.ops.bind_mw = Some(crate::mw::ops_bind_mw);
-        vctx.context.ops.dealloc_mw = Some(crate::mw::ops_dealloc_mw);
-        vctx.open_xrcd = Some(crate::xrc::vctx_open_xrcd);
-        vctx.close_xrcd = Some(crate::xrc::vctx_close_xrcd);
-        vctx.create_srq_ex = Some(crate::xrc::vctx_create_srq_ex);
-        vctx.get_srq_num = Some(crate::xrc::vctx_get_srq_num);
-        vctx.create_qp_ex = Some(crate::xrc::vctx_create_qp_ex);
-        // The slot is untyped in the struct; the header casts it back to
-        // `struct ibv_qp *(*)(struct ibv_context *, struct ibv_qp_open_attr *)`.
-        let open_qp: unsafe extern "C" fn(*mut ibv_context, *mut ibv_qp_open_attr) -> *mut ibv_qp =
-            crate::xrc::vctx_open_qp;
-        vctx.open_qp = open_qp as *const std::ffi::c_void;
-        vctx.sz = std::mem::size_of::<verbs_context>();
-        vctx.context.device = dev;
-        // `async_fd` is this context's own event queue and `cmd_fd` names the same
-        // descriptor; both are set below (see `async_events`).
-        vctx.context.cmd_fd = -1;
-        vctx.context.async_fd = -1;
-        vctx.context.num_comp_vectors = NUM_COMP_VECTORS;
-        vctx.context.mutex = libc::PTHREAD_MUTEX_INITIALIZER;
-        vctx.context.abi_compat = VERBS_ABI_IS_EXTENDED;
-        if st.pump.is_none() {
-            st.pump = Some(crate::async_events::Pump::start(Arc::downgrade(&net))?);
-        }
-        let raw = Box::into_raw(vctx);
-        // SAFETY: `raw` is the live allocation just made; taking a field address does not
-        // read anything.
-        let ctx = unsafe { &raw mut (*raw).context };
-        match crate::async_events::open_context(ctx) {
-            Ok(fd) => {
-                // uroce has no kernel command channel. `cmd_fd` names the context's event
-                // descriptor so that programs which duplicate it to import the device
-                // elsewhere (rdma-core's shared-PD test) get a valid descriptor, and then
-                // `EOPNOTSUPP` from `ibv_import_device`, instead of `EBADF` from `dup`.
-                // Nothing reads or writes it through `cmd_fd`; it is closed with the
-                // context, as `async_fd` is.
-                // SAFETY: `raw` is the live allocation just made, not shared yet.
-                unsafe {
-                    (*raw).context.async_fd = fd;
-                    (*raw).context.cmd_fd = fd;
-                }
-            }
-            Err(e) => {
-                // SAFETY: `raw` came from `Box::into_raw` above and was never shared.
-                drop(unsafe { Box::from_raw(raw) });
-                return Err(e);
-            }
-        }
-        st.contexts.insert(
-            ctx as usize,
-            Ctx {
-                raw: AtomicPtr::new(raw),
-                net,
-            },
-        );
-        Ok(ctx)
+        let file = NEXT_FILE.fetch_add(1, Ordering::Relaxed);
+        let cmd = crate::import::device_file(file)?;
+        // On failure the new memfd is closed (dropped with the error).
+        new_context(&mut st, dev, net, file, cmd).map_err(|(e, _)| e)
     }
 
-    /// Closes a context from [`Registry::open`]; the last one closes the network device.
+    /// `ibv_import_device(cmd_fd)`: a new context of the device file `cmd_fd` names,
+    /// owning `cmd_fd` from then on (closed with the context). On failure `cmd_fd` stays
+    /// the caller's. A `cmd_fd` that is the very descriptor another context owns (not a
+    /// duplicate of it, as the verbs documentation asks) is duplicated first, so that
+    /// each context closes a descriptor of its own.
+    ///
+    /// # Errors
+    /// [`FfiError::Invalid`] for a descriptor that is not a uroce device file, or whose
+    /// device file has no open context left in this process; [`FfiError::Unsupported`]
+    /// for a device file of another process (the objects it names are in that process).
+    pub fn import(cmd_fd: std::os::fd::RawFd) -> Result<*mut ibv_context, FfiError> {
+        let file = crate::import::read_device_file(cmd_fd)?;
+        let mut st = state();
+        let Some((dev, net)) = st.contexts.values().find(|c| c.file == file).map(|c| {
+            // SAFETY: a registered context's allocation is live while the registry lock
+            // is held; reading one field.
+            let dev = unsafe { (*c.raw.load(Ordering::Acquire)).context.device };
+            (dev, c.net.clone())
+        }) else {
+            return Err(FfiError::Invalid(
+                "ibv_import_device: no context of that device file is open any more",
+            ));
+        };
+        let shared = st.contexts.values().any(|c| c.cmd.as_raw_fd() == cmd_fd);
+        let cmd = if shared {
+            crate::import::dup_fd(cmd_fd)?
+        } else {
+            // SAFETY: the caller hands `cmd_fd` over (the contract of ibv_import_device:
+            // the new context owns it); it is an open descriptor (read above) that no
+            // other context owns (checked just now).
+            unsafe { std::os::fd::FromRawFd::from_raw_fd(cmd_fd) }
+        };
+        new_context(&mut st, dev, net, file, cmd).map_err(|(e, cmd)| {
+            if !shared {
+                // The caller's descriptor goes back to the caller, open.
+                let _ = std::os::fd::IntoRawFd::into_raw_fd(cmd);
+            }
+            e
+        })
+    }
+
+    /// Closes a context from [`Registry::open`] or [`Registry::import`] and its `cmd_fd`;
+    /// the last one closes the network device. The objects of its device file stay (other
+    /// contexts of the file may import and use them; see [`crate::import`]).
     ///
     /// # Errors
     /// [`FfiError::BadHandle`] when `ctx` is not a live uroce context.
@@ -380,7 +455,7 @@ impl Registry {
             }
         }
         let raw = entry.raw.load(Ordering::Acquire);
-        // SAFETY: `raw` came from `Box::into_raw` in `open` and was registered exactly once;
+        // SAFETY: `raw` came from `Box::into_raw` in `new_context` and was registered exactly once;
         // it has just been removed from the registry, so no other call can reach it and it
         // is freed exactly once.
         drop(unsafe { Box::from_raw(raw) });
@@ -388,6 +463,18 @@ impl Registry {
         // progress thread before another open could bind the same address.
         drop(entry.net);
         Ok(())
+    }
+
+    /// The device file of a live context (see [`crate::import`]).
+    ///
+    /// # Errors
+    /// [`FfiError::BadHandle`] when `ctx` is not a live uroce context.
+    pub fn file(ctx: *const ibv_context) -> Result<u64, FfiError> {
+        state()
+            .contexts
+            .get(&(ctx as usize))
+            .map(|c| c.file)
+            .ok_or(FfiError::BadHandle { what: "context" })
     }
 
     /// The network device behind a live context.

@@ -33,6 +33,8 @@
 //!   pointer on the data path without a lock (see `docs/ARCHITECTURE.md`, "The C object
 //!   model").
 //! * [`device`]: the process-wide registry of the device and open contexts.
+//! * [`import`]: shared contexts (`ibv_import_device`, `ibv_import_pd`, `ibv_import_mr`
+//!   and their `ibv_unimport_*`) within the process, by the context's device file.
 //! * [`sysfs`]: `ibv_get_sysfs_path`, the device's sysfs paths and net device, as `uroce
 //!   run` presents them.
 //! * [`objects`]: the registry of the objects handed out, and the conversions between the
@@ -52,6 +54,7 @@ pub mod device_ex;
 mod entry;
 pub mod exports;
 pub(crate) mod handle;
+pub mod import;
 pub mod marshall;
 pub mod mcast;
 pub mod mr_rereg;

@@ -30,6 +30,15 @@ pub const IBV_REREG_MR_ERR_INPUT: c_int = -1;
 /// more (only deregistered).
 pub const IBV_REREG_MR_ERR_CMD: c_int = -4;
 
+/// The MR object of a region at `addr` of `length` bytes.
+fn entry(mr: uroce_verbs::Mr, addr: *mut c_void, length: usize) -> MrEntry {
+    MrEntry {
+        mr,
+        addr: addr as usize,
+        length,
+    }
+}
+
 /// Reports `e`, sets `errno` and returns `code`.
 fn fail(code: c_int, e: &FfiError) -> c_int {
     report(e);
@@ -39,12 +48,14 @@ fn fail(code: c_int, e: &FfiError) -> c_int {
 
 /// `ibv_rereg_mr(mr, flags, pd, addr, length, access)`: 0, or `IBV_REREG_MR_ERR_INPUT`
 /// with `errno` `EINVAL` (unknown MR or PD, flags 0 or unknown bits, a NULL or empty new
-/// range, invalid access, a PD of another context; the MR is unchanged), or
-/// `IBV_REREG_MR_ERR_CMD` (`EBUSY`: an access to the old region did not finish within the
-/// destroy timeout, which leaves the region unpublished; `ENOMEM`: the new region could
-/// not be registered). On success `mr->pd`, `addr`, `length`, `lkey`, `rkey` describe the
-/// new region. The registry lock is held throughout, so other object calls wait for an
-/// in-flight access to the old region to finish.
+/// range, invalid access, a PD of another device file (see `crate::import`); the MR is
+/// unchanged), or `IBV_REREG_MR_ERR_CMD` (`EBUSY`: an access to the old region did not
+/// finish within the destroy timeout, which leaves the region unpublished; `ENOMEM`: the
+/// new region could not be registered). On success `mr->pd`, `addr`, `length`, `lkey`,
+/// `rkey` describe the new region; `mr->handle` stays (the same MR object; its other
+/// handles, from `ibv_import_mr`, keep the values they were made with, as with rdma-core).
+/// The registry lock is held throughout, so other object calls wait for an in-flight
+/// access to the old region to finish.
 ///
 /// # Safety
 /// With `IBV_REREG_MR_CHANGE_TRANSLATION`, `[addr, addr + length)` is application memory
@@ -68,15 +79,21 @@ pub unsafe extern "C" fn uroce_ibv_rereg_mr(
             return input("ibv_rereg_mr: CHANGE_TRANSLATION with a NULL address or length 0");
         }
         let mut objs = objects();
-        let Some(MrEntry { raw, mr: old }) = objs.mrs.remove(&(mr as usize)) else {
+        let Some((obj, raw)) = objs.mrs.get(&(mr as usize)).map(|h| (h.obj, h.raw.ptr())) else {
             return fail(IBV_REREG_MR_ERR_INPUT, &FfiError::BadHandle { what: "mr" });
         };
-        // SAFETY: `raw` is the registered, live ibv_mr allocated by uroce (just taken out of
-        // the registry, lock held); reading its fields.
-        let (old_pd, old_addr, old_length) = unsafe {
-            let m = &*raw.ptr();
-            (m.pd, m.addr, m.length)
+        let Some(MrEntry {
+            mr: old,
+            addr: prev_addr,
+            length: old_length,
+        }) = objs.mr_objs.remove(&obj)
+        else {
+            return fail(IBV_REREG_MR_ERR_INPUT, &FfiError::BadHandle { what: "mr" });
         };
+        let old_addr = prev_addr as *mut c_void;
+        // SAFETY: `raw` is the registered, live ibv_mr handle allocated by uroce (registry
+        // lock held); reading one field.
+        let old_pd = unsafe { (*raw).pd };
         let new_pd = if flags & IBV_REREG_MR_CHANGE_PD != 0 {
             pd
         } else {
@@ -96,6 +113,11 @@ pub unsafe extern "C" fn uroce_ibv_rereg_mr(
         // translation; the original ibv_reg_mr contract for the old range).
         let block = unsafe { MemBlock::from_raw(new_addr.cast(), new_length) };
         let checked = new_access.and_then(|a| {
+            if objs.pd_key(new_pd)?.0 != obj.0 {
+                return Err(FfiError::Invalid(
+                    "ibv_rereg_mr: the new PD belongs to another device file",
+                ));
+            }
             let p = objs.pd(new_pd)?;
             let b = block.map_err(|e| FfiError::Refused {
                 op: "ibv_rereg_mr",
@@ -107,8 +129,7 @@ pub unsafe extern "C" fn uroce_ibv_rereg_mr(
         let (pd_entry, block, new_access) = match checked {
             Ok(v) => v,
             Err(e) => {
-                objs.mrs
-                    .insert(raw.ptr() as usize, MrEntry { raw, mr: old });
+                objs.mr_objs.insert(obj, entry(old, old_addr, old_length));
                 return fail(IBV_REREG_MR_ERR_INPUT, &e);
             }
         };
@@ -120,41 +141,38 @@ pub unsafe extern "C" fn uroce_ibv_rereg_mr(
         match old.rereg(&pd_entry.pd, block, new_access, iova) {
             Ok(new) => {
                 // SAFETY: `raw` is uroce's live ibv_mr (registry lock held); the application
-                // only reads it.
+                // only reads it. The handle number stays (the MR object is the same).
                 unsafe {
-                    let m = &mut *raw.ptr();
+                    let m = &mut *raw;
                     m.pd = new_pd;
                     m.addr = new_addr;
                     m.length = new_length;
-                    m.handle = new.lkey();
                     m.lkey = new.lkey();
                     m.rkey = new.rkey();
                 }
-                objs.mrs
-                    .insert(raw.ptr() as usize, MrEntry { raw, mr: new });
+                objs.mr_objs.insert(obj, entry(new, new_addr, new_length));
                 0
             }
             Err(ReregMrError::Invalid(m, e)) => {
-                objs.mrs.insert(raw.ptr() as usize, MrEntry { raw, mr: m });
+                objs.mr_objs.insert(obj, entry(m, old_addr, old_length));
                 fail(
                     IBV_REREG_MR_ERR_INPUT,
                     &refused(libc::EINVAL, e.to_string()),
                 )
             }
             Err(ReregMrError::ForeignPd(m)) => {
-                objs.mrs.insert(raw.ptr() as usize, MrEntry { raw, mr: m });
+                objs.mr_objs.insert(obj, entry(m, old_addr, old_length));
                 let why = "the PD belongs to another context".to_string();
                 fail(IBV_REREG_MR_ERR_INPUT, &refused(libc::EINVAL, why))
             }
             Err(ReregMrError::Busy(m, e)) => {
-                objs.mrs.insert(raw.ptr() as usize, MrEntry { raw, mr: m });
+                objs.mr_objs.insert(obj, entry(m, old_addr, old_length));
                 fail(IBV_REREG_MR_ERR_CMD, &refused(libc::EBUSY, e.to_string()))
             }
             Err(other) => {
-                // The old region is gone and no new one exists: the ibv_mr is left
-                // allocated (never freed) so that the application's pointer stays
-                // readable; ibv_dereg_mr on it reports EINVAL.
-                std::mem::forget(raw);
+                // The old region is gone and no new one exists: the MR object is gone, its
+                // handles stay allocated (registered, naming nothing) so that the
+                // application's pointers stay readable; ibv_dereg_mr on one reports EINVAL.
                 fail(
                     IBV_REREG_MR_ERR_CMD,
                     &refused(libc::ENOMEM, other.to_string()),

@@ -59,11 +59,7 @@ fn bind_info(info: &ibv_mw_bind_info) -> Result<MwBindInfo, FfiError> {
         }
         0
     } else {
-        objects()
-            .mrs
-            .get(&(info.mr as usize))
-            .map(|e| e.mr.lkey())
-            .ok_or(FfiError::BadHandle { what: "mr" })?
+        objects().mr(info.mr).map(|e| e.mr.lkey())?
     };
     Ok(MwBindInfo {
         mr_lkey,
@@ -96,19 +92,18 @@ pub unsafe extern "C" fn ops_alloc_mw(pd: *mut ibv_pd, type_: ibv_mw_type) -> *m
                 IBV_MW_TYPE_2 => MwType::Type2,
                 _ => return Err(FfiError::Invalid("memory window type")),
             };
-            let (mw, pd_raw) = {
+            let (mw, ctx) = {
                 let objs = objects();
                 let entry = objs.pd(pd)?;
                 let mw = entry
                     .pd
                     .alloc_mw(mw_type)
                     .map_err(|e| refused("ibv_alloc_mw", libc::ENOMEM, e))?;
-                (mw, entry.raw.ptr())
+                // SAFETY: `pd` is a registered PD handle or parent domain (resolved above,
+                // registry lock held), allocated by uroce and alive; only its `context`
+                // field is read.
+                (mw, unsafe { (*pd).context })
             };
-            // SAFETY: `pd_raw` is the PD's own `ibv_pd`, allocated by uroce and alive (it
-            // was found in the registry; the application may not free it while allocating
-            // from it); only its `context` field is read.
-            let ctx = unsafe { (*pd_raw).context };
             let raw = CBox::new(ibv_mw {
                 context: ctx,
                 pd,

@@ -5,7 +5,12 @@
 //!
 //! PDs, MRs and channels are heap C structures (`CBox`) registered by address with the
 //! uroce object behind them; a pointer an application hands back is only dereferenced after
-//! it was found in the registry. QPs, CQs, SRQs and AHs live in handle containers (see
+//! it was found in the registry. A PD or MR is an object of its device file (see
+//! `crate::import`) that one or more C handles name: the `ibv_pd` / `ibv_mr` of its
+//! allocation and those of `ibv_import_pd` / `ibv_import_mr`, all with the object's
+//! handle number. `ibv_dealloc_pd` / `ibv_dereg_mr` through any handle destroys the object
+//! (the other handles then name nothing: refused with `EINVAL`), `ibv_unimport_*` frees
+//! one handle and leaves the object. QPs, CQs, SRQs and AHs live in handle containers (see
 //! `crate::handle`): the data path (`qp_ref`, `cq_ref`, `srq_ref`, a UD WR's AH)
 //! recovers them from the pointer without the registry lock, which stays for the control
 //! path (create/destroy, the CQ-id → handle map of completion events). The registry lock is
@@ -15,6 +20,7 @@
 use std::collections::HashMap;
 use std::io::Write as _;
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError};
 
 use uroce_net::NetDevice;
@@ -73,18 +79,38 @@ pub(crate) unsafe fn zeroed<T>() -> T {
     unsafe { std::mem::zeroed() }
 }
 
-/// A protection domain.
+/// What identifies a PD or MR object: its device file and its handle number (the `handle`
+/// field of every C handle of it, what `ibv_import_pd` / `ibv_import_mr` take).
+pub(crate) type ObjKey = (u64, u32);
+
+/// A protection domain object.
 pub(crate) struct PdEntry {
-    pub(crate) raw: CBox<ibv_pd>,
     pub(crate) pd: Pd,
     /// Keeps the network device (and its context) alive while the PD exists.
     pub(crate) net: Arc<NetDevice>,
 }
 
-/// A memory region.
+/// One `ibv_pd` handed out for a protection domain (by `ibv_alloc_pd` or
+/// `ibv_import_pd`).
+pub(crate) struct PdHandle {
+    pub(crate) raw: CBox<ibv_pd>,
+    /// The PD object it names (a key of `Objects::pd_objs`, absent once destroyed).
+    pub(crate) obj: ObjKey,
+}
+
+/// A memory region object.
 pub(crate) struct MrEntry {
-    pub(crate) raw: CBox<ibv_mr>,
     pub(crate) mr: Mr,
+    /// The application address and length of the region (what an imported handle shows).
+    pub(crate) addr: usize,
+    pub(crate) length: usize,
+}
+
+/// One `ibv_mr` handed out for a memory region (by `ibv_reg_mr*` or `ibv_import_mr`).
+pub(crate) struct MrHandle {
+    pub(crate) raw: CBox<ibv_mr>,
+    /// The MR object it names (a key of `Objects::mr_objs`, absent once destroyed).
+    pub(crate) obj: ObjKey,
 }
 
 /// A completion channel; shared with threads blocked in `ibv_get_cq_event`.
@@ -224,8 +250,14 @@ impl Kind for SrqKind {
 /// All live objects, keyed by the address of their C structure.
 #[derive(Default)]
 pub(crate) struct Objects {
-    pub(crate) pds: HashMap<usize, PdEntry>,
-    pub(crate) mrs: HashMap<usize, MrEntry>,
+    /// PD handles by the address of their `ibv_pd`.
+    pub(crate) pds: HashMap<usize, PdHandle>,
+    /// PD objects.
+    pub(crate) pd_objs: HashMap<ObjKey, PdEntry>,
+    /// MR handles by the address of their `ibv_mr`.
+    pub(crate) mrs: HashMap<usize, MrHandle>,
+    /// MR objects.
+    pub(crate) mr_objs: HashMap<ObjKey, MrEntry>,
     pub(crate) channels: HashMap<usize, ChannelEntry>,
     pub(crate) cqs: HashMap<usize, CqEntry>,
     /// CQ id → address of its `ibv_cq` (to map a CQ event back to the C object).
@@ -249,13 +281,49 @@ pub(crate) fn objects() -> MutexGuard<'static, Objects> {
 }
 
 impl Objects {
-    /// The PD behind `pd`: a protection domain, or the one a parent domain stands for.
+    /// The PD object behind `pd`: a protection domain handle's, or the one a parent domain
+    /// stands for.
     pub(crate) fn pd(&self, pd: *const ibv_pd) -> Result<&PdEntry, FfiError> {
-        let key = match self.parent_domains.get(&(pd as usize)) {
-            Some(parent) => parent.protection,
-            None => pd as usize,
-        };
-        self.pds.get(&key).ok_or(FfiError::BadHandle { what: "pd" })
+        let key = self.pd_key(pd)?;
+        self.pd_objs
+            .get(&key)
+            .ok_or(FfiError::BadHandle { what: "pd" })
+    }
+
+    /// The key of the PD object `pd` names (a protection domain handle, or a parent
+    /// domain), whether or not the object still exists.
+    pub(crate) fn pd_key(&self, pd: *const ibv_pd) -> Result<ObjKey, FfiError> {
+        match self.parent_domains.get(&(pd as usize)) {
+            Some(parent) => Ok(parent.protection),
+            None => self
+                .pds
+                .get(&(pd as usize))
+                .map(|h| h.obj)
+                .ok_or(FfiError::BadHandle { what: "pd" }),
+        }
+    }
+
+    /// The MR object behind the handle `mr`.
+    pub(crate) fn mr(&self, mr: *const ibv_mr) -> Result<&MrEntry, FfiError> {
+        self.mrs
+            .get(&(mr as usize))
+            .and_then(|h| self.mr_objs.get(&h.obj))
+            .ok_or(FfiError::BadHandle { what: "mr" })
+    }
+
+    /// A handle number for a new MR of device file `file`: one no live MR object of the
+    /// file has (a process-wide counter; 0 is never used).
+    pub(crate) fn new_mr_handle(&self, file: u64) -> u32 {
+        static NEXT: AtomicU32 = AtomicU32::new(1);
+        // At most one number per live MR is skipped, so this ends within
+        // `mr_objs.len() + 2` tries.
+        for _ in 0..=self.mr_objs.len() + 1 {
+            let h = NEXT.fetch_add(1, Ordering::Relaxed);
+            if h != 0 && !self.mr_objs.contains_key(&(file, h)) {
+                return h;
+            }
+        }
+        unreachable!("more live MRs than tries")
     }
 
     /// The CQ behind `cq` (control path: the registry lock is held).

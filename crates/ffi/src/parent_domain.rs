@@ -96,8 +96,8 @@ pub(crate) struct TdEntry {
 /// A parent domain.
 pub(crate) struct ParentDomainEntry {
     pub(crate) raw: CBox<ibv_pd>,
-    /// The address of the protection domain's `ibv_pd` (a key of `Objects::pds`).
-    pub(crate) protection: usize,
+    /// The protection domain object (a key of `Objects::pd_objs`).
+    pub(crate) protection: crate::objects::ObjKey,
     /// The address of its thread domain's `ibv_td` (0: none).
     pub(crate) td: usize,
     /// The custom allocators and their context: kept, never called (see the module docs).
@@ -134,7 +134,7 @@ fn parent_domain_in_use(objs: &Objects, pd: *mut ibv_pd) -> bool {
         // SAFETY: a registered QP's container is live (see above).
         unsafe { (*q.h.c_ptr()).qp_base.pd == pd }
     };
-    let mr = |m: &crate::objects::MrEntry| {
+    let mr = |m: &crate::objects::MrHandle| {
         // SAFETY: a registered MR's `ibv_mr` is uroce's and live (see above).
         unsafe { (*m.raw.ptr()).pd == pd }
     };
@@ -170,11 +170,9 @@ pub(crate) fn dealloc_parent_domain(pd: *mut ibv_pd) -> Option<Result<(), FfiErr
     Some(Ok(()))
 }
 
-/// Whether a parent domain refers to the protection domain at `pd`.
-pub(crate) fn has_parent_domains(objs: &Objects, pd: *mut ibv_pd) -> bool {
-    objs.parent_domains
-        .values()
-        .any(|p| p.protection == pd as usize)
+/// Whether a parent domain refers to the protection domain object `pd`.
+pub(crate) fn has_parent_domains(objs: &Objects, pd: crate::objects::ObjKey) -> bool {
+    objs.parent_domains.values().any(|p| p.protection == pd)
 }
 
 /// `verbs_context.alloc_td(context, init_attr)`: a thread domain; NULL + `errno`
@@ -261,11 +259,13 @@ pub unsafe extern "C" fn vctx_alloc_parent_domain(
             }
             Registry::net(context)?;
             let mut objs = objects();
-            // Only a protection domain, not another parent domain.
-            let handle = {
+            // Only a protection domain (a handle of a live PD object), not another parent
+            // domain.
+            let (handle, protection) = {
                 let e = objs
                     .pds
                     .get(&(a.pd as usize))
+                    .filter(|h| objs.pd_objs.contains_key(&h.obj))
                     .ok_or(FfiError::BadHandle { what: "pd" })?;
                 // SAFETY: a registered PD's `ibv_pd` is uroce's and live (lock held).
                 let (ctx, handle) = unsafe { ((*e.raw.ptr()).context, (*e.raw.ptr()).handle) };
@@ -274,7 +274,7 @@ pub unsafe extern "C" fn vctx_alloc_parent_domain(
                         "ibv_alloc_parent_domain: the PD belongs to another context",
                     ));
                 }
-                handle
+                (handle, e.obj)
             };
             if !a.td.is_null() {
                 let t = objs
@@ -304,7 +304,7 @@ pub unsafe extern "C" fn vctx_alloc_parent_domain(
                 p as usize,
                 ParentDomainEntry {
                     raw,
-                    protection: a.pd as usize,
+                    protection,
                     td: a.td as usize,
                     _allocators: allocators,
                 },

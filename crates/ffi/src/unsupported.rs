@@ -63,11 +63,6 @@ macro_rules! unsupported {
 unsupported! {
     // Default versions: what programs linked against rdma-core 44 bind.
     int uroce_ibv_resolve_eth_l2_from_gid => "ibv_resolve_eth_l2_from_gid@@IBVERBS_1.1";
-    ptr uroce_ibv_import_device => "ibv_import_device@@IBVERBS_1.10";
-    ptr uroce_ibv_import_pd => "ibv_import_pd@@IBVERBS_1.10";
-    ptr uroce_ibv_import_mr => "ibv_import_mr@@IBVERBS_1.10";
-    void uroce_ibv_unimport_pd => "ibv_unimport_pd@@IBVERBS_1.10";
-    void uroce_ibv_unimport_mr => "ibv_unimport_mr@@IBVERBS_1.10";
     int uroce_ibv_query_ece => "ibv_query_ece@@IBVERBS_1.10";
     int uroce_ibv_set_ece => "ibv_set_ece@@IBVERBS_1.10";
     ptr uroce_ibv_reg_dmabuf_mr => "ibv_reg_dmabuf_mr@@IBVERBS_1.12";

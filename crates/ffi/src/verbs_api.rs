@@ -90,6 +90,8 @@ symver!("uroce_ibv_qp_to_qp_ex", "ibv_qp_to_qp_ex@@IBVERBS_1.6");
 // ---------------------------------------------------------------------------------------
 
 /// `ibv_alloc_pd(context)`: a new PD, or NULL + `errno` (`EINVAL` bad context, `ENOMEM`).
+/// Its `handle` is the PD's number in the context's device file (what `ibv_import_pd`
+/// takes).
 ///
 /// # Safety
 /// None beyond the C contract: unknown pointers are rejected, never dereferenced.
@@ -98,23 +100,30 @@ pub unsafe extern "C" fn uroce_ibv_alloc_pd(context: *mut ibv_context) -> *mut i
     guard(std::ptr::null_mut(), || {
         ptr_or_null((|| {
             let net = Registry::net(context)?;
+            let file = Registry::file(context)?;
             let pd = net
                 .context()
                 .alloc_pd()
                 .map_err(|e| refused("ibv_alloc_pd", libc::ENOMEM, e))?;
+            let obj = (file, pd.id());
             let raw = CBox::new(ibv_pd {
                 context,
                 handle: pd.id(),
             });
             let p = raw.ptr();
-            objects().pds.insert(p as usize, PdEntry { raw, pd, net });
+            let mut objs = objects();
+            objs.pd_objs.insert(obj, PdEntry { pd, net });
+            objs.pds.insert(p as usize, PdHandle { raw, obj });
             Ok(p)
         })())
     })
 }
 
 /// `ibv_dealloc_pd(pd)`: 0, or `EBUSY` while MRs/QPs or parent domains use it, `EINVAL`
-/// for an unknown PD. A parent domain is freed by `crate::parent_domain`.
+/// for an unknown PD or a handle whose PD was deallocated through another handle. A
+/// parent domain is freed by `crate::parent_domain`. Through any handle (allocated or
+/// imported) it deallocates the PD object; the handle is freed, the PD's other handles
+/// name nothing afterwards (`ibv_unimport_pd` frees them).
 ///
 /// # Safety
 /// None beyond the C contract: unknown pointers are rejected, never dereferenced.
@@ -125,9 +134,14 @@ pub unsafe extern "C" fn uroce_ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
             if let Some(r) = crate::parent_domain::dealloc_parent_domain(pd) {
                 return r;
             }
-            let entry = {
+            let (obj, entry) = {
                 let mut objs = objects();
-                if crate::parent_domain::has_parent_domains(&objs, pd) {
+                let obj = objs
+                    .pds
+                    .get(&(pd as usize))
+                    .map(|h| h.obj)
+                    .ok_or(FfiError::BadHandle { what: "pd" })?;
+                if crate::parent_domain::has_parent_domains(&objs, obj) {
                     return Err(refused(
                         "ibv_dealloc_pd",
                         libc::EBUSY,
@@ -136,16 +150,20 @@ pub unsafe extern "C" fn uroce_ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
                 }
                 let children = objs.pd(pd)?.pd.children();
                 refuse_if_busy("ibv_dealloc_pd", ObjectKind::Pd, children)?;
-                objs.pds
-                    .remove(&(pd as usize))
-                    .ok_or(FfiError::BadHandle { what: "pd" })?
+                let entry = objs
+                    .pd_objs
+                    .remove(&obj)
+                    .ok_or(FfiError::BadHandle { what: "pd" })?;
+                (obj, entry)
             };
-            let PdEntry { raw, pd: p, net } = entry;
+            let PdEntry { pd: p, net } = entry;
             match p.destroy() {
-                Ok(()) => Ok(()),
+                Ok(()) => {
+                    objects().pds.remove(&(pd as usize));
+                    Ok(())
+                }
                 Err((p, e)) => {
-                    let key = raw.ptr() as usize;
-                    objects().pds.insert(key, PdEntry { raw, pd: p, net });
+                    objects().pd_objs.insert(obj, PdEntry { pd: p, net });
                     Err(refused("ibv_dealloc_pd", libc::EBUSY, e))
                 }
             }
@@ -249,6 +267,7 @@ unsafe fn reg_mr(
     access: AccessFlags,
 ) -> Result<*mut ibv_mr, FfiError> {
     let mut objs = objects();
+    let file = objs.pd_key(pd)?.0;
     let entry = objs.pd(pd)?;
     let context = {
         // SAFETY: `pd` is a live registered PD (checked above, lock held), allocated by
@@ -264,17 +283,27 @@ unsafe fn reg_mr(
         None => entry.pd.reg_mr(block, access),
     }
     .map_err(|e| refused("ibv_reg_mr", libc::EINVAL, e))?;
+    let handle = objs.new_mr_handle(file);
     let raw = CBox::new(ibv_mr {
         context,
         pd,
         addr,
         length,
-        handle: mr.lkey(),
+        handle,
         lkey: mr.lkey(),
         rkey: mr.rkey(),
     });
     let p = raw.ptr();
-    objs.mrs.insert(p as usize, MrEntry { raw, mr });
+    let obj = (file, handle);
+    objs.mr_objs.insert(
+        obj,
+        MrEntry {
+            mr,
+            addr: addr as usize,
+            length,
+        },
+    );
+    objs.mrs.insert(p as usize, MrHandle { raw, obj });
     Ok(p)
 }
 
@@ -337,7 +366,9 @@ pub(crate) unsafe fn reg_mr_iova(
 }
 
 /// `ibv_dereg_mr(mr)`: 0 once no access to the memory is in progress any more (the
-/// application may free it then), or the errno value (`EINVAL`, `EBUSY`).
+/// application may free it then), or the errno value (`EINVAL`, `EBUSY`). Through any
+/// handle (registered or imported) it deregisters the MR object; the handle is freed, the
+/// MR's other handles name nothing afterwards (`ibv_unimport_mr` frees them).
 ///
 /// # Safety
 /// None beyond the C contract: unknown pointers are rejected, never dereferenced.
@@ -345,15 +376,38 @@ pub(crate) unsafe fn reg_mr_iova(
 pub unsafe extern "C" fn uroce_ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
     guard(libc::EIO, || {
         errno_value((|| {
-            let MrEntry { raw, mr: m } = objects()
-                .mrs
-                .remove(&(mr as usize))
-                .ok_or(FfiError::BadHandle { what: "mr" })?;
+            let (obj, entry) = {
+                let mut objs = objects();
+                let obj = objs
+                    .mrs
+                    .get(&(mr as usize))
+                    .map(|h| h.obj)
+                    .ok_or(FfiError::BadHandle { what: "mr" })?;
+                let entry = objs
+                    .mr_objs
+                    .remove(&obj)
+                    .ok_or(FfiError::BadHandle { what: "mr" })?;
+                (obj, entry)
+            };
+            let MrEntry {
+                mr: m,
+                addr,
+                length,
+            } = entry;
             match m.destroy() {
-                Ok(()) => Ok(()),
+                Ok(()) => {
+                    objects().mrs.remove(&(mr as usize));
+                    Ok(())
+                }
                 Err((m, e)) => {
-                    let key = raw.ptr() as usize;
-                    objects().mrs.insert(key, MrEntry { raw, mr: m });
+                    objects().mr_objs.insert(
+                        obj,
+                        MrEntry {
+                            mr: m,
+                            addr,
+                            length,
+                        },
+                    );
                     Err(refused("ibv_dereg_mr", libc::EBUSY, e))
                 }
             }

@@ -1,6 +1,6 @@
 /*
  * Shared by the C tests that connect two RC QPs of one device over loopback (cq_ex.c,
- * cq_timestamps.c, parent_domain.c, async_events.c, ctx_events.c): failure exit, a monotonic clock in seconds, and the
+ * cq_timestamps.c, parent_domain.c, async_events.c, ctx_events.c, import.c): failure exit, a monotonic clock in seconds, and the
  * INIT -> RTR (-> RTS) transitions (PSN 1 both ways, path MTU 1024).
  */
 #ifndef UROCE_TEST_RC_LOOPBACK_H
