@@ -684,10 +684,10 @@ impl RcQp {
     /// NAK Invalid Request, as for READ/atomics); the RETH's DMA length must be 8 and the
     /// VA 8-byte aligned (else NAK Invalid Request); the region must grant REMOTE_WRITE
     /// over `[VA, VA + 8)` (else NAK Remote Access Error, memory untouched). The 8 payload
-    /// bytes are stored as one 64-bit atomic store ([`crate::memory::Memory::
-    /// atomic_write_remote`]); the answer is a zero-length RDMA READ RESPONSE ONLY (as
-    /// rxe answers it), remembered as a responder resource so that a duplicate gets the
-    /// same answer without a second store.
+    /// bytes are stored as one 64-bit atomic store (`Memory::atomic_write_remote`); the
+    /// answer is a zero-length RDMA READ RESPONSE ONLY (as rxe answers it), remembered as
+    /// a responder resource so that a duplicate gets the same answer without a second
+    /// store.
     fn rx_atomic_write(&mut self, pkt: &PacketRepr<'_>, env: &mut Env<'_>) {
         let psn = pkt.bth.psn;
         if !self.cfg.access.contains(RemoteAccess::WRITE) || self.cfg.max_dest_rd_atomic == 0 {
