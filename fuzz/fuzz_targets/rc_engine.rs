@@ -107,6 +107,17 @@ impl Memory for OneRegion {
         data[r].copy_from_slice(&new.to_ne_bytes());
         Ok(orig)
     }
+    fn atomic_write_remote(
+        &self,
+        rkey: u32,
+        va: u64,
+        value: [u8; 8],
+    ) -> Result<(), RemoteAccessError> {
+        if va % 8 != 0 {
+            return Err(RemoteAccessError::Misaligned { va });
+        }
+        self.write_remote(rkey, va, &value)
+    }
     fn invalidate_remote(&self, rkey: u32) -> Result<(), RemoteAccessError> {
         Err(RemoteAccessError::BadKey { rkey })
     }

@@ -7,7 +7,8 @@
 //! fields, each either what uroce really does or zero: no on-demand paging, timestamps,
 //! TSO, RSS, work queues, packet pacing, raw packet, tag matching, CQ moderation, device
 //! memory or PCI atomics; `phys_port_cnt_ex` = the port count (1);
-//! `device_cap_flags_ex` = the legacy `device_cap_flags` ([`DEVICE_CAP_FLAGS`]).
+//! `device_cap_flags_ex` = the legacy `device_cap_flags` ([`DEVICE_CAP_FLAGS`]) plus
+//! [`IB_UVERBS_DEVICE_ATOMIC_WRITE`].
 //!
 //! The structures mirror rdma-core 44's `<infiniband/verbs.h>`; `tests/layout.rs` checks
 //! them against the installed header.
@@ -30,6 +31,14 @@ pub const IBV_DEVICE_RC_RNR_NAK_GEN: u32 = 1 << 12;
 /// QP modifiers, port active events, N-notify CQs, memory windows, XRC, memory management
 /// extensions, checksum offloads, flow steering.
 pub const DEVICE_CAP_FLAGS: u32 = IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_RC_RNR_NAK_GEN;
+
+/// `IB_UVERBS_DEVICE_ATOMIC_WRITE` (bit 40 of `device_cap_flags_ex`, Linux uAPI
+/// `rdma/ib_user_verbs.h` since 6.2; rdma-core 44's headers do not name it, newer ones
+/// do, and `ibv_query_device_ex` passes the kernel's 64 bits through): the device executes
+/// IBA 1.5 ATOMIC WRITE (RC, `ibv_wr_atomic_write`), as rxe claims it. FLUSH is not
+/// implemented, so `IB_UVERBS_DEVICE_FLUSH_GLOBAL` / `_PERSISTENT` (bits 38, 39) stay
+/// clear.
+pub const IB_UVERBS_DEVICE_ATOMIC_WRITE: u64 = 1 << 40;
 
 /// `hca_core_clock` (kHz): the device clock that stamps completions
 /// (`IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`) and `ibv_query_rt_values_ex` reads is
@@ -193,7 +202,7 @@ pub fn device_attr_ex(net: &uroce_net::NetDevice) -> ibv_device_attr_ex {
         odp_caps: ibv_odp_caps::default(),
         completion_timestamp_mask: COMPLETION_TIMESTAMP_MASK,
         hca_core_clock: HCA_CORE_CLOCK_KHZ,
-        device_cap_flags_ex: u64::from(orig_attr.device_cap_flags),
+        device_cap_flags_ex: u64::from(orig_attr.device_cap_flags) | IB_UVERBS_DEVICE_ATOMIC_WRITE,
         tso_caps: ibv_tso_caps::default(),
         rss_caps: ibv_rss_caps::default(),
         max_wq_type_rq: 0,

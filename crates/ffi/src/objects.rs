@@ -626,7 +626,12 @@ pub(crate) unsafe fn send_wr_from_c(wr: &ibv_send_wr, max_inline: u32) -> Result
         _ => out.imm_data = u32::from_be(wr.imm_data),
     }
     match opcode {
-        SendOpcode::RdmaWrite | SendOpcode::RdmaWriteWithImm | SendOpcode::RdmaRead => {
+        // IBA 1.5 ATOMIC WRITE: the target in `wr.rdma`, the 8 bytes from the SGE list
+        // (or inline), as rdma-core's `IBV_WR_ATOMIC_WRITE` documents it.
+        SendOpcode::RdmaWrite
+        | SendOpcode::RdmaWriteWithImm
+        | SendOpcode::RdmaRead
+        | SendOpcode::AtomicWrite => {
             // SAFETY: the union's rdma member is plain integers; any bits are valid.
             let r = unsafe { wr.wr.rdma };
             out.rdma = RdmaInfo {

@@ -51,23 +51,25 @@ const MAX_LIST: usize = 1 << 16;
 const MAX_WRS: usize = 1 << 20;
 
 /// The `ibv_wr_*` operations uroce executes on a QP of type `t` (`IBV_QP_EX_WITH_*`): RC
-/// and XRC_SEND every operation but TSO and ATOMIC WRITE (IBA 1.5 ATOMIC WRITE and FLUSH
-/// are not implemented); UC SEND and RDMA WRITE with and without immediate data, BIND_MW
-/// and LOCAL_INV (UC has no READ, atomics or SEND with Invalidate); UD SEND
-/// with and without immediate data; nothing on an XRC_RECV QP (it has no send queue).
+/// every operation but TSO (raw packet QPs only), IBA 1.5 ATOMIC WRITE included; XRC_SEND
+/// the same but ATOMIC WRITE (the XRC opcode space has none); UC SEND and RDMA WRITE with
+/// and without immediate data, BIND_MW and LOCAL_INV (UC has no READ, atomics or SEND
+/// with Invalidate); UD SEND with and without immediate data; nothing on an XRC_RECV QP
+/// (it has no send queue). (rdma-core 44 has no FLUSH in its API.)
 pub(crate) fn supported_send_ops(t: QpType) -> u64 {
     let send = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
     let write = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM;
+    let rc_xrc = send
+        | write
+        | IBV_QP_EX_WITH_RDMA_READ
+        | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP
+        | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD
+        | IBV_QP_EX_WITH_LOCAL_INV
+        | IBV_QP_EX_WITH_BIND_MW
+        | IBV_QP_EX_WITH_SEND_WITH_INV;
     match t {
-        QpType::Rc | QpType::XrcSend => {
-            send | write
-                | IBV_QP_EX_WITH_RDMA_READ
-                | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP
-                | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD
-                | IBV_QP_EX_WITH_LOCAL_INV
-                | IBV_QP_EX_WITH_BIND_MW
-                | IBV_QP_EX_WITH_SEND_WITH_INV
-        }
+        QpType::Rc => rc_xrc | IBV_QP_EX_WITH_ATOMIC_WRITE,
+        QpType::XrcSend => rc_xrc,
         QpType::Uc => send | write | IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_BIND_MW,
         QpType::Ud | QpType::Gsi => send,
         _ => 0,
@@ -202,7 +204,11 @@ pub fn init_ops(qpx: &mut ibv_qp_ex, send_ops_flags: u64) {
         wr_send_inv::<false>
     });
     qpx.wr_send_tso = Some(wr_send_tso);
-    qpx.wr_atomic_write = Some(wr_atomic_write);
+    qpx.wr_atomic_write = Some(if on(IBV_QP_EX_WITH_ATOMIC_WRITE) {
+        wr_atomic_write::<true>
+    } else {
+        wr_atomic_write::<false>
+    });
     qpx.wr_set_ud_addr = Some(wr_set_ud_addr);
     qpx.wr_set_xrc_srqn = Some(wr_set_xrc_srqn);
     qpx.wr_set_inline_data = Some(wr_set_inline_data);
@@ -446,14 +452,30 @@ unsafe extern "C" fn wr_send_tso(qpx: *mut ibv_qp_ex, _hdr: *mut c_void, _sz: u1
     new_wr::<false>(qpx, SendOpcode::Tso, |_| Ok(()))
 }
 
-/// IBA 1.5 ATOMIC WRITE is not implemented: `EOPNOTSUPP` at complete.
-unsafe extern "C" fn wr_atomic_write(
+/// `ibv_wr_atomic_write(qpx, rkey, remote_addr, atomic_wr)`: IBA 1.5 ATOMIC WRITE of the 8
+/// bytes at `atomic_wr` (copied now, in their order) to `remote_addr` (8-byte aligned, or
+/// the target answers with an invalid-request NAK: `IBV_WC_REM_INV_REQ_ERR`). The bytes
+/// travel with the work request as its inline payload, whatever `max_inline_data` is; a
+/// later `ibv_wr_set_sge*` / `ibv_wr_set_inline_data*` replaces them, and must then
+/// describe exactly 8 bytes (`EINVAL` at complete otherwise).
+///
+/// # Safety
+/// `atomic_wr` is NULL or readable for 8 bytes.
+unsafe extern "C" fn wr_atomic_write<const ENABLED: bool>(
     qpx: *mut ibv_qp_ex,
-    _rkey: u32,
-    _remote_addr: u64,
-    _atomic_wr: *const c_void,
+    rkey: u32,
+    remote_addr: u64,
+    atomic_wr: *const c_void,
 ) {
-    new_wr::<false>(qpx, SendOpcode::AtomicWrite, |_| Ok(()))
+    new_wr::<ENABLED>(qpx, SendOpcode::AtomicWrite, |w| {
+        w.rdma = RdmaInfo { remote_addr, rkey };
+        let mut data = Vec::with_capacity(8);
+        // SAFETY: caller guarantee: a non-NULL atomic_wr is readable for 8 bytes
+        // (`copy_inline` refuses NULL).
+        unsafe { copy_inline(&mut data, atomic_wr, 8)? };
+        put_inline(w, data);
+        Ok(())
+    })
 }
 
 /// `ibv_wr_set_ud_addr(qpx, ah, remote_qpn, remote_qkey)`: the destination of the latest
@@ -522,7 +544,8 @@ unsafe fn copy_inline(
     Ok(())
 }
 
-/// Makes `w` carry `data` inline (the QP's `max_inline_data` is checked at complete).
+/// Makes `w` carry `data` inline (the QP's `max_inline_data` is checked at complete,
+/// except for an ATOMIC WRITE's 8 bytes).
 fn put_inline(w: &mut SendWr, data: Vec<u8>) {
     w.flags |= SendFlags::INLINE;
     w.sg_list.clear();
@@ -704,17 +727,22 @@ mod tests {
     #[test]
     fn send_ops_follow_the_transport() {
         let rc = supported_send_ops(QpType::Rc);
-        assert_eq!(rc & IBV_QP_EX_WITH_ATOMIC_WRITE, 0);
+        assert_ne!(rc & IBV_QP_EX_WITH_ATOMIC_WRITE, 0);
+        let xrc = supported_send_ops(QpType::XrcSend);
+        assert_eq!(xrc & IBV_QP_EX_WITH_ATOMIC_WRITE, 0);
         assert_eq!(rc & IBV_QP_EX_WITH_TSO, 0);
         assert_ne!(rc & IBV_QP_EX_WITH_BIND_MW, 0);
-        assert_eq!(rc, supported_send_ops(QpType::XrcSend));
+        assert_eq!(rc & !IBV_QP_EX_WITH_ATOMIC_WRITE, xrc);
         assert!(check_send_ops(QpType::Uc, IBV_QP_EX_WITH_RDMA_WRITE).is_ok());
         assert!(check_send_ops(QpType::Uc, IBV_QP_EX_WITH_BIND_MW).is_ok());
         let e = check_send_ops(QpType::Uc, IBV_QP_EX_WITH_RDMA_READ).unwrap_err();
         assert_eq!(e.errno(), libc::EOPNOTSUPP);
         assert!(check_send_ops(QpType::Ud, IBV_QP_EX_WITH_RDMA_WRITE).is_err());
         assert!(check_send_ops(QpType::Ud, IBV_QP_EX_WITH_SEND_WITH_IMM).is_ok());
-        assert!(check_send_ops(QpType::Rc, IBV_QP_EX_WITH_ATOMIC_WRITE).is_err());
+        assert!(check_send_ops(QpType::Rc, IBV_QP_EX_WITH_ATOMIC_WRITE).is_ok());
+        assert!(check_send_ops(QpType::XrcSend, IBV_QP_EX_WITH_ATOMIC_WRITE).is_err());
+        assert!(check_send_ops(QpType::Uc, IBV_QP_EX_WITH_ATOMIC_WRITE).is_err());
+        assert!(check_send_ops(QpType::Rc, IBV_QP_EX_WITH_TSO).is_err());
         assert!(check_send_ops(QpType::XrcRecv, IBV_QP_EX_WITH_SEND).is_err());
     }
 

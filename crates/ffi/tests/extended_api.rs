@@ -97,7 +97,9 @@ fn extended_api_and_argument_checks_behave_like_rdma_core() {
         assert_eq!(flags & RNR_NAK_GEN, RNR_NAK_GEN, "RC RNR NAK generation");
         assert_eq!(flags & SYS_IMAGE_GUID, SYS_IMAGE_GUID);
         assert_eq!(flags & NOT_IMPLEMENTED, 0, "claims {flags:#x}");
-        assert_eq!(a.device_cap_flags_ex, u64::from(flags));
+        // Bit 40: IB_UVERBS_DEVICE_ATOMIC_WRITE (Linux uAPI 6.2+), and nothing else beyond
+        // the legacy flags (no FLUSH: bits 38, 39).
+        assert_eq!(a.device_cap_flags_ex, u64::from(flags) | (1 << 40));
         assert_eq!(a.odp_caps.general_caps, 0, "no on-demand paging");
         assert_eq!((a.tso_caps.max_tso, a.max_dm_size), (0, 0));
         // The completion clock: 1 GHz (cycles are CLOCK_MONOTONIC ns), a 64-bit counter.

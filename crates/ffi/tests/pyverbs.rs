@@ -97,23 +97,20 @@ const HARDWARE_ONLY: &[&str] = &[
 /// Skip reasons of what uroce should do and does not yet, by prefix, with the work that
 /// lifts them. Each must still appear in a presented run (else the test fails: delete the
 /// entry), so the list only shrinks.
-const OWED: &[(&str, &str)] = &[(
-    "Extended QP is not supported",
-    "ibv_wr_atomic_write (IBA 1.5 ATOMIC WRITE): test_qp_ex_rc_atomic_write",
-)];
+const OWED: &[(&str, &str)] = &[];
 /// Skip reasons that only appear outside the presentation (no net interface to find).
 const UNPRESENTED_ONLY: &[&str] = &["Device uroce0 doesn't have net interface"];
 /// The suite's size in rdma-core 44 (273); fewer means it did not load completely.
 const MIN_RAN: usize = 273;
 /// Passing tests plus random skips ([`SkipKind::Random`]) as measured in the presentation
-/// (113 passed and no random skips with the `ibv_wr_*` API, extended CQs with completion
-/// timestamps, parent domains, the shared-PD test (`ibv_import_device`, `ibv_import_pd`,
-/// `ibv_import_mr`), the RDMA-CM tests and the 3 RDMA-CM multicast tests; 103
-/// without the presentation, where the 10 RDMA-CM traffic tests skip); a drop means
-/// something regressed into a skip or failure.
-const MIN_SETTLED: usize = 113;
+/// (114 passed and no random skips with the `ibv_wr_*` API, `ibv_wr_atomic_write`
+/// included, extended CQs with completion timestamps, parent domains, the shared-PD test
+/// (`ibv_import_device`, `ibv_import_pd`, `ibv_import_mr`), the RDMA-CM tests and the 3
+/// RDMA-CM multicast tests; 104 without the presentation, where the 10 RDMA-CM traffic
+/// tests skip); a drop means something regressed into a skip or failure.
+const MIN_SETTLED: usize = 114;
 /// The floor without the presentation, where the 10 RDMA-CM traffic tests skip.
-const MIN_SETTLED_UNPRESENTED: usize = 103;
+const MIN_SETTLED_UNPRESENTED: usize = 104;
 
 /// A skip that depends on the suite's random choice of QP creation attributes (owed:
 /// `create_qp_ex` with create flags).
@@ -545,9 +542,10 @@ fn skip_reasons_are_classified() {
         classify("Create UD QP with extended attrs is not supported"),
         SkipKind::Random
     );
+    // Lifted (ATOMIC WRITE is implemented): no longer tolerated.
     assert_eq!(
         classify("Extended QP is not supported on this device"),
-        SkipKind::Owed
+        SkipKind::Unknown
     );
     assert_eq!(
         classify("Create Extended CQ is not supported"),

@@ -17,6 +17,9 @@ use crate::wr::{
 
 /// Room for BTH plus the largest extension-header set plus the ICRC placeholder.
 const HEADER_SCRATCH: usize = 128;
+/// The longest exact payload an opcode prescribes (the CNP's 16 reserved bytes; ATOMIC
+/// WRITE's 8).
+const MAX_EXACT_PAYLOAD: usize = 16;
 
 /// Why [`build`] produced no packet.
 #[derive(Debug)]
@@ -41,9 +44,25 @@ pub(crate) fn build<E>(
     let pad = payload_len.wrapping_neg() % 4;
     let total = hlen + payload_len + pad + ICRC_LEN;
     let mut scratch = [0u8; HEADER_SCRATCH];
-    // Emitting the payload-less repr validates it (opcode table, header set, fields).
-    let emitted = hdr.emit(&mut scratch).map_err(|_| BuildError::Buffer)?;
-    if !hdr.payload.is_empty() || emitted != hlen + ICRC_LEN {
+    // Emitting the repr validates it (opcode table, header set, fields): payload-less, or
+    // for an opcode with an exact payload length (ATOMIC WRITE: 8 bytes) with that many
+    // zero bytes, which `fill` overwrites below.
+    let exact = opcode::info(hdr.bth.opcode)
+        .and_then(|i| i.exact_payload)
+        .filter(|&n| n == payload_len && n <= MAX_EXACT_PAYLOAD);
+    let zeros = [0u8; MAX_EXACT_PAYLOAD];
+    let emitted = match exact {
+        Some(n) => {
+            let probe = PacketRepr {
+                payload: zeros.get(..n).ok_or(BuildError::Buffer)?,
+                ..*hdr
+            };
+            probe.emit(&mut scratch).map_err(|_| BuildError::Buffer)?
+        }
+        None => hdr.emit(&mut scratch).map_err(|_| BuildError::Buffer)?,
+    };
+    let expected = hlen + exact.map_or(0, |n| n + n.wrapping_neg() % 4) + ICRC_LEN;
+    if !hdr.payload.is_empty() || emitted != expected {
         return Err(BuildError::Buffer);
     }
     let area = buf.get_mut(..total).ok_or(BuildError::Buffer)?;

@@ -113,7 +113,7 @@ pub enum RemoteAccessError {
         /// The access asked for.
         op: RemoteOp,
     },
-    /// Atomic on an address that is not 8-byte aligned.
+    /// Atomic (or ATOMIC WRITE) on an address that is not 8-byte aligned.
     #[error("atomic at unaligned address {va:#x}")]
     Misaligned {
         /// The address.
@@ -159,6 +159,19 @@ pub trait Memory {
     /// Executes an atomic on the 8-byte word at `va` (needs REMOTE_ATOMIC, 8-byte
     /// alignment) and returns the original value. Exactly once per call.
     fn atomic_remote(&self, rkey: u32, va: u64, op: AtomicOp) -> Result<u64, RemoteAccessError>;
+
+    /// IBA 1.5 ATOMIC WRITE: stores the 8 payload bytes `value` (in the order they came
+    /// off the wire, which is their order in memory) at the 8-byte aligned `va` as **one**
+    /// 64-bit store that no concurrent reader sees half done, ordered after every earlier
+    /// write of the responder (needs REMOTE_WRITE; a misaligned `va` is
+    /// [`RemoteAccessError::Misaligned`]). Exactly once per call; a failed call leaves
+    /// memory untouched.
+    fn atomic_write_remote(
+        &self,
+        rkey: u32,
+        va: u64,
+        value: [u8; 8],
+    ) -> Result<(), RemoteAccessError>;
 
     /// Invalidates the memory region (or window) with `rkey` (SEND_WITH_INVALIDATE).
     fn invalidate_remote(&self, rkey: u32) -> Result<(), RemoteAccessError>;

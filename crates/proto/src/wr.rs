@@ -65,12 +65,18 @@ impl SendOpcode {
         })
     }
 
-    /// True for READ and the atomics (they use responder resources and the
-    /// `max_rd_atomic` budget, and wait for a response).
+    /// True for READ, the two atomics and ATOMIC WRITE: each is answered by a response
+    /// the requester waits for, takes a responder resource at the target (which replays
+    /// the response to a duplicate without executing it again) and counts against the
+    /// `max_rd_atomic` budget and for FENCE (see `rc::requester` for why ATOMIC WRITE is
+    /// counted).
     pub const fn is_read_or_atomic(self) -> bool {
         matches!(
             self,
-            SendOpcode::RdmaRead | SendOpcode::AtomicCmpAndSwp | SendOpcode::AtomicFetchAndAdd
+            SendOpcode::RdmaRead
+                | SendOpcode::AtomicCmpAndSwp
+                | SendOpcode::AtomicFetchAndAdd
+                | SendOpcode::AtomicWrite
         )
     }
 
@@ -156,7 +162,8 @@ pub struct SendWr {
     /// Flags.
     pub flags: SendFlags,
     /// Local data: the source of SEND/WRITE, the destination of READ results; for atomics
-    /// one 8-byte SGE receiving the original remote value.
+    /// one 8-byte SGE receiving the original remote value; for ATOMIC WRITE exactly the 8
+    /// bytes stored at the target (SGEs or inline).
     pub payload: SendPayload,
     /// Immediate data as the 32-bit value carried in ImmDt (big-endian on the wire).
     pub imm_data: u32,
@@ -166,7 +173,8 @@ pub struct SendWr {
     pub remote_addr: u64,
     /// RDMA and atomics: remote key.
     pub rkey: u32,
-    /// Atomics: compare value (CMP_AND_SWP) or addend (FETCH_AND_ADD).
+    /// Atomics: compare value (CMP_AND_SWP) or addend (FETCH_AND_ADD). (ATOMIC WRITE
+    /// carries its 8 bytes in `payload`, as `ibv_post_send` does in the SGE list.)
     pub compare_add: u64,
     /// Atomics: swap value (CMP_AND_SWP).
     pub swap: u64,
@@ -255,7 +263,7 @@ pub enum WrError {
         /// The path MTU.
         mtu: u32,
     },
-    /// An atomic's local buffer is not 8 bytes.
+    /// An atomic's local buffer (or ATOMIC WRITE's payload) is not 8 bytes.
     #[error("atomic local buffer is {len} bytes, not 8")]
     AtomicLength {
         /// The local buffer length.

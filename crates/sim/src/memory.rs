@@ -134,6 +134,8 @@ pub struct MemoryStats {
     pub remote_reads: u64,
     /// Successful `invalidate_remote` calls.
     pub invalidations: u64,
+    /// Successful `atomic_write_remote` calls (IBA 1.5 ATOMIC WRITE stores).
+    pub atomic_writes: u64,
     /// Calls of any kind that returned an error.
     pub errors: u64,
 }
@@ -562,6 +564,30 @@ impl Memory for TestMemory {
         });
         if r.is_ok() {
             inner.stats.atomics += 1;
+        }
+        counted(&mut inner.stats, r)
+    }
+
+    /// The region's bytes sit behind the memory's lock: the 8 bytes are copied under it,
+    /// so no reader sees them half written.
+    fn atomic_write_remote(
+        &self,
+        rkey: u32,
+        va: u64,
+        value: [u8; 8],
+    ) -> Result<(), RemoteAccessError> {
+        let mut inner = self.lock();
+        let r =
+            Self::remote(&mut inner, rkey, va, 8, RemoteOp::Write).and_then(|(region, range)| {
+                if va % 8 != 0 {
+                    return Err(RemoteAccessError::Misaligned { va });
+                }
+                // invariant: `remote` returned an 8-byte range inside region.data.
+                region.data[range].copy_from_slice(&value);
+                Ok(())
+            });
+        if r.is_ok() {
+            inner.stats.atomic_writes += 1;
         }
         counted(&mut inner.stats, r)
     }

@@ -2,7 +2,8 @@
 //!
 //! For every seed, two connected QPs exchange a random mix of every RC operation in both
 //! directions (SEND, SEND_WITH_IMM, SEND_WITH_INV, RDMA WRITE, WRITE_WITH_IMM, RDMA READ,
-//! FETCH_ADD, CMP_SWAP; 0 B to 4 MiB, skewed towards small; up to 4 SGEs or inline data)
+//! FETCH_ADD, CMP_SWAP, ATOMIC WRITE; 0 B to 4 MiB, skewed towards small; up to 4 SGEs or
+//! inline data)
 //! over links with the loss level of the test (0 %, 1 %, 10 %; at 1 % and 10 % with as
 //! much duplication, reordering and bit corruption). Path MTU, first PSNs (often just
 //! before the 24-bit wrap), timers, send window, READ/atomic depth, receive-WR supply
@@ -19,7 +20,9 @@
 //!   sentinel), source buffers are untouched;
 //! * FETCH_ADD: every counter ends at its initial value plus the sum of all adds, and the
 //!   original values returned are exactly the running sums (so distinct): each add ran
-//!   exactly once; CMP_SWAP results follow the same sequential model.
+//!   exactly once; CMP_SWAP results follow the same sequential model;
+//! * ATOMIC WRITE: its 8 bytes are in the target model like a WRITE's (an 8-byte aligned
+//!   word), so a duplicate executed again after a later WRITE to that word would show.
 //!
 //! Environment: `UROCE_SOAK_SEEDS=<n>` seeds per loss level (default [`DEFAULT_SEEDS`]),
 //! `UROCE_SOAK_SEED=<n>` runs only seed `n` (replay), `UROCE_SOAK_OPS=<n>` operations per
@@ -68,6 +71,7 @@ enum Kind {
     Read,
     FetchAdd,
     CmpSwap,
+    AtomicWrite,
 }
 
 impl Kind {
@@ -81,13 +85,15 @@ impl Kind {
             Kind::Read => SendOpcode::RdmaRead,
             Kind::FetchAdd => SendOpcode::AtomicFetchAndAdd,
             Kind::CmpSwap => SendOpcode::AtomicCmpAndSwp,
+            Kind::AtomicWrite => SendOpcode::AtomicWrite,
         }
     }
     fn is_send(self) -> bool {
         matches!(self, Kind::Send | Kind::SendImm | Kind::SendInv)
     }
+    /// Places its bytes in the peer's target region (ATOMIC WRITE: one aligned word).
     fn is_write(self) -> bool {
-        matches!(self, Kind::Write | Kind::WriteImm)
+        matches!(self, Kind::Write | Kind::WriteImm | Kind::AtomicWrite)
     }
     fn consumes_recv(self) -> bool {
         self.is_send() || self == Kind::WriteImm
@@ -219,7 +225,8 @@ fn plan(rng: &mut ChaCha8Rng, n_ops: usize, src: &[u8], target: &[u8], read_cap:
             r if r < 0.56 => Kind::WriteImm,
             r if r < 0.76 => Kind::Read,
             r if r < 0.90 => Kind::FetchAdd,
-            _ => Kind::CmpSwap,
+            r if r < 0.95 => Kind::CmpSwap,
+            _ => Kind::AtomicWrite,
         };
         let mut op = Op {
             kind,
@@ -265,6 +272,32 @@ fn plan(rng: &mut ChaCha8Rng, n_ops: usize, src: &[u8], target: &[u8], read_cap:
                         words[word] = op.swap;
                     }
                 }
+                payload_bytes += 8;
+            }
+            Kind::AtomicWrite => {
+                op.len = 8;
+                if rng.random_bool(0.5) {
+                    let mut bytes = vec![0u8; 8];
+                    rng.fill_bytes(&mut bytes);
+                    op.data = bytes.clone();
+                    op.inline = Some(bytes);
+                } else {
+                    for piece in split(rng, 8) {
+                        let off = rng.random_range(0..=(SRC_LEN as u64 - u64::from(piece)));
+                        op.src.push((off, piece));
+                        op.data
+                            .extend_from_slice(&src[off as usize..off as usize + piece as usize]);
+                    }
+                }
+                let off = 8 * rng.random_range(0..(TARGET_LEN as u64 / 8));
+                op.remote = off;
+                let end = off + 8;
+                // Like a WRITE: not ordered with an earlier overlapping READ unless fenced.
+                if unfenced_reads.iter().any(|&(o, l)| o < end && off < o + l) {
+                    op.fence = true;
+                    unfenced_reads.clear();
+                }
+                model[off as usize..end as usize].copy_from_slice(&op.data);
                 payload_bytes += 8;
             }
             _ => {
@@ -470,7 +503,7 @@ fn build_wr(i: usize, op: &Op, mine: &Regions, peer: &Regions) -> SendWr {
     }
     wr.imm_data = op.imm;
     match op.kind {
-        Kind::Write | Kind::WriteImm | Kind::Read => {
+        Kind::Write | Kind::WriteImm | Kind::Read | Kind::AtomicWrite => {
             wr.remote_addr = peer.target.va(op.remote);
             wr.rkey = peer.target.rkey;
         }

@@ -320,6 +320,27 @@ impl Memory for QpMemory<'_> {
         res.map_err(|e| remote_error(rkey, va, 8, rop, e))
     }
 
+    fn atomic_write_remote(
+        &self,
+        rkey: u32,
+        va: u64,
+        value: [u8; 8],
+    ) -> Result<(), RemoteAccessError> {
+        let op = ProtoRemoteOp::Write;
+        if crate::mw::is_window_key(rkey) {
+            let r = self.window_region(rkey, va, 8, op)?;
+            return r
+                .mr
+                .atomic_store(va, u64::from_ne_bytes(value))
+                .map_err(|e| remote_error(rkey, va, 8, op, e));
+        }
+        let r = self
+            .region(rkey)
+            .ok_or(RemoteAccessError::BadKey { rkey })?;
+        r.mr.remote_atomic_write(self.pd_id.get(), rkey, va, value)
+            .map_err(|e| remote_error(rkey, va, 8, op, e))
+    }
+
     /// Only a type 2 memory window bound to this QP can be invalidated by a peer (IBA
     /// 10.6.7.2): a type 1 window, a window bound to another QP, and a region registered
     /// with `reg_mr` (uroce has no fast-registration regions) are refused as a permission

@@ -448,6 +448,13 @@ pub enum PostError {
         /// Total SGE length.
         len: u64,
     },
+    /// An ATOMIC WRITE (IBA 1.5) whose payload (SGEs or inline data) is not exactly the
+    /// 8 bytes it stores.
+    #[error("an ATOMIC WRITE carries exactly 8 bytes, this one {len}")]
+    AtomicWriteLength {
+        /// Total SGE or inline length.
+        len: u64,
+    },
     /// An atomic WR whose remote address is not 8-byte aligned.
     #[error("atomic remote address {addr:#x} is not 8-byte aligned")]
     AtomicAlignment {

@@ -428,6 +428,16 @@ impl MrCore {
             .map_err(|e| self.mem_error(va, e))
     }
 
+    /// 64-bit atomic store of `value` at the 8-aligned virtual address `va` (IBA 1.5
+    /// ATOMIC WRITE): one store, ordered after every earlier access (bounds and alignment
+    /// checked; permissions are the caller's).
+    pub fn atomic_store(&self, va: u64, value: u64) -> Result<(), AccessError> {
+        let off = self.atomic_offset(va)?;
+        self.block
+            .atomic_store(off, value)
+            .map_err(|e| self.mem_error(va, e))
+    }
+
     fn atomic_offset(&self, va: u64) -> Result<usize, AccessError> {
         if va % 8 != 0 {
             return Err(AccessError::Misaligned { va });
@@ -513,6 +523,19 @@ impl MrCore {
     ) -> Result<u64, AccessError> {
         self.check_remote(pd_id, rkey, va, 8, RemoteOp::Atomic)?;
         self.atomic_compare_swap(va, compare, swap)
+    }
+
+    /// Remote ATOMIC WRITE (IBA 1.5): checks (R_Key, PD, range, REMOTE_WRITE, 8-byte
+    /// alignment), then stores the 8 bytes `value` (in memory order) as one 64-bit store.
+    pub fn remote_atomic_write(
+        &self,
+        pd_id: u32,
+        rkey: u32,
+        va: u64,
+        value: [u8; 8],
+    ) -> Result<(), AccessError> {
+        self.check_remote(pd_id, rkey, va, 8, RemoteOp::Write)?;
+        self.atomic_store(va, u64::from_ne_bytes(value))
     }
 
     /// Engine write into a local SGE (receive data, READ response, atomic result): checks

@@ -118,14 +118,17 @@ pub const fn opcode_may_inline(op: SendOpcode) -> bool {
             | SendOpcode::SendWithInv
             | SendOpcode::RdmaWrite
             | SendOpcode::RdmaWriteWithImm
+            | SendOpcode::AtomicWrite
     )
 }
 
 /// Whether the opcode is valid on a QP of type `qp_type` and implemented by uroce
-/// (IBA 10.7.3, Table "Work Request Operations by Service Type").
+/// (IBA 10.7.3, Table "Work Request Operations by Service Type"; IBA 1.5 ATOMIC WRITE on
+/// RC only: the XRC opcode space has no ATOMIC WRITE).
 pub const fn opcode_valid_for(op: SendOpcode, qp_type: QpType) -> bool {
     use SendOpcode::*;
     match qp_type {
+        QpType::Rc if matches!(op, AtomicWrite) => true,
         QpType::Rc | QpType::XrcSend => matches!(
             op,
             RdmaWrite
@@ -151,7 +154,7 @@ pub const fn opcode_valid_for(op: SendOpcode, qp_type: QpType) -> bool {
 /// One scatter/gather element (the protocol layer's type).
 pub use uroce_proto::memory::Sge;
 
-/// RDMA READ/WRITE target (`wr.rdma`).
+/// RDMA READ/WRITE (and ATOMIC WRITE) target (`wr.rdma`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct RdmaInfo {
     /// Remote virtual address.
@@ -201,7 +204,7 @@ pub struct SendWr {
     pub imm_data: u32,
     /// R_Key to invalidate (`SEND_WITH_INV`, `LOCAL_INV`).
     pub invalidate_rkey: u32,
-    /// RDMA READ/WRITE target.
+    /// RDMA READ/WRITE and ATOMIC WRITE target.
     pub rdma: RdmaInfo,
     /// Atomic operands.
     pub atomic: AtomicInfo,
@@ -241,6 +244,23 @@ impl SendWr {
             opcode: SendOpcode::Send,
             flags: SendFlags::SIGNALED,
             sg_list,
+            ..SendWr::default()
+        }
+    }
+
+    /// A signaled IBA 1.5 ATOMIC WRITE (RC only): `value` (8 bytes, stored in this order)
+    /// is written at the target's 8-byte aligned `remote_addr` under `rkey` as one 64-bit
+    /// store. The bytes travel inline with the WR ([`SendFlags::INLINE`], not limited by
+    /// `max_inline_data`); an SGE list of exactly 8 bytes works too. The region needs
+    /// REMOTE_WRITE; the WR counts against `max_rd_atomic` like a READ and completes with
+    /// `WcOpcode::AtomicWrite`.
+    pub fn atomic_write(wr_id: u64, rkey: u32, remote_addr: u64, value: [u8; 8]) -> SendWr {
+        SendWr {
+            wr_id,
+            opcode: SendOpcode::AtomicWrite,
+            flags: SendFlags::SIGNALED | SendFlags::INLINE,
+            inline_data: value.to_vec(),
+            rdma: RdmaInfo { remote_addr, rkey },
             ..SendWr::default()
         }
     }
@@ -923,7 +943,13 @@ impl QpCore {
             if !opcode_may_inline(wr.opcode) {
                 return Err(PostError::InlineNotAllowed(wr.opcode));
             }
-            if wr.inline_data.len() > self.cap.max_inline_data as usize {
+            // An ATOMIC WRITE's 8 bytes are its operand, carried with the WR as an
+            // atomic's compare/swap values are (`ibv_wr_atomic_write` passes them by
+            // pointer): `max_inline_data` does not limit them; their length is checked
+            // below.
+            if wr.opcode != SendOpcode::AtomicWrite
+                && wr.inline_data.len() > self.cap.max_inline_data as usize
+            {
                 return Err(PostError::InlineTooLong {
                     len: wr.inline_data.len(),
                     max: self.cap.max_inline_data,
@@ -939,6 +965,10 @@ impl QpCore {
         let max_msg = self.ctx.attr().max_msg_sz;
         if len > max_msg {
             return Err(PostError::MessageTooLong { len, max: max_msg });
+        }
+        if wr.opcode == SendOpcode::AtomicWrite && len != 8 {
+            // The 8 bytes stored at the target: from the SGE list or inline data.
+            return Err(PostError::AtomicWriteLength { len });
         }
         if wr.opcode.is_atomic() {
             if len < 8 {

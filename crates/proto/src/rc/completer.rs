@@ -13,6 +13,10 @@
 //!   `(p − first_psn) × PMTU`. A later PSN means responses were lost: retry (once per gap).
 //! * Atomic ACK `p`: must answer the oldest WQE (an atomic); the original value goes to
 //!   its 8-byte SGE.
+//! * A zero-length READ RESPONSE ONLY `p` answering the oldest WQE, an ATOMIC WRITE (IBA
+//!   1.5) with first PSN `p`, completes it (any other READ response opcode or a payload
+//!   there is BAD_RESP_ERR). It is a response like an atomic ACK: an ACK or response
+//!   beyond an unanswered ATOMIC WRITE is an implicit NAK.
 //! * NAK PSN sequence error `q`: acknowledges before `q`, then go back to `comp_psn`.
 //! * RNR NAK `p`: acknowledges before `p`, then wait the RNR timer and resend from `p`.
 //! * Other NAKs: acknowledge before `p`; the oldest incomplete WQE fails with
@@ -208,6 +212,17 @@ impl RcQp {
         };
         if !w.started {
             self.drop_unexpected_response();
+            return;
+        }
+        if w.kind() == WqeKind::AtomicWrite && w.first_psn == p {
+            // IBA 1.5 ATOMIC WRITE is answered by one zero-length READ RESPONSE ONLY.
+            if info.position != Position::Only || !pkt.payload.is_empty() {
+                self.fail_head(WcStatus::BadRespErr);
+                return;
+            }
+            self.req.comp_psn = p.wrapping_add(1);
+            self.complete_send_head(WcStatus::Success);
+            self.after_progress(now, true);
             return;
         }
         if w.kind() != WqeKind::Read || !w.contains(p) {

@@ -118,6 +118,8 @@ pub const MAX_PKTS_PER_ACKREQ: u32 = 64;
 pub const MAX_MSG_LEN: u64 = 1 << 31;
 /// The most PSNs one RDMA READ may consume (see the module doc).
 pub const MAX_READ_PSNS: u64 = 1 << 22;
+/// The payload (and RETH DMA length) of an ATOMIC WRITE (IBA 1.5): one 64-bit word.
+pub const ATOMIC_WRITE_LEN: u64 = 8;
 
 bitflags! {
     /// What remote peers may do on this QP (`qp_access_flags`; the `ibv_access_flags`
@@ -524,7 +526,8 @@ impl RcQp {
     /// queued or completed but not yet polled; `InvalidWr` for an opcode an RC QP does not
     /// execute (LOCAL_INV, BIND_MW), a message longer than 2^31 bytes, a READ longer than
     /// 2^22 PSNs, inline data for READ/atomic, an atomic whose local buffer is not 8 bytes
-    /// or whose remote address is not 8-byte aligned, READ/atomic with `max_rd_atomic == 0`.
+    /// or whose remote address is not 8-byte aligned, an ATOMIC WRITE whose payload is not
+    /// 8 bytes or on an XRC QP, READ/atomic/ATOMIC WRITE with `max_rd_atomic == 0`, FLUSH.
     pub fn post_send(&mut self, wr: SendWr) -> Result<(), PostError> {
         if self.cfg.is_xrc_target() {
             return Err(PostError::InvalidWr(WrError::NoSendQueue));
@@ -953,14 +956,31 @@ fn validate_send(wr: &SendWr, cfg: &RcConfig) -> Result<u64, PostError> {
             return Err(PostError::InvalidWr(WrError::MissingBind))
         }
         SendOpcode::LocalInv | SendOpcode::BindMw => return Ok(0),
-        op @ (SendOpcode::Tso
-        | SendOpcode::Driver1
-        | SendOpcode::Flush
-        | SendOpcode::AtomicWrite) => {
+        // IBA 1.5 defines ATOMIC WRITE for RC (opcode 0x1D); the XRC opcode table has
+        // no such row, so an XRC initiator refuses it.
+        op @ (SendOpcode::Tso | SendOpcode::Driver1 | SendOpcode::Flush) => {
             return Err(PostError::InvalidWr(WrError::OpcodeNotSupported {
                 opcode: op,
                 qp_type: crate::qp_state::QpType::Rc,
             }))
+        }
+        SendOpcode::AtomicWrite => {
+            if cfg.transport() != Transport::Rc {
+                return Err(PostError::InvalidWr(WrError::OpcodeNotSupported {
+                    opcode: SendOpcode::AtomicWrite,
+                    qp_type: cfg.qp_type,
+                }));
+            }
+            if cfg.max_rd_atomic == 0 {
+                return Err(PostError::InvalidWr(WrError::NoReadAtomicBudget));
+            }
+            // The 8 bytes may come inline or from SGEs; the VA's alignment is the
+            // responder's check (NAK Invalid Request), as for rxe.
+            let len = wr.payload.len();
+            if len != ATOMIC_WRITE_LEN {
+                return Err(PostError::InvalidWr(WrError::AtomicLength { len }));
+            }
+            return Ok(len);
         }
         op if op.is_read_or_atomic() => {
             if matches!(wr.payload, SendPayload::Inline(_)) {

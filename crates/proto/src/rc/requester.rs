@@ -13,7 +13,9 @@ use uroce_wire::opcode::{self, Transport};
 use uroce_wire::{atomic_eth, bth, reth, xrceth, PacketRepr, Psn};
 
 use super::wqe::{SendWqe, WqeKind};
-use super::{RcConfig, RcQp, MAX_PKTS_PER_ACKREQ, MAX_READ_PSNS, MAX_UNACKED_PSNS};
+use super::{
+    RcConfig, RcQp, ATOMIC_WRITE_LEN, MAX_PKTS_PER_ACKREQ, MAX_READ_PSNS, MAX_UNACKED_PSNS,
+};
 use crate::build::{build, data_packet, fill_payload, BuildError};
 use crate::qp_state::QpState;
 use crate::time::{local_ack_timeout, Instant};
@@ -99,7 +101,7 @@ impl Requester {
                 send_idx = Some(i);
                 w.next_pkt = match w.kind() {
                     WqeKind::Data => u32::try_from(psn.diff(w.first_psn)).unwrap_or(0),
-                    WqeKind::Read | WqeKind::Atomic | WqeKind::Local => 0,
+                    WqeKind::Read | WqeKind::Atomic | WqeKind::AtomicWrite | WqeKind::Local => 0,
                 };
             }
         }
@@ -142,6 +144,15 @@ impl RcQp {
             if wqe.wr.flags.contains(SendFlags::FENCE) && self.req.rd_atomic_outstanding > 0 {
                 return None;
             }
+            // ATOMIC WRITE counts against `max_rd_atomic` like READ and the atomics (as
+            // rxe's requester does): the responder keeps a responder resource for it, to
+            // answer a duplicate from the stored response without storing the 8 bytes
+            // again (IBA 1.5 makes it a read-like operation for ordering, answered with
+            // an RDMA READ response). A requester with more of them outstanding than the
+            // target's `max_dest_rd_atomic` resources would let the target recycle the
+            // resource of one still unanswered, whose retransmission would then find no
+            // stored response and be dropped: the WR could only end in RETRY_EXC_ERR.
+            // Counting it also makes FENCE wait for it, as for a READ.
             if wqe.is_rd_atomic() {
                 if self.req.rd_atomic_outstanding >= u32::from(self.cfg.max_rd_atomic) {
                     return None;
@@ -185,13 +196,15 @@ impl RcQp {
                 self.req.rd_atomic_outstanding += 1;
             }
         }
-        match w.kind() {
-            WqeKind::Data => w.next_pkt += 1,
-            WqeKind::Read | WqeKind::Atomic | WqeKind::Local => w.next_pkt = 1,
-        }
         let done = match w.kind() {
-            WqeKind::Data => w.next_pkt >= w.npkts,
-            WqeKind::Read | WqeKind::Atomic | WqeKind::Local => true,
+            WqeKind::Data => {
+                w.next_pkt += 1;
+                w.next_pkt >= w.npkts
+            }
+            WqeKind::Read | WqeKind::Atomic | WqeKind::AtomicWrite | WqeKind::Local => {
+                w.next_pkt = 1;
+                true
+            }
         };
         if done {
             self.req.send_idx += 1;
@@ -315,6 +328,17 @@ impl RcQp {
                 (0, 0, first_psn.wrapping_add(wqe.npkts))
             }
             WqeKind::Local => return None,
+            WqeKind::AtomicWrite => {
+                // IBA 1.5 ATOMIC WRITE: RETH (DMA length 8) and the 8 bytes as payload.
+                bth.opcode = self.cfg.wire_opcode(opcode::op::RC_ATOMIC_WRITE);
+                bth.ack_req = true;
+                hdr.reth = Some(reth::Repr {
+                    va: wr.remote_addr,
+                    rkey: wr.rkey,
+                    dma_len: ATOMIC_WRITE_LEN as u32,
+                });
+                (0, ATOMIC_WRITE_LEN, first_psn.wrapping_add(1))
+            }
             WqeKind::Atomic => {
                 let (opcode, swap_add, compare) = match wr.opcode {
                     SendOpcode::AtomicCmpAndSwp => {

@@ -19,7 +19,9 @@ use uroce_wire::aeth::{self, NakCode, Syndrome};
 use uroce_wire::opcode::{self, OpcodeInfo, Operation, Position};
 use uroce_wire::{atomic_ack_eth, bth, PacketRepr, Psn};
 
-use super::{Env, QpEvent, RcConfig, RcQp, RemoteAccess, MAX_MSG_LEN, MAX_READ_PSNS};
+use super::{
+    Env, QpEvent, RcConfig, RcQp, RemoteAccess, ATOMIC_WRITE_LEN, MAX_MSG_LEN, MAX_READ_PSNS,
+};
 use crate::build::{build, BuildError};
 use crate::memory::{scatter, sg_total, AtomicOp, RemoteAccessError, RemoteOp};
 use crate::qp_state::QpState;
@@ -86,6 +88,13 @@ enum Resource {
         psn: Psn,
         orig: u64,
         msn: u32,
+    },
+    /// A request answered by a zero-length RDMA READ RESPONSE ONLY (IBA 1.5 ATOMIC
+    /// WRITE): a duplicate gets that response again, `op` must match.
+    Empty {
+        psn: Psn,
+        msn: u32,
+        op: Operation,
     },
 }
 
@@ -203,7 +212,16 @@ impl Responder {
             Resource::Read { first, npkts, .. } => {
                 psn.is_at_or_after(first) && psn.is_before(first.wrapping_add(npkts))
             }
-            Resource::Atomic { .. } => false,
+            Resource::Atomic { .. } | Resource::Empty { .. } => false,
+        })
+    }
+
+    /// The MSN of the remembered `op` request (answered by an empty READ response) with
+    /// this PSN.
+    fn find_empty(&self, psn: Psn, op: Operation) -> Option<u32> {
+        self.resources.iter().flatten().find_map(|r| match *r {
+            Resource::Empty { psn: p, msn, op: o } if p == psn && o == op => Some(msn),
+            _ => None,
         })
     }
 
@@ -329,7 +347,8 @@ impl RcQp {
             Operation::RdmaWrite => self.rx_write(pkt, info, env),
             Operation::RdmaReadRequest => self.rx_read(pkt, env),
             Operation::CompareSwap | Operation::FetchAdd => self.rx_atomic(pkt, info, env),
-            // FLUSH / ATOMIC_WRITE (IBA 1.5) are not supported: invalid request.
+            Operation::AtomicWrite => self.rx_atomic_write(pkt, env),
+            // FLUSH (IBA 1.5) is not supported: invalid request.
             _ => self.invalid_request(psn, None),
         }
     }
@@ -690,6 +709,71 @@ impl RcQp {
         self.resp.epsn = psn.wrapping_add(1);
     }
 
+    /// IBA 1.5 ATOMIC WRITE: the QP needs REMOTE_WRITE and a responder resource (else
+    /// NAK Invalid Request, as for READ/atomics); the RETH's DMA length must be 8 and the
+    /// VA 8-byte aligned (else NAK Invalid Request); the region must grant REMOTE_WRITE
+    /// over `[VA, VA + 8)` (else NAK Remote Access Error, memory untouched). The 8 payload
+    /// bytes are stored as one 64-bit atomic store (`Memory::atomic_write_remote`); the
+    /// answer is a zero-length RDMA READ RESPONSE ONLY (as rxe answers it), remembered as
+    /// a responder resource so that a duplicate gets the same answer without a second
+    /// store.
+    fn rx_atomic_write(&mut self, pkt: &PacketRepr<'_>, env: &mut Env<'_>) {
+        let psn = pkt.bth.psn;
+        if !self.cfg.access.contains(RemoteAccess::WRITE) || self.cfg.max_dest_rd_atomic == 0 {
+            self.invalid_request(psn, None);
+            return;
+        }
+        let Some(reth) = pkt.reth else {
+            self.invalid_request(psn, None);
+            return;
+        };
+        // The wire layer guarantees exactly 8 payload bytes (`exact_payload`).
+        let Ok(value) = <[u8; 8]>::try_from(pkt.payload) else {
+            self.invalid_request(psn, None);
+            return;
+        };
+        if u64::from(reth.dma_len) != ATOMIC_WRITE_LEN || reth.va % 8 != 0 {
+            self.invalid_request(psn, None);
+            return;
+        }
+        match env.mem.atomic_write_remote(reth.rkey, reth.va, value) {
+            Ok(()) => {}
+            Err(RemoteAccessError::Misaligned { .. }) => {
+                self.invalid_request(psn, None);
+                return;
+            }
+            Err(_) => {
+                self.access_error(psn, None);
+                return;
+            }
+        }
+        self.resp.bump_msn();
+        let msn = self.resp.msn;
+        self.resp.remember(Resource::Empty {
+            psn,
+            msn,
+            op: Operation::AtomicWrite,
+        });
+        let answer = self.empty_read_response(psn, msn);
+        self.queue_resp(answer, false);
+        self.resp.epsn = psn.wrapping_add(1);
+    }
+
+    /// A zero-length RDMA READ RESPONSE ONLY with `psn` and `msn` (the answer to an
+    /// ATOMIC WRITE): a READ response stream of one empty packet.
+    fn empty_read_response(&self, psn: Psn, msn: u32) -> RespOut {
+        RespOut::Read(ReadStream {
+            rkey: 0,
+            va: 0,
+            len: 0,
+            psn0: psn,
+            npkts: 1,
+            next: 0,
+            msn,
+            srqn: self.resp.xrc_srqn,
+        })
+    }
+
     /// A request with a PSN before the expected one: never executed again.
     fn duplicate_request(&mut self, pkt: &PacketRepr<'_>, info: &OpcodeInfo, env: &mut Env<'_>) {
         self.counters.duplicates_received += 1;
@@ -744,6 +828,14 @@ impl RcQp {
             Operation::CompareSwap | Operation::FetchAdd => match self.resp.find_atomic(psn) {
                 // Resend the stored result: an atomic is never executed twice.
                 Some((orig, msn)) => self.queue_resp(RespOut::AtomicAck { psn, msn, orig }, false),
+                None => self.drop_unmatched_duplicate(),
+            },
+            Operation::AtomicWrite => match self.resp.find_empty(psn, info.operation) {
+                // Answer again; the 8 bytes are not stored a second time.
+                Some(msn) => {
+                    let answer = self.empty_read_response(psn, msn);
+                    self.queue_resp(answer, false);
+                }
                 None => self.drop_unmatched_duplicate(),
             },
             _ => self.drop_unmatched_duplicate(),

@@ -13,6 +13,9 @@ pub(super) enum WqeKind {
     Read,
     /// Atomic: one request, one ATOMIC_ACKNOWLEDGE.
     Atomic,
+    /// ATOMIC WRITE (IBA 1.5): one request (RETH + 8 bytes), answered by a zero-length
+    /// RDMA READ RESPONSE ONLY.
+    AtomicWrite,
     /// BIND_MW / LOCAL_INV: no packets, no PSN; executed through `Memory` when the
     /// requester reaches it, completed once every earlier WQE has completed.
     Local,
@@ -31,8 +34,8 @@ pub(super) struct SendWqe {
     pub started: bool,
     /// First PSN (valid when `started`).
     pub first_psn: Psn,
-    /// SEND/WRITE: index of the next packet to send. READ/atomic: 0 = the request must be
-    /// (re)sent, 1 = sent.
+    /// SEND/WRITE: index of the next packet to send. READ/atomic/ATOMIC WRITE: 0 = the
+    /// request must be (re)sent, 1 = sent.
     pub next_pkt: u32,
     /// READ: response packets received and placed so far.
     pub resp_pkts: u32,
@@ -44,7 +47,9 @@ impl SendWqe {
     /// A fresh WQE for `wr` with message length `len`.
     pub fn new(wr: SendWr, len: u64, pmtu: Pmtu) -> SendWqe {
         let npkts = match wr.opcode {
-            SendOpcode::AtomicCmpAndSwp | SendOpcode::AtomicFetchAndAdd => 1,
+            SendOpcode::AtomicCmpAndSwp
+            | SendOpcode::AtomicFetchAndAdd
+            | SendOpcode::AtomicWrite => 1,
             SendOpcode::LocalInv | SendOpcode::BindMw => 0,
             // invariant: len ≤ 2^31 (post-time check), so ≤ 2^23 packets: fits u32.
             _ => u32::try_from(pmtu.packets_for(len)).unwrap_or(u32::MAX),
@@ -66,14 +71,19 @@ impl SendWqe {
         match self.wr.opcode {
             SendOpcode::RdmaRead => WqeKind::Read,
             SendOpcode::AtomicCmpAndSwp | SendOpcode::AtomicFetchAndAdd => WqeKind::Atomic,
+            SendOpcode::AtomicWrite => WqeKind::AtomicWrite,
             SendOpcode::LocalInv | SendOpcode::BindMw => WqeKind::Local,
             _ => WqeKind::Data,
         }
     }
 
-    /// READ or atomic.
+    /// READ, atomic or ATOMIC WRITE: answered by a response, counted against
+    /// `max_rd_atomic`.
     pub fn is_rd_atomic(&self) -> bool {
-        matches!(self.kind(), WqeKind::Read | WqeKind::Atomic)
+        matches!(
+            self.kind(),
+            WqeKind::Read | WqeKind::Atomic | WqeKind::AtomicWrite
+        )
     }
 
     /// One past the last PSN of the message.

@@ -5,6 +5,7 @@
 //! rules (`check_pmtu`) before delivery, so a malformed packet fails any test that sends it.
 //! Expected data are computed from the test's own inputs, never read back from the engine.
 
+mod atomic_write;
 mod basic;
 mod errors;
 mod local_ops;
@@ -41,6 +42,8 @@ struct Region {
 #[derive(Default)]
 pub struct TestMem {
     regions: RefCell<HashMap<u32, Region>>,
+    /// ATOMIC WRITE stores executed (`atomic_write_remote` calls that stored).
+    pub atomic_writes: Cell<u64>,
 }
 
 impl TestMem {
@@ -204,6 +207,23 @@ impl Memory for TestMem {
         })
     }
 
+    /// One copy of the 8 bytes: the test memory is single-threaded, so no reader sees
+    /// it half done. Counted in `atomic_writes`.
+    fn atomic_write_remote(
+        &self,
+        rkey: u32,
+        va: u64,
+        value: [u8; 8],
+    ) -> Result<(), RemoteAccessError> {
+        self.remote(rkey, va, 8, RemoteOp::Write, |_| ())?;
+        if va % 8 != 0 {
+            return Err(RemoteAccessError::Misaligned { va });
+        }
+        self.remote(rkey, va, 8, RemoteOp::Write, |d| d.copy_from_slice(&value))?;
+        self.atomic_writes.set(self.atomic_writes.get() + 1);
+        Ok(())
+    }
+
     fn invalidate_remote(&self, rkey: u32) -> Result<(), RemoteAccessError> {
         let mut r = self.regions.borrow_mut();
         let reg = r
@@ -351,6 +371,9 @@ impl Memory for PatternMem {
         Ok(())
     }
     fn atomic_remote(&self, rkey: u32, _: u64, _: AtomicOp) -> Result<u64, RemoteAccessError> {
+        Err(RemoteAccessError::BadKey { rkey })
+    }
+    fn atomic_write_remote(&self, rkey: u32, _: u64, _: [u8; 8]) -> Result<(), RemoteAccessError> {
         Err(RemoteAccessError::BadKey { rkey })
     }
     fn invalidate_remote(&self, rkey: u32) -> Result<(), RemoteAccessError> {
