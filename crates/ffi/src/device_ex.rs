@@ -25,12 +25,27 @@ pub const IBV_DEVICE_SYS_IMAGE_GUID: u32 = 1 << 11;
 /// NAK (IBA Vol 1 §9.7.5.2.8) instead of a fatal error.
 pub const IBV_DEVICE_RC_RNR_NAK_GEN: u32 = 1 << 12;
 
+/// `IBV_DEVICE_MEM_WINDOW`: memory windows (`ibv_alloc_mw`, type 1 bound by `ibv_bind_mw`).
+pub const IBV_DEVICE_MEM_WINDOW: u32 = 1 << 17;
+/// `IBV_DEVICE_XRC`: XRC domains, XRC SRQs and XRC_SEND / XRC_RECV QPs.
+pub const IBV_DEVICE_XRC: u32 = 1 << 20;
+/// `IBV_DEVICE_MEM_WINDOW_TYPE_2B`: type 2 windows bound through the send queue, each
+/// bound to the QP that bound it (and so to that QP's PD, which must be the window's):
+/// a remote access or SEND with Invalidate through it is accepted only on that QP
+/// (IBA Vol 1 §10.6.7; rxe claims 2B, not 2A, likewise).
+pub const IBV_DEVICE_MEM_WINDOW_TYPE_2B: u32 = 1 << 24;
+
 /// The `device_cap_flags` uroce claims, and only those it implements: the system image
-/// GUID and RNR NAK generation. Not claimed (not implemented): resizing QPs/SRQs/CQs,
-/// P_Key/Q_Key violation counters, automatic path migration, port-change and current-state
-/// QP modifiers, port active events, N-notify CQs, memory windows, XRC, memory management
-/// extensions, checksum offloads, flow steering.
-pub const DEVICE_CAP_FLAGS: u32 = IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_RC_RNR_NAK_GEN;
+/// GUID, RNR NAK generation, memory windows of type 1 and 2B, XRC. Not claimed (not
+/// implemented): resizing QP/SRQ work requests (`IBV_DEVICE_RESIZE_MAX_WR`), P_Key/Q_Key
+/// violation counters, automatic path migration, port-change and current-state QP
+/// modifiers, port active events, N-notify CQs, memory management extensions (fast
+/// registration), checksum offloads, flow steering.
+pub const DEVICE_CAP_FLAGS: u32 = IBV_DEVICE_SYS_IMAGE_GUID
+    | IBV_DEVICE_RC_RNR_NAK_GEN
+    | IBV_DEVICE_MEM_WINDOW
+    | IBV_DEVICE_XRC
+    | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
 
 /// `IB_UVERBS_DEVICE_ATOMIC_WRITE` (bit 40 of `device_cap_flags_ex`, Linux uAPI
 /// `rdma/ib_user_verbs.h` since 6.2; rdma-core 44's headers do not name it, newer ones

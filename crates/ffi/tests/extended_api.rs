@@ -30,9 +30,11 @@ const ADDR: Ipv4Addr = Ipv4Addr::new(127, 0, 52, 2);
 /// `IBV_DEVICE_RC_RNR_NAK_GEN` and `IBV_DEVICE_SYS_IMAGE_GUID` (verbs.h).
 const RNR_NAK_GEN: u32 = 1 << 12;
 const SYS_IMAGE_GUID: u32 = 1 << 11;
-/// Flags uroce must not claim: resize max WR, automatic path migration, memory windows,
-/// XRC, memory management extensions (verbs.h).
-const NOT_IMPLEMENTED: u32 = 1 | (1 << 4) | (1 << 17) | (1 << 20) | (1 << 21);
+/// `IBV_DEVICE_MEM_WINDOW`, `IBV_DEVICE_XRC`, `IBV_DEVICE_MEM_WINDOW_TYPE_2B` (verbs.h).
+const MW_XRC_MW2B: u32 = (1 << 17) | (1 << 20) | (1 << 24);
+/// Flags uroce must not claim: resize max WR, automatic path migration, memory management
+/// extensions, memory windows of type 2A (verbs.h).
+const NOT_IMPLEMENTED: u32 = 1 | (1 << 4) | (1 << 21) | (1 << 23);
 
 fn errno() -> c_int {
     std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
@@ -96,6 +98,7 @@ fn extended_api_and_argument_checks_behave_like_rdma_core() {
         let flags = legacy.device_cap_flags;
         assert_eq!(flags & RNR_NAK_GEN, RNR_NAK_GEN, "RC RNR NAK generation");
         assert_eq!(flags & SYS_IMAGE_GUID, SYS_IMAGE_GUID);
+        assert_eq!(flags & MW_XRC_MW2B, MW_XRC_MW2B, "memory windows, XRC");
         assert_eq!(flags & NOT_IMPLEMENTED, 0, "claims {flags:#x}");
         // Bit 40: IB_UVERBS_DEVICE_ATOMIC_WRITE (Linux uAPI 6.2+), and nothing else beyond
         // the legacy flags (no FLUSH: bits 38, 39).

@@ -433,7 +433,10 @@ fn device_ex_table() -> Vec<Check> {
         raw_packet_caps, tm_caps, cq_mod_caps, max_dm_size, pci_atomic_caps, xrc_odp_caps,
         phys_port_cnt_ex
     });
-    t.extend(consts! {IBV_DEVICE_SYS_IMAGE_GUID, IBV_DEVICE_RC_RNR_NAK_GEN});
+    t.extend(
+        consts! {IBV_DEVICE_SYS_IMAGE_GUID, IBV_DEVICE_RC_RNR_NAK_GEN,
+        IBV_DEVICE_MEM_WINDOW, IBV_DEVICE_XRC, IBV_DEVICE_MEM_WINDOW_TYPE_2B},
+    );
     {
         use uroce_ffi::parent_domain::*;
         t.push(ty!(struct ibv_td_init_attr));
