@@ -162,7 +162,7 @@ fn put_str(dst: &mut [c_char], s: &str) {
     }
 }
 
-/// How many loopback addresses [`open_net`] tries when no address is configured.
+/// How many loopback addresses `open_net` tries when no address is configured.
 pub const AUTO_ADDRS: u8 = 64;
 
 /// Opens the network device of `cfg`. When `UROCE_ADDR` is not set, the device takes

@@ -7,7 +7,7 @@
 //! made from: wherever a PD is taken (`ibv_create_qp`, `ibv_create_qp_ex`, `ibv_reg_mr`,
 //! `ibv_create_srq`, `ibv_create_ah`, `ibv_alloc_mw`, `ibv_create_cq_ex` with
 //! `IBV_CQ_INIT_ATTR_MASK_PD`), the registry resolves it to that PD
-//! ([`crate::objects::Objects::pd`]); the objects keep the parent domain's pointer in their
+//! (`crate::objects::Objects::pd`); the objects keep the parent domain's pointer in their
 //! `pd` field, as the program passed it. `ibv_dealloc_pd` of a parent domain frees it
 //! (`EBUSY` while a QP, MR, SRQ or AH made through it lives); the protection domain cannot
 //! be deallocated (`EBUSY`) while a parent domain refers to it, nor a thread domain while

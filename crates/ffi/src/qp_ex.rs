@@ -7,7 +7,7 @@
 //! [`init_ops`] (called for every QP by `verbs_api::register_qp`) fills its pointers: the
 //! operations of `send_ops_flags` (`ibv_create_qp_ex` with
 //! `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`; otherwise every operation the QP type can do, see
-//! [`supported_send_ops`]) get the working functions, every other pointer a function that
+//! `supported_send_ops`) get the working functions, every other pointer a function that
 //! records `EOPNOTSUPP` for `ibv_wr_complete` (no pointer is NULL, so a program calling an
 //! operation it did not ask for gets an error rather than a crash).
 //!
@@ -20,7 +20,7 @@
 //! it and posts nothing. Otherwise it posts the whole list through
 //! `QpRef::post_send_all`, which checks every work request, the QP's state and the room in
 //! the send queue before it queues the first: the list goes in whole, in order, or not at
-//! all. `ibv_wr_abort` discards the list. The per-QP state is a [`WrBuilder`] in the QP's
+//! all. `ibv_wr_abort` discards the list. The per-QP state is a `WrBuilder` in the QP's
 //! container.
 //!
 //! No `ibv_wr_*` call takes the registry lock to find its QP: each one recovers the

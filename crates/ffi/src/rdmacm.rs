@@ -1364,7 +1364,7 @@ pub unsafe extern "C" fn uroce_rdmacm_rdma_create_qp(
     guard(-1, || minus_one(create_qp(id, pd, attr)))
 }
 
-/// `rdma_create_qp_ex(id, qp_init_attr_ex)`: see [`create_qp_ex`].
+/// `rdma_create_qp_ex(id, qp_init_attr_ex)`: see `create_qp_ex`.
 ///
 /// # Safety
 /// `attr` is readable and writable.
@@ -1467,7 +1467,7 @@ fn create_srq_ex(id: *mut rdma_cm_id, attr: *mut ibv_srq_init_attr_ex) -> Result
     Ok(())
 }
 
-/// `rdma_create_srq_ex(id, attr)`: see [`create_srq_ex`].
+/// `rdma_create_srq_ex(id, attr)`: see `create_srq_ex`.
 ///
 /// # Safety
 /// `attr` is readable and writable.

@@ -14,13 +14,13 @@
 //!
 //! Target QP handles: the `ibv_qp` from `ibv_create_qp_ex` and every one from
 //! `ibv_open_qp` (in any context of the process) are handles of the one QP, each closed
-//! on its own by `ibv_destroy_qp` ([`destroy_target_handle`]): the QP goes on, held by its
+//! on its own by `ibv_destroy_qp` (`destroy_target_handle`): the QP goes on, held by its
 //! domain, while another handle exists, and the last handle's destroy destroys it.
 //!
 //! The kernel's modify-QP command drops the responder attributes of an XRC initiator
 //! (`max_dest_rd_atomic`, `min_rnr_timer`) and the requester attributes of an XRC target
 //! (`max_rd_atomic`, `retry_cnt`, `rnr_retry`) from the mask before checking it, and
-//! programs rely on it (perftest sets them for both); [`strip_xrc_mask`] does the same.
+//! programs rely on it (perftest sets them for both); `strip_xrc_mask` does the same.
 
 use std::ffi::{c_int, c_void};
 use std::sync::{Arc, MutexGuard};

@@ -1,5 +1,5 @@
 //! The connection manager running on a network device: one sans-IO
-//! [`CmAgent`](uroce_proto::cm::CmAgent) per device, carried by the device's GSI QP (QP1).
+//! [`uroce_proto::cm::CmAgent`] per device, carried by the device's GSI QP (QP1).
 //!
 //! # What runs where
 //! [`NetDevice::cm`](crate::NetDevice::cm) starts the device's **CM thread** on its first

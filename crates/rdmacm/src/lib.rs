@@ -10,16 +10,16 @@
 //! | `rdma_cm_id` | [`CmId`] (owner handle; [`CmIdRef`] in events) |
 //! | `rdma_cm_event` (+ `rdma_ack_cm_event`) | [`Event`] (dropping it acknowledges) |
 //! | `rdma_conn_param` / `rdma_ud_param` | [`ConnParam`] / [`UdParam`] |
-//! | `rdma_create_id`, `rdma_bind_addr`, `rdma_resolve_addr`, `rdma_resolve_route` | [`RdmaCm::create_id`], [`CmId::bind_addr`], [`CmId::resolve_addr`], [`CmId::resolve_route`] |
-//! | `rdma_create_qp` / `rdma_destroy_qp` | [`CmId::create_qp`] / [`CmId::destroy_qp`] ([`CmId::bind_qp`] for a QP the caller owns) |
-//! | `rdma_listen`, `rdma_connect`, `rdma_accept`, `rdma_reject`, `rdma_disconnect`, `rdma_establish` | [`CmId::listen`], [`CmId::connect`], [`CmId::accept`], [`CmId::reject`], [`CmId::disconnect`], [`CmId::establish`] |
+//! | `rdma_create_id`, `rdma_bind_addr`, `rdma_resolve_addr`, `rdma_resolve_route` | [`RdmaCm::create_id`], [`CmId::bind_addr`](CmIdRef::bind_addr), [`CmId::resolve_addr`](CmIdRef::resolve_addr), [`CmId::resolve_route`](CmIdRef::resolve_route) |
+//! | `rdma_create_qp` / `rdma_destroy_qp` | [`CmId::create_qp`](CmIdRef::create_qp) / [`CmId::destroy_qp`](CmIdRef::destroy_qp) ([`CmId::bind_qp`](CmIdRef::bind_qp) for a QP the caller owns) |
+//! | `rdma_listen`, `rdma_connect`, `rdma_accept`, `rdma_reject`, `rdma_disconnect`, `rdma_establish` | [`CmId::listen`](CmIdRef::listen), [`CmId::connect`](CmIdRef::connect), [`CmId::accept`](CmIdRef::accept), [`CmId::reject`](CmIdRef::reject), [`CmId::disconnect`](CmIdRef::disconnect), [`CmId::establish`](CmIdRef::establish) |
 //! | `rdma_create_ep` | [`RdmaCm::create_ep`] |
 //!
 //! ## Devices
 //! An [`RdmaCm`] holds the network devices a process opened ([`RdmaCm::add_device`]); it
 //! starts each device's CM ([`uroce_net::NetDevice::cm`]) and installs itself as the CM's
 //! event sink. An id binds to the device whose address is its source address; without a
-//! source, [`CmId::resolve_addr`] picks the device whose address is the destination or else
+//! source, [`CmId::resolve_addr`](CmIdRef::resolve_addr) picks the device whose address is the destination or else
 //! a device of the destination's family that is loopback exactly when the destination is
 //! (a non-loopback device sends through the host's routing).
 //!
@@ -30,7 +30,7 @@
 //! (at most 56 bytes in a REQ, 180 in a SIDR_REQ).
 //!
 //! ## QP transitions
-//! As librdmacm does: [`CmId::create_qp`] moves the QP to INIT (RC: remote read/write/atomic
+//! As librdmacm does: [`CmId::create_qp`](CmIdRef::create_qp) moves the QP to INIT (RC: remote read/write/atomic
 //! allowed; UD: RTS with the port space's Q_Key at once). The passive side moves it to RTR
 //! and RTS from the REQ when it accepts (before the REP leaves); the active side from the REP
 //! when it arrives (then the RTU leaves and [`EventKind::Established`] is reported). The
@@ -347,8 +347,8 @@ impl RdmaCm {
 
     /// `rdma_create_ep`: an id on its own channel, with its source bound (when given), its
     /// address and route to `dst` resolved (waiting up to `timeout`), ready for
-    /// [`CmId::create_qp`] and [`CmId::connect`]; with `dst` `None`, bound to `src` for
-    /// [`CmId::listen`].
+    /// [`CmId::create_qp`](CmIdRef::create_qp) and [`CmId::connect`](CmIdRef::connect); with `dst` `None`, bound to `src` for
+    /// [`CmId::listen`](CmIdRef::listen).
     ///
     /// # Errors
     /// What the steps report; [`CmError::Timeout`].

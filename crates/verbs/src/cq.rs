@@ -16,7 +16,7 @@
 //!
 //! Completion timestamps ([`CqRef::enable_timestamps`], for `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`
 //! and `…_WALLCLOCK`): a CQ that asked for them reads the clocks it asked for once per
-//! completion, when the completion is generated (in [`CqCore::push`], before the entry is
+//! completion, when the completion is generated (in `CqCore::push`, before the entry is
 //! stored), and returns the [`CompletionStamp`] with it ([`CqRef::poll_stamped`]); a CQ that
 //! did not ask reads no clock.
 
@@ -68,7 +68,7 @@ bitflags::bitflags! {
     }
 }
 
-/// When a completion was generated: the clocks of [`Clocks`] read in [`CqCore::push`], in
+/// When a completion was generated: the clocks of [`Clocks`] read in `CqCore::push`, in
 /// nanoseconds (0 for a clock the CQ does not stamp with).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct CompletionStamp {
@@ -388,7 +388,7 @@ impl CqRef {
     }
 
     /// Makes every later completion carry a [`CompletionStamp`] of `clocks` (one clock read
-    /// per clock per completion, at [`CqCore::push`]). Only a CQ that holds no completion
+    /// per clock per completion, at `CqCore::push`). Only a CQ that holds no completion
     /// yet can start stamping (so that each stamp belongs to one entry); returns whether it
     /// stamps now.
     pub fn enable_timestamps(&self, clocks: Clocks) -> bool {

@@ -659,7 +659,7 @@ impl RcQp {
     /// into `buf`, returns its length; `None` when nothing is ready. `buf` must hold at
     /// least 4096 + 64 bytes (a smaller one makes packets that do not fit wait). Packet
     /// order: responses/ACKs first, then requests, except that a lone positive ACK lets
-    /// one request message go first ([`Responder::ack_may_wait`]).
+    /// one request message go first (`Responder::ack_may_wait`).
     pub fn poll_transmit(
         &mut self,
         now: Instant,
