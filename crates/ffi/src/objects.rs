@@ -599,7 +599,9 @@ pub(crate) unsafe fn send_wr_from_c(wr: &ibv_send_wr, max_inline: u32) -> Result
     };
     if flags.contains(SendFlags::INLINE) {
         let total: u64 = sges.iter().map(|s| u64::from(s.length)).sum();
-        if total > u64::from(max_inline) {
+        // ATOMIC WRITE's 8 bytes are an operand, not inline data: `max_inline_data` does
+        // not limit them (its length is checked when the WR is posted).
+        if total > u64::from(max_inline) && opcode != SendOpcode::AtomicWrite {
             return Err(FfiError::Invalid("inline data longer than max_inline_data"));
         }
         let mut data = Vec::with_capacity(usize::try_from(total).unwrap_or(0));

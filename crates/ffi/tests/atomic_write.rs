@@ -30,6 +30,7 @@ fn atomic_write_through_the_c_api() {
     for check in [
         "wr_atomic_write",
         "post_send",
+        "inline",
         "wrong_length",
         "misaligned",
         "no_remote_write",

@@ -5,6 +5,7 @@
      (9) with byte_len 8;
    - post_send: IBV_WR_ATOMIC_WRITE through ibv_post_send takes the 8 bytes from the SGE
      list (two SGEs of 3 + 5 bytes) and the target from wr.rdma;
+   - inline: the same with IBV_SEND_INLINE, max_inline_data 0 notwithstanding;
    - wrong_length: ibv_post_send with 7 or 16 bytes fails with EINVAL, *bad_wr = the WR,
      nothing posted;
    - misaligned: an address that is not 8-byte aligned completes with
@@ -177,6 +178,25 @@ int main(void)
 	if (memcmp(b8 + 64, val, 8) || memcmp(b8 + 72, fill, 8))
 		FAIL("post_send: the target holds %016llx", (unsigned long long)bbuf[8]);
 	printf("PASS post_send\n");
+
+	/* ---- The same with IBV_SEND_INLINE: the 8 bytes are copied at post (the sources
+	   change right after it) although max_inline_data is 0: they are an operand ---- */
+	wr.wr_id = 5;
+	wr.send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE;
+	wr.wr.rdma.remote_addr = (uintptr_t)(b8 + 80);
+	rc = ibv_post_send(qa, &wr, &bad);
+	if (rc)
+		FAIL("post_send ATOMIC_WRITE inline: %s", strerror(rc));
+	memset(a8 + 100, 0, 3);
+	memset(a8 + 203, 0, 5);
+	wc = poll_one(cqa, "inline");
+	expect(wc, 5, IBV_WC_SUCCESS, "inline");
+	if (memcmp(b8 + 80, val, 8) || memcmp(b8 + 88, fill, 8))
+		FAIL("inline: the target holds %016llx", (unsigned long long)bbuf[10]);
+	memcpy(a8 + 100, val, 3);
+	memcpy(a8 + 203, val + 3, 5);
+	wr.send_flags = IBV_SEND_SIGNALED;
+	printf("PASS inline\n");
 
 	/* ---- 7 or 16 bytes: EINVAL at post, nothing posted ---- */
 	uint32_t lens[2][2] = { { 3, 4 }, { 8, 8 } };
