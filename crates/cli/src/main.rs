@@ -44,8 +44,8 @@ use uroce_wire::ip::Endpoints;
 use uroce_wire::opcode::{self, HeaderSet, Operation, Position, Transport, OPCODE_TABLE};
 use uroce_wire::pcap::{PcapReader, PcapWriter};
 use uroce_wire::{
-    atomic_ack_eth, atomic_eth, bth, deth, ieth, immdt, mad, packet, reth, xrceth, OpcodeInfo,
-    PacketRepr, Pmtu, Psn, WireError,
+    atomic_ack_eth, atomic_eth, bth, deth, feth, ieth, immdt, mad, packet, reth, xrceth,
+    OpcodeInfo, PacketRepr, Pmtu, Psn, WireError,
 };
 
 /// Command-line interface of uroce.
@@ -189,7 +189,6 @@ fn packet_cmd(stdout: &mut impl Write, out: &Path, ipv6: bool, pmtu: u32) -> Res
     let full_packet = vec![0xa5u8; pmtu.bytes() as usize];
     let zeros = [0u8; 16];
     let mut written = 0u32;
-    let mut skipped = Vec::new();
     let mut buf = Vec::new();
     let mut emit = |repr: &PacketRepr<'_>, pcap: &mut PcapWriter<_>| -> Result<()> {
         buf.clear();
@@ -217,10 +216,7 @@ fn packet_cmd(stdout: &mut impl Write, out: &Path, ipv6: bool, pmtu: u32) -> Res
             None if matches!(info.position, Position::First | Position::Middle) => &full_packet,
             None => text.as_bytes(),
         };
-        match sample(info, Psn::new(index as u32), payload) {
-            Some(repr) => emit(&repr, &mut pcap)?,
-            None => skipped.push(format!("{info}")),
-        }
+        emit(&sample(info, Psn::new(index as u32), payload), &mut pcap)?;
     }
 
     // A SEND of SEGMENTED_SEND_LEN bytes cut at the path MTU: FIRST, MIDDLE…, LAST.
@@ -241,15 +237,10 @@ fn packet_cmd(stdout: &mut impl Write, out: &Path, ipv6: bool, pmtu: u32) -> Res
     pcap.into_inner()?;
 
     let family = if ipv6 { "IPv6" } else { "IPv4" };
-    let skipped = if skipped.is_empty() {
-        String::new()
-    } else {
-        format!("; skipped (not representable): {}", skipped.join(", "))
-    };
     writeln!(
         stdout,
         "wrote {written} packets ({} opcodes + a {SEGMENTED_SEND_LEN}-byte RC SEND in \
-         {segments} segments) to {} ({family}, PMTU {pmtu}){skipped}",
+         {segments} segments) to {} ({family}, PMTU {pmtu})",
         written - segments,
         out.display(),
     )?;
@@ -271,25 +262,25 @@ fn sample_bth(opcode: u8, psn: Psn) -> bth::Repr {
     }
 }
 
-/// A sample packet of `info` with recognisable header values, or `None` if `PacketRepr`
-/// cannot represent the opcode (FLUSH, whose FETH it does not model).
-fn sample<'a>(info: &OpcodeInfo, psn: Psn, payload: &'a [u8]) -> Option<PacketRepr<'a>> {
-    if info.headers.contains(HeaderSet::FETH) {
-        return None;
-    }
+/// A sample packet of `info` with recognisable header values.
+fn sample<'a>(info: &OpcodeInfo, psn: Psn, payload: &'a [u8]) -> PacketRepr<'a> {
     let h = info.headers;
     let mut b = sample_bth(info.opcode, psn);
     let reliable = matches!(info.transport, Transport::Rc | Transport::Xrc);
     b.ack_req = reliable && info.is_request && info.position.ends();
     b.becn = info.operation == Operation::Cnp;
     let message_len = u32::try_from(payload.len()).unwrap_or(u32::MAX);
-    Some(PacketRepr {
+    PacketRepr {
         xrceth: h
             .contains(HeaderSet::XRCETH)
             .then_some(xrceth::Repr { srqn: 0x42 }),
         deth: h.contains(HeaderSet::DETH).then_some(deth::Repr {
             qkey: 0x0123_4567,
             src_qp: 0x12,
+        }),
+        feth: h.contains(HeaderSet::FETH).then_some(feth::Repr {
+            selectivity_level: feth::SELECTIVITY_RANGE,
+            placement_type: feth::PLACEMENT_GLOBAL_VISIBILITY,
         }),
         reth: h.contains(HeaderSet::RETH).then_some(reth::Repr {
             va: 0x7f00_0000_1000,
@@ -318,7 +309,7 @@ fn sample<'a>(info: &OpcodeInfo, psn: Psn, payload: &'a [u8]) -> Option<PacketRe
             .contains(HeaderSet::IETH)
             .then_some(ieth::Repr { rkey: 0x0000_1234 }),
         ..PacketRepr::new(b, payload)
-    })
+    }
 }
 
 fn decode_cmd(stdout: &mut impl Write, path: &Path) -> Result<()> {
@@ -392,7 +383,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_opcode_but_flush_has_an_emittable_sample() {
+    fn every_opcode_has_an_emittable_sample() {
         let payload = [0u8; 16];
         for info in OPCODE_TABLE {
             let body: &[u8] = match (info.payload, info.exact_payload) {
@@ -400,15 +391,14 @@ mod tests {
                 (true, Some(n)) => &payload[..n],
                 (true, None) => &payload[..5],
             };
-            match sample(info, Psn::new(1), body) {
-                Some(repr) => {
-                    let mut buf = vec![0u8; repr.buffer_len()];
-                    repr.emit(&mut buf)
-                        .unwrap_or_else(|e| panic!("{info}: {e}"));
-                    assert_eq!(PacketRepr::parse(&buf).unwrap().bth.opcode, info.opcode);
-                }
-                None => assert_eq!(info.operation, Operation::Flush),
-            }
+            let repr = sample(info, Psn::new(1), body);
+            let mut buf = vec![0u8; repr.buffer_len()];
+            repr.emit(&mut buf)
+                .unwrap_or_else(|e| panic!("{info}: {e}"));
+            let parsed = PacketRepr::parse(&buf).unwrap();
+            assert_eq!(parsed.bth.opcode, info.opcode);
+            assert_eq!(parsed.present_headers(), info.headers, "{info}");
+            assert_eq!(parsed.feth, repr.feth, "{info}");
         }
     }
 

@@ -87,6 +87,7 @@ fn build_train() -> (Vec<u8>, usize) {
             },
             xrceth: None,
             deth: None,
+            feth: None,
             reth: None,
             aeth: None,
             atomic_eth: None,

@@ -77,6 +77,7 @@ fn train_of(
             },
             xrceth: None,
             deth: None,
+            feth: None,
             reth: None,
             aeth: None,
             atomic_eth: None,

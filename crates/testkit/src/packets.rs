@@ -56,18 +56,18 @@ pub struct Sample {
     pub repr: uroce_wire::PacketRepr<'static>,
     /// The payload.
     pub payload: Vec<u8>,
-    /// The FETH of a FLUSH packet, which `PacketRepr` cannot represent.
-    pub feth: Option<[u8; 4]>,
     /// BTH..pad followed by 4 zero ICRC bytes.
     pub roce: Vec<u8>,
 }
 
 /// Builds a packet of opcode `info` with random header values and a random payload of up
-/// to `max_payload` bytes (opcodes with a fixed payload get exactly that). FLUSH, which
-/// `PacketRepr` refuses, is laid out by hand: BTH, FETH, RETH (IBA Vol 1 Release 1.5, §9.3).
+/// to `max_payload` bytes (opcodes with a fixed payload get exactly that). A FLUSH gets a
+/// random FETH (any selectivity level and placement type the field widths allow).
 pub fn random_sample(rng: &mut Rng, info: &uroce_wire::OpcodeInfo, max_payload: usize) -> Sample {
     use uroce_wire::opcode::{HeaderSet, Operation};
-    use uroce_wire::{aeth, atomic_ack_eth, atomic_eth, bth, deth, ieth, immdt, reth, xrceth};
+    use uroce_wire::{
+        aeth, atomic_ack_eth, atomic_eth, bth, deth, feth, ieth, immdt, reth, xrceth,
+    };
 
     let is_cnp = info.operation == Operation::Cnp;
     let bth = bth::Repr {
@@ -93,6 +93,10 @@ pub fn random_sample(rng: &mut Rng, info: &uroce_wire::OpcodeInfo, max_payload: 
         deth: h.contains(HeaderSet::DETH).then(|| deth::Repr {
             qkey: rng.u32(),
             src_qp: rng.u24(),
+        }),
+        feth: h.contains(HeaderSet::FETH).then(|| feth::Repr {
+            selectivity_level: rng.u8() & 0x03,
+            placement_type: rng.u8() & 0x0f,
         }),
         reth: h.contains(HeaderSet::RETH).then(|| reth::Repr {
             va: rng.u64(),
@@ -130,31 +134,6 @@ pub fn random_sample(rng: &mut Rng, info: &uroce_wire::OpcodeInfo, max_payload: 
         None => Vec::new(),
     };
 
-    if h.contains(HeaderSet::FETH) {
-        // FLUSH: BTH ‖ FETH (selectivity level bits 5:4, placement type bits 3:0) ‖ RETH.
-        let feth = [0, 0, 0, (rng.u8() & 0x3f) | 0x11];
-        let mut roce = vec![0u8; bth::LEN + 4 + reth::LEN + uroce_wire::ICRC_LEN];
-        bth.emit(&mut bth::Header::new_unchecked(&mut roce[..bth::LEN]));
-        roce[bth::LEN..bth::LEN + 4].copy_from_slice(&feth);
-        let r = reth::Repr {
-            va: rng.u64(),
-            rkey: rng.u32(),
-            dma_len: rng.u32(),
-        };
-        r.emit(&mut reth::Header::new_unchecked(
-            &mut roce[bth::LEN + 4..bth::LEN + 4 + reth::LEN],
-        ));
-        return Sample {
-            repr: uroce_wire::PacketRepr {
-                reth: Some(r),
-                ..repr
-            },
-            payload: Vec::new(),
-            feth: Some(feth),
-            roce,
-        };
-    }
-
     let full = uroce_wire::PacketRepr {
         payload: &payload,
         ..repr
@@ -167,7 +146,6 @@ pub fn random_sample(rng: &mut Rng, info: &uroce_wire::OpcodeInfo, max_payload: 
     Sample {
         repr,
         payload,
-        feth: None,
         roce,
     }
 }

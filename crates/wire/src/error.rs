@@ -23,6 +23,8 @@ pub enum HeaderKind {
     ImmDt,
     /// Invalidate Extended Transport Header (4 bytes).
     Ieth,
+    /// FLUSH Extended Transport Header (4 bytes, IBA 1.5).
+    Feth,
     /// Datagram Extended Transport Header (8 bytes).
     Deth,
     /// XRC Extended Transport Header (4 bytes).
@@ -59,6 +61,7 @@ impl fmt::Display for HeaderKind {
             HeaderKind::AtomicAckEth => "AtomicAckETH",
             HeaderKind::ImmDt => "ImmDt",
             HeaderKind::Ieth => "IETH",
+            HeaderKind::Feth => "FETH",
             HeaderKind::Deth => "DETH",
             HeaderKind::XrcEth => "XRCETH",
             HeaderKind::Mad => "MAD",
@@ -99,10 +102,6 @@ pub enum WireError {
     /// The BTH opcode is not in the opcode table.
     #[error("unknown opcode {0:#04x}")]
     UnknownOpcode(u8),
-    /// The opcode is in the opcode table but this implementation cannot represent it
-    /// (FLUSH, which carries an FETH, has no field in [`crate::PacketRepr`]).
-    #[error("opcode {0:#04x} is known but not supported")]
-    UnsupportedOpcode(u8),
     /// BTH PadCnt says there are more pad bytes than bytes between headers and ICRC.
     #[error("pad count {pad} exceeds the {payload} bytes after the headers")]
     PadBeyondPayload {

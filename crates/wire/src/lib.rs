@@ -30,6 +30,7 @@ pub mod atomic_eth;
 pub mod bth;
 pub mod cm;
 pub mod deth;
+pub mod feth;
 pub mod ieth;
 pub mod immdt;
 pub mod mad;

@@ -15,10 +15,7 @@ use core::fmt;
 use bitflags::bitflags;
 
 use crate::error::HeaderKind;
-use crate::{aeth, atomic_ack_eth, atomic_eth, deth, ieth, immdt, reth, xrceth};
-
-/// Length of the FETH (FLUSH extended transport header, IBA 1.5) in bytes.
-pub const FETH_LEN: usize = 4;
+use crate::{aeth, atomic_ack_eth, atomic_eth, deth, feth, ieth, immdt, reth, xrceth};
 
 /// The transport service, from the top three bits of the opcode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -152,7 +149,7 @@ impl HeaderSet {
         match self.bits() {
             b if b == HeaderSet::XRCETH.bits() => xrceth::LEN,
             b if b == HeaderSet::DETH.bits() => deth::LEN,
-            b if b == HeaderSet::FETH.bits() => FETH_LEN,
+            b if b == HeaderSet::FETH.bits() => feth::LEN,
             b if b == HeaderSet::RETH.bits() => reth::LEN,
             b if b == HeaderSet::AETH.bits() => aeth::LEN,
             b if b == HeaderSet::ATOMIC_ETH.bits() => atomic_eth::LEN,
@@ -163,12 +160,13 @@ impl HeaderSet {
         }
     }
 
-    /// The [`HeaderKind`] of a single-header set; `None` for FETH (which has no
-    /// `HeaderKind`), the empty set and multi-header sets.
+    /// The [`HeaderKind`] of a single-header set; `None` for the empty set and
+    /// multi-header sets.
     pub const fn kind(self) -> Option<HeaderKind> {
         match self.bits() {
             b if b == HeaderSet::XRCETH.bits() => Some(HeaderKind::XrcEth),
             b if b == HeaderSet::DETH.bits() => Some(HeaderKind::Deth),
+            b if b == HeaderSet::FETH.bits() => Some(HeaderKind::Feth),
             b if b == HeaderSet::RETH.bits() => Some(HeaderKind::Reth),
             b if b == HeaderSet::AETH.bits() => Some(HeaderKind::Aeth),
             b if b == HeaderSet::ATOMIC_ETH.bits() => Some(HeaderKind::AtomicEth),

@@ -33,7 +33,9 @@ use core::iter::FusedIterator;
 use crate::error::{HeaderKind, WireError};
 use crate::opcode::{self, HeaderSet, OpcodeInfo, Position};
 use crate::pmtu::Pmtu;
-use crate::{aeth, atomic_ack_eth, atomic_eth, bth, deth, ieth, immdt, reth, xrceth, ICRC_LEN};
+use crate::{
+    aeth, atomic_ack_eth, atomic_eth, bth, deth, feth, ieth, immdt, reth, xrceth, ICRC_LEN,
+};
 
 /// The largest BTH..ICRC length [`PacketRepr::emit`] produces: what fits one IPv4 UDP
 /// datagram (65535 − 20 − 8 = 65507 bytes), rounded down to a multiple of 4.
@@ -42,8 +44,7 @@ pub const MAX_ROCE_LEN: usize = 65_504;
 /// A RoCEv2 packet from the BTH to the ICRC, as validated values.
 ///
 /// Exactly the extension headers the opcode's table row lists are `Some`
-/// ([`PacketRepr::parse`] guarantees it, [`PacketRepr::emit`] checks it). FLUSH (whose
-/// FETH has no field here) is refused with [`WireError::UnsupportedOpcode`].
+/// ([`PacketRepr::parse`] guarantees it, [`PacketRepr::emit`] checks it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct PacketRepr<'a> {
     /// Base transport header. `emit` ignores `bth.pad_cnt` and derives it from the payload.
@@ -52,6 +53,8 @@ pub struct PacketRepr<'a> {
     pub xrceth: Option<xrceth::Repr>,
     /// Datagram extended transport header (UD).
     pub deth: Option<deth::Repr>,
+    /// FLUSH extended transport header (RC FLUSH, IBA 1.5).
+    pub feth: Option<feth::Repr>,
     /// RDMA extended transport header.
     pub reth: Option<reth::Repr>,
     /// ACK extended transport header.
@@ -97,6 +100,7 @@ impl<'a> PacketRepr<'a> {
             bth,
             xrceth: None,
             deth: None,
+            feth: None,
             reth: None,
             aeth: None,
             atomic_eth: None,
@@ -109,8 +113,8 @@ impl<'a> PacketRepr<'a> {
 
     /// Parses `roce`, the whole UDP payload of a RoCEv2 datagram (BTH … ICRC).
     ///
-    /// Checks, in order: BTH length and TVer; opcode in the table (`UnknownOpcode`;
-    /// `UnsupportedOpcode` for FLUSH); each extension header of the opcode present in full
+    /// Checks, in order: BTH length and TVer; opcode in the table (`UnknownOpcode`);
+    /// each extension header of the opcode present in full
     /// (`Truncated` with its packet offset) and valid (e.g. a reserved AETH syndrome is
     /// `InvalidField`); room for the ICRC (`Truncated { header: Icrc, .. }`); total length
     /// a multiple of 4 (`BadLength`); no payload where the opcode allows none
@@ -123,9 +127,6 @@ impl<'a> PacketRepr<'a> {
     pub fn parse(roce: &'a [u8]) -> Result<PacketRepr<'a>, WireError> {
         let bth = bth::Repr::parse(&bth::Header::new_checked(roce)?)?;
         let info = opcode::info(bth.opcode).ok_or(WireError::UnknownOpcode(bth.opcode))?;
-        if info.headers.contains(HeaderSet::FETH) {
-            return Err(WireError::UnsupportedOpcode(bth.opcode));
-        }
         let mut repr = PacketRepr::new(bth, &[]);
         let mut offset = bth::LEN;
         for header in info.headers.header_order() {
@@ -137,6 +138,10 @@ impl<'a> PacketRepr<'a> {
                 let b = header_at(roce, offset, HeaderKind::Deth, deth::LEN)?;
                 repr.deth = Some(deth::Repr::parse(&deth::Header::new_unchecked(b))?);
                 offset += deth::LEN;
+            } else if header == HeaderSet::FETH {
+                let b = header_at(roce, offset, HeaderKind::Feth, feth::LEN)?;
+                repr.feth = Some(feth::Repr::parse(&feth::Header::new_unchecked(b))?);
+                offset += feth::LEN;
             } else if header == HeaderSet::RETH {
                 let b = header_at(roce, offset, HeaderKind::Reth, reth::LEN)?;
                 repr.reth = Some(reth::Repr::parse(&reth::Header::new_unchecked(b))?);
@@ -166,9 +171,10 @@ impl<'a> PacketRepr<'a> {
                 repr.ieth = Some(ieth::Repr::parse(&ieth::Header::new_unchecked(b))?);
                 offset += ieth::LEN;
             } else {
-                // invariant: FETH was refused above and header_order() yields single
-                // flags only, so no other header can reach this branch.
-                return Err(WireError::UnsupportedOpcode(bth.opcode));
+                // invariant: header_order() yields single flags of WIRE_ORDER only, each
+                // handled above, so this branch is never taken; were a header added to
+                // the table without a branch here, its opcode would be refused.
+                return Err(WireError::UnknownOpcode(bth.opcode));
             }
         }
 
@@ -225,6 +231,7 @@ impl<'a> PacketRepr<'a> {
         let mut set = HeaderSet::empty();
         set.set(HeaderSet::XRCETH, self.xrceth.is_some());
         set.set(HeaderSet::DETH, self.deth.is_some());
+        set.set(HeaderSet::FETH, self.feth.is_some());
         set.set(HeaderSet::RETH, self.reth.is_some());
         set.set(HeaderSet::AETH, self.aeth.is_some());
         set.set(HeaderSet::ATOMIC_ETH, self.atomic_eth.is_some());
@@ -252,21 +259,20 @@ impl<'a> PacketRepr<'a> {
     /// Checks that this repr can be emitted and parsed back unchanged; returns its table
     /// row. `emit` runs exactly these checks.
     ///
-    /// Errors: `UnknownOpcode` / `UnsupportedOpcode`; `HeaderMismatch` when the headers
+    /// Errors: `UnknownOpcode`; `HeaderMismatch` when the headers
     /// present differ from the opcode's; `PayloadNotAllowed`; `BadLength` for the exact
     /// payload of ATOMIC_WRITE / CNP; `InvalidField` for a 24-bit field (DestQP, SrcQP,
-    /// SRQN, MSN) out of range or an AETH syndrome that does not encode losslessly;
+    /// SRQN, MSN) out of range, an FETH field wider than its bits, or an AETH syndrome
+    /// that does not encode losslessly;
     /// `PayloadTooLarge` beyond [`MAX_ROCE_LEN`]. `bth.pad_cnt` is not checked (ignored).
     pub fn check(&self) -> Result<&'static OpcodeInfo, WireError> {
         let opcode = self.bth.opcode;
         let info = self.info().ok_or(WireError::UnknownOpcode(opcode))?;
-        if info.headers.contains(HeaderSet::FETH) {
-            return Err(WireError::UnsupportedOpcode(opcode));
-        }
         let present = self.present_headers();
         let kinds = [
             (HeaderSet::XRCETH, HeaderKind::XrcEth),
             (HeaderSet::DETH, HeaderKind::Deth),
+            (HeaderSet::FETH, HeaderKind::Feth),
             (HeaderSet::RETH, HeaderKind::Reth),
             (HeaderSet::AETH, HeaderKind::Aeth),
             (HeaderSet::ATOMIC_ETH, HeaderKind::AtomicEth),
@@ -310,6 +316,9 @@ impl<'a> PacketRepr<'a> {
         }
         if let Some(d) = &self.deth {
             d.validate()?;
+        }
+        if let Some(f) = &self.feth {
+            f.validate()?;
         }
         if let Some(a) = &self.aeth {
             a.validate()?;
@@ -362,6 +371,7 @@ impl<'a> PacketRepr<'a> {
         // Wire order, as HeaderSet::WIRE_ORDER.
         put!(self.xrceth, xrceth);
         put!(self.deth, deth);
+        put!(self.feth, feth);
         put!(self.reth, reth);
         put!(self.aeth, aeth);
         put!(self.atomic_eth, atomic_eth);
@@ -445,6 +455,13 @@ impl fmt::Display for PacketRepr<'_> {
         }
         if let Some(d) = &self.deth {
             write!(f, " qkey={:#010x} sqp={:#08x}", d.qkey, d.src_qp)?;
+        }
+        if let Some(x) = &self.feth {
+            write!(
+                f,
+                " sel={} plt={:#x}",
+                x.selectivity_level, x.placement_type
+            )?;
         }
         if let Some(r) = &self.reth {
             write!(

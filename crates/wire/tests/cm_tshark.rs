@@ -595,6 +595,7 @@ fn tshark_decodes_every_cm_message_as_emitted() {
                 qkey: mad::GSI_QKEY,
                 src_qp: mad::GSI_QPN,
             }),
+            feth: None,
             reth: None,
             aeth: None,
             atomic_eth: None,

@@ -11,7 +11,7 @@ use common::{arb_packet, OwnedPacket};
 use proptest::prelude::*;
 use uroce_wire::packet::icrc_on_wire;
 use uroce_wire::{
-    aeth, atomic_ack_eth, atomic_eth, bth, deth, ieth, immdt, mad, reth, xrceth, PacketRepr,
+    aeth, atomic_ack_eth, atomic_eth, bth, deth, feth, ieth, immdt, mad, reth, xrceth, PacketRepr,
     WireError,
 };
 
@@ -47,6 +47,7 @@ fn parse_everything(bytes: &[u8]) {
     header!(immdt);
     header!(ieth);
     header!(deth);
+    header!(feth);
     header!(xrceth);
     header!(mad);
     let _ = icrc_on_wire(bytes);

@@ -4,12 +4,12 @@
 
 mod common;
 
-use common::{arb_packet, arb_packet_for, spec_header_len, supported_rows, OwnedPacket};
+use common::{all_rows, arb_packet, arb_packet_for, spec_header_len, OwnedPacket};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
-use uroce_wire::opcode::{self, op, Operation, Position, OPCODE_TABLE};
+use uroce_wire::opcode::{self, op, HeaderSet, Operation, Position, OPCODE_TABLE};
 use uroce_wire::packet::segment;
-use uroce_wire::{bth, reth, PacketRepr, Pmtu, Psn, Transport, WireError};
+use uroce_wire::{bth, feth, reth, PacketRepr, Pmtu, Psn, Transport};
 
 fn check_roundtrip(pkt: &OwnedPacket) -> Result<(), TestCaseError> {
     let repr = pkt.repr();
@@ -36,6 +36,15 @@ fn check_roundtrip(pkt: &OwnedPacket) -> Result<(), TestCaseError> {
         u32::from_be_bytes([0, bytes[9], bytes[10], bytes[11]]),
         pkt.bth.psn.value()
     );
+    if let Some(f) = pkt.feth {
+        // FETH right after the BTH (RC FLUSH: BTH, FETH, RETH): 26 reserved bits (zero on
+        // emit), selectivity level in bits 5:4, placement type in bits 3:0.
+        prop_assert!(pkt.info.headers.contains(HeaderSet::FETH));
+        prop_assert_eq!(
+            &bytes[12..16],
+            &[0, 0, 0, f.selectivity_level << 4 | f.placement_type][..]
+        );
+    }
     prop_assert_eq!(&bytes[hdr..hdr + len], &pkt.payload[..]);
     prop_assert!(
         bytes[hdr + len..].iter().all(|b| *b == 0),
@@ -68,8 +77,9 @@ fn check_roundtrip(pkt: &OwnedPacket) -> Result<(), TestCaseError> {
 /// Every opcode gets its own run, so none can be missed by chance.
 #[test]
 fn every_opcode_roundtrips() {
-    let rows = supported_rows();
-    assert_eq!(rows.len(), OPCODE_TABLE.len() - 1, "all but FLUSH");
+    let rows = all_rows();
+    assert_eq!(rows.len(), OPCODE_TABLE.len());
+    assert!(rows.iter().any(|r| r.opcode == op::RC_FLUSH));
     for row in rows {
         let mut runner = TestRunner::new(Config {
             cases: 40,
@@ -149,27 +159,52 @@ fn bth_for(opcode: u8) -> bth::Repr {
 }
 
 #[test]
-fn flush_is_refused_both_ways() {
-    // RC FLUSH: BTH, FETH (4), RETH (16), ICRC (4).
+fn flush_parses_from_bytes_laid_out_by_hand() {
+    // RC FLUSH: BTH, FETH (4), RETH (16), ICRC (4); no payload.
     let mut bytes = vec![0u8; 36];
     bytes[0] = op::RC_FLUSH;
     bytes[2] = 0xff;
     bytes[3] = 0xff;
-    assert_eq!(
-        PacketRepr::parse(&bytes),
-        Err(WireError::UnsupportedOpcode(op::RC_FLUSH))
-    );
-    let p = PacketRepr {
+    bytes[7] = 1; // DestQP 1
+                  // FETH: reserved bits set (ignored), selectivity level 1, placement type 1.
+    bytes[12..16].copy_from_slice(&[0xff, 0xff, 0xff, 0xc0 | 0x10 | 0x01]);
+    // RETH: VA 0x1000, R_Key 0x42, DMA length 4096.
+    bytes[16..24].copy_from_slice(&0x1000u64.to_be_bytes());
+    bytes[24..28].copy_from_slice(&0x42u32.to_be_bytes());
+    bytes[28..32].copy_from_slice(&4096u32.to_be_bytes());
+    let p = PacketRepr::parse(&bytes).expect("a FLUSH parses");
+    let want = PacketRepr {
+        feth: Some(feth::Repr {
+            selectivity_level: feth::SELECTIVITY_REGION,
+            placement_type: feth::PLACEMENT_GLOBAL_VISIBILITY,
+        }),
         reth: Some(reth::Repr {
-            va: 0,
-            rkey: 0,
-            dma_len: 0,
+            va: 0x1000,
+            rkey: 0x42,
+            dma_len: 4096,
         }),
         ..PacketRepr::new(bth_for(op::RC_FLUSH), &[])
     };
-    let mut buf = [0u8; 64];
+    assert_eq!(p, want);
     assert_eq!(
-        p.emit(&mut buf),
-        Err(WireError::UnsupportedOpcode(op::RC_FLUSH))
+        p.to_string(),
+        "RC FLUSH dqp=0x000001 psn=0 pad=0 len=0 sel=1 plt=0x1 va=0x1000 rkey=0x00000042 dlen=4096"
     );
+    // Emitted again, the reserved bits are zero and nothing else changes.
+    let mut out = [0xa5u8; 36];
+    assert_eq!(p.emit(&mut out), Ok(36));
+    bytes[12..15].fill(0);
+    bytes[15] = 0x11;
+    assert_eq!(out[..], bytes[..]);
+    // Without its FETH, or with a field too wide for its bits, a FLUSH does not emit.
+    let no_feth = PacketRepr { feth: None, ..want };
+    assert!(no_feth.emit(&mut out).is_err());
+    let wide = PacketRepr {
+        feth: Some(feth::Repr {
+            selectivity_level: 4,
+            placement_type: 0,
+        }),
+        ..want
+    };
+    assert!(wide.emit(&mut out).is_err());
 }

@@ -417,7 +417,8 @@ pub struct RcCounters {
     pub dropped_out_of_sequence: u64,
     /// … responses, ACKs or NAKs for PSNs nothing is waiting for.
     pub dropped_unexpected_responses: u64,
-    /// … duplicate READ/atomic requests no responder resource matches.
+    /// … duplicate READ, atomic, ATOMIC WRITE or FLUSH requests no responder resource
+    /// matches (a FLUSH never has one: it is answered with NAK Invalid Request).
     pub dropped_unmatched_duplicates: u64,
     /// XRC target: requests whose XRCETH names no XRC SRQ of the QP's domain (each is
     /// answered with NAK Invalid Request; counted here, not in `dropped_packets`).

@@ -348,9 +348,25 @@ impl RcQp {
             Operation::RdmaReadRequest => self.rx_read(pkt, env),
             Operation::CompareSwap | Operation::FetchAdd => self.rx_atomic(pkt, info, env),
             Operation::AtomicWrite => self.rx_atomic_write(pkt, env),
-            // FLUSH (IBA 1.5) is not supported: invalid request.
-            _ => self.invalid_request(psn, None),
+            Operation::Flush => self.rx_flush(psn),
+            // Responses, ACKs and CNPs are not requests: `handle_packet` gives them to the
+            // completer (or drops them), so they cannot reach this point.
+            Operation::RdmaReadResponse
+            | Operation::Acknowledge
+            | Operation::AtomicAcknowledge
+            | Operation::Cnp => self.invalid_request(psn, None),
         }
+    }
+
+    /// IBA 1.5 FLUSH (Annex A19), in sequence: uroce does not execute it (the C ABI it
+    /// follows has no way to post one or to grant `IBV_ACCESS_FLUSH_*`, and persistence is
+    /// impossible on process memory; see the README), so it is an invalid request like
+    /// any other operation this responder does not support: NAK Invalid Request with the
+    /// FLUSH's PSN (the requester completes it with `REM_INV_REQ_ERR`), `QP_REQ_ERR`, QP →
+    /// ERR. Nothing is remembered, so a later duplicate of it matches no responder
+    /// resource and is dropped.
+    fn rx_flush(&mut self, psn: Psn) {
+        self.invalid_request(psn, None);
     }
 
     fn nak(&self, psn: Psn, code: NakCode) -> RespOut {
@@ -838,7 +854,12 @@ impl RcQp {
                 }
                 None => self.drop_unmatched_duplicate(),
             },
-            _ => self.drop_unmatched_duplicate(),
+            // A FLUSH is never executed nor remembered (`rx_flush`): no answer to repeat.
+            Operation::Flush => self.drop_unmatched_duplicate(),
+            Operation::RdmaReadResponse
+            | Operation::Acknowledge
+            | Operation::AtomicAcknowledge
+            | Operation::Cnp => self.drop_unmatched_duplicate(),
         }
     }
 

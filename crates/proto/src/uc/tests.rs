@@ -12,7 +12,7 @@ use uroce_wire::{PacketRepr, Pmtu, Psn};
 use super::{UcConfig, UcQp};
 use crate::engine::{Arrival, Engine};
 use crate::qp_state::{QpState, QpType};
-use crate::rc::tests::{bytes, recv, sge, TestMem, TestSrq, ALL, LOCAL_WRITE};
+use crate::rc::tests::{bytes, flush_bytes, recv, sge, TestMem, TestSrq, ALL, LOCAL_WRITE};
 use crate::rc::{CqKind, Env, PostError, QpEvent, RemoteAccess, RtsAttrs, SharedRecvQueue};
 use crate::time::Instant;
 use crate::wr::{
@@ -956,6 +956,25 @@ fn foreign_packets_are_dropped_and_counted() {
         ),
         (3, 3, 2, 1)
     );
+    p.deliver(Side::B, &pkt);
+    assert_eq!(p.completions(Side::B).len(), 1);
+}
+
+#[test]
+fn an_rc_flush_is_not_a_uc_opcode() {
+    // FLUSH exists only on RC (0x1C; UC has no 0x3C): dropped as a bad opcode, nothing
+    // sent, the QP unharmed.
+    let mut p = Pair::new(Pmtu::Mtu256);
+    p.deliver(Side::B, &flush_bytes(QPN_B, 0));
+    let c = Engine::counters(&p.b);
+    assert_eq!(
+        (c.packets_received, c.dropped_packets, c.dropped_bad_opcode),
+        (1, 1, 1)
+    );
+    assert!(p.transmit(Side::B).is_empty());
+    p.post_recv(100, 0, 64);
+    p.send(1, SendOpcode::Send, 0, &[1; 8]);
+    let pkt = p.transmit(Side::A).remove(0);
     p.deliver(Side::B, &pkt);
     assert_eq!(p.completions(Side::B).len(), 1);
 }

@@ -310,7 +310,7 @@ fn header_order_is_wire_order() {
     let order: Vec<HeaderSet> = info(op::RC_FLUSH).unwrap().headers.header_order().collect();
     assert_eq!(order, [HeaderSet::FETH, HeaderSet::RETH]);
     assert_eq!(HeaderSet::AETH.kind(), Some(HeaderKind::Aeth));
-    assert_eq!(HeaderSet::FETH.kind(), None);
+    assert_eq!(HeaderSet::FETH.kind(), Some(HeaderKind::Feth));
     assert_eq!((HeaderSet::AETH | HeaderSet::RETH).kind(), None);
 }
 

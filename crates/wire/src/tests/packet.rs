@@ -162,10 +162,25 @@ fn parse_errors_name_what_and_where() {
     bad = v4.clone();
     bad[0] = 0x15;
     assert_eq!(PacketRepr::parse(&bad), Err(WireError::UnknownOpcode(0x15)));
+    // RC FLUSH: the FETH fits in the 8 bytes after the BTH, its RETH does not.
     bad[0] = op::RC_FLUSH;
     assert_eq!(
         PacketRepr::parse(&bad),
-        Err(WireError::UnsupportedOpcode(op::RC_FLUSH))
+        Err(WireError::Truncated {
+            header: HeaderKind::Reth,
+            offset: 16,
+            needed: 16,
+            available: bad.len() - 16
+        })
+    );
+    assert_eq!(
+        PacketRepr::parse(&bad[..14]),
+        Err(WireError::Truncated {
+            header: HeaderKind::Feth,
+            offset: 12,
+            needed: 4,
+            available: 2
+        })
     );
     // RC RDMA WRITE ONLY needs 16 bytes of RETH after the BTH; only 12 are there.
     bad = v4.clone();

@@ -6,7 +6,7 @@ use proptest::prelude::*;
 use uroce_wire::aeth::{NakCode, Syndrome};
 use uroce_wire::opcode::{HeaderSet, OpcodeInfo, OPCODE_TABLE};
 use uroce_wire::{
-    aeth, atomic_ack_eth, atomic_eth, bth, deth, ieth, immdt, reth, xrceth, PacketRepr, Psn,
+    aeth, atomic_ack_eth, atomic_eth, bth, deth, feth, ieth, immdt, reth, xrceth, PacketRepr, Psn,
 };
 
 /// A packet that owns its payload (a `PacketRepr` borrows it).
@@ -16,6 +16,7 @@ pub struct OwnedPacket {
     pub bth: bth::Repr,
     pub xrceth: Option<xrceth::Repr>,
     pub deth: Option<deth::Repr>,
+    pub feth: Option<feth::Repr>,
     pub reth: Option<reth::Repr>,
     pub aeth: Option<aeth::Repr>,
     pub atomic_eth: Option<atomic_eth::Repr>,
@@ -31,6 +32,7 @@ impl OwnedPacket {
             bth: self.bth,
             xrceth: self.xrceth,
             deth: self.deth,
+            feth: self.feth,
             reth: self.reth,
             aeth: self.aeth,
             atomic_eth: self.atomic_eth,
@@ -51,12 +53,9 @@ impl OwnedPacket {
     }
 }
 
-/// Table rows `PacketRepr` can represent (all but FLUSH, whose FETH has no field).
-pub fn supported_rows() -> Vec<&'static OpcodeInfo> {
-    OPCODE_TABLE
-        .iter()
-        .filter(|r| !r.headers.contains(HeaderSet::FETH))
-        .collect()
+/// Every row of the opcode table (`PacketRepr` represents them all, FLUSH included).
+pub fn all_rows() -> Vec<&'static OpcodeInfo> {
+    OPCODE_TABLE.iter().collect()
 }
 
 pub fn arb_bth(opcode: u8) -> impl Strategy<Value = bth::Repr> {
@@ -94,6 +93,7 @@ pub fn arb_syndrome() -> impl Strategy<Value = Syndrome> {
 pub struct AllHeaders {
     xrceth: xrceth::Repr,
     deth: deth::Repr,
+    feth: feth::Repr,
     reth: reth::Repr,
     aeth: aeth::Repr,
     atomic_eth: atomic_eth::Repr,
@@ -105,7 +105,7 @@ pub struct AllHeaders {
 pub fn arb_headers() -> impl Strategy<Value = AllHeaders> {
     (
         0u32..=0xff_ffff,
-        (any::<u32>(), 0u32..=0xff_ffff),
+        (any::<u32>(), 0u32..=0xff_ffff, 0u8..4, 0u8..16),
         (any::<u64>(), any::<u32>(), any::<u32>()),
         (arb_syndrome(), 0u32..=0xff_ffff),
         (any::<u64>(), any::<u32>(), any::<u64>(), any::<u64>()),
@@ -114,10 +114,23 @@ pub fn arb_headers() -> impl Strategy<Value = AllHeaders> {
         any::<u32>(),
     )
         .prop_map(
-            |(srqn, (qkey, src_qp), (va, rkey, dma_len), (syndrome, msn), at, orig, imm, inv)| {
+            |(
+                srqn,
+                (qkey, src_qp, sel, plt),
+                (va, rkey, dma_len),
+                (syndrome, msn),
+                at,
+                orig,
+                imm,
+                inv,
+            )| {
                 AllHeaders {
                     xrceth: xrceth::Repr { srqn },
                     deth: deth::Repr { qkey, src_qp },
+                    feth: feth::Repr {
+                        selectivity_level: sel,
+                        placement_type: plt,
+                    },
                     reth: reth::Repr { va, rkey, dma_len },
                     aeth: aeth::Repr { syndrome, msn },
                     atomic_eth: atomic_eth::Repr {
@@ -156,6 +169,7 @@ pub fn arb_packet_for(info: &'static OpcodeInfo) -> impl Strategy<Value = OwnedP
             bth,
             xrceth: has(HeaderSet::XRCETH).then_some(h.xrceth),
             deth: has(HeaderSet::DETH).then_some(h.deth),
+            feth: has(HeaderSet::FETH).then_some(h.feth),
             reth: has(HeaderSet::RETH).then_some(h.reth),
             aeth: has(HeaderSet::AETH).then_some(h.aeth),
             atomic_eth: has(HeaderSet::ATOMIC_ETH).then_some(h.atomic_eth),
@@ -167,9 +181,9 @@ pub fn arb_packet_for(info: &'static OpcodeInfo) -> impl Strategy<Value = OwnedP
     })
 }
 
-/// A random valid packet of any supported opcode.
+/// A random valid packet of any opcode in the table.
 pub fn arb_packet() -> impl Strategy<Value = OwnedPacket> {
-    let rows = supported_rows();
+    let rows = all_rows();
     proptest::sample::select(rows).prop_flat_map(arb_packet_for)
 }
 

@@ -2,7 +2,7 @@
 
 use uroce_wire::aeth::{self, NakCode, Syndrome};
 use uroce_wire::opcode::{self, op, Transport};
-use uroce_wire::{atomic_ack_eth, atomic_eth, bth, ieth, immdt, reth, PacketRepr, Psn};
+use uroce_wire::{atomic_ack_eth, atomic_eth, bth, feth, ieth, immdt, reth, PacketRepr, Psn};
 
 use super::*;
 use crate::qp_state::QpState;
@@ -237,10 +237,9 @@ impl Rng {
 /// A random but well-formed RC packet to `dest_qp` with a PSN near `near`.
 fn random_packet<'a>(rng: &mut Rng, dest_qp: u32, near: Psn, payload: &'a [u8]) -> PacketRepr<'a> {
     let opcodes: Vec<u8> = (0u8..=0x1d)
-        .filter(|o| {
-            opcode::info(*o).is_some_and(|i| i.transport == Transport::Rc && *o != op::RC_FLUSH)
-        })
+        .filter(|o| opcode::info(*o).is_some_and(|i| i.transport == Transport::Rc))
         .collect();
+    assert!(opcodes.contains(&op::RC_FLUSH));
     let opcode = opcodes[rng.below(opcodes.len() as u64) as usize];
     let info = opcode::info(opcode).unwrap();
     let psn = near.wrapping_add(rng.below(8) as u32).wrapping_sub(4);
@@ -266,6 +265,12 @@ fn random_packet<'a>(rng: &mut Rng, dest_qp: u32, near: Psn, payload: &'a [u8]) 
     };
     // Mostly the key of the region that allows everything.
     let key = |r: &mut Rng| [1u32, 1, 1, 0, 2, 3][r.below(6) as usize];
+    if h.contains(HeaderSet::FETH) {
+        pkt.feth = Some(feth::Repr {
+            selectivity_level: rng.below(4) as u8,
+            placement_type: rng.below(16) as u8,
+        });
+    }
     if h.contains(HeaderSet::RETH) {
         pkt.reth = Some(reth::Repr {
             va: big(rng),

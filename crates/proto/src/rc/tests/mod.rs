@@ -8,6 +8,7 @@
 mod atomic_write;
 mod basic;
 mod errors;
+mod flush;
 mod local_ops;
 mod misc;
 mod recovery;
@@ -734,4 +735,20 @@ pub fn bytes(seed: u64, len: usize) -> Vec<u8> {
             (x >> 33) as u8
         })
         .collect()
+}
+
+/// An RC FLUSH (opcode 0x1C, IBA 1.5) to `dest_qp` laid out byte by byte as a peer sends
+/// it (roce-spec §1.3, §1.5): BTH with AckReq, FETH (selectivity level 0 = the range,
+/// placement type 1 = global visibility), RETH (VA 0x1000, R_Key 1, 64 bytes), no
+/// payload, 4 ICRC bytes (left zero: the I/O layer checks them, not the engine).
+pub fn flush_bytes(dest_qp: u32, psn: u32) -> Vec<u8> {
+    let mut b = vec![0x1C, 0x00, 0xff, 0xff];
+    b.extend_from_slice(&dest_qp.to_be_bytes()); // reserved byte 4 (0) + DestQP
+    b.extend_from_slice(&(0x8000_0000 | psn).to_be_bytes()); // AckReq + PSN
+    b.extend_from_slice(&[0, 0, 0, 0x01]); // FETH
+    b.extend_from_slice(&0x1000u64.to_be_bytes()); // RETH VA
+    b.extend_from_slice(&1u32.to_be_bytes()); // R_Key
+    b.extend_from_slice(&64u32.to_be_bytes()); // DMA length
+    b.extend_from_slice(&[0; 4]); // ICRC
+    b
 }
