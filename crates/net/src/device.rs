@@ -377,7 +377,8 @@ impl DeviceCore {
     /// packets make the QPs send (mostly ACKs) is not sent in this step: the QPs go on the
     /// ready list, so the application sees its completions one system call sooner, and
     /// the ACK leaves with the next step or together with the application's next post
-    /// (in a ping-pong, in the same `sendmmsg` as the reply).
+    /// (in a ping-pong, in the same batch as the reply, after it: the RC engine lets the
+    /// reply go first, and a one-packet reply and its ACK leave as one GSO datagram).
     fn step(&self, io: &mut ProgressState, defer_rx_output: bool) -> bool {
         let now = self.now();
         let mut work = false;
