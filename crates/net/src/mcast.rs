@@ -9,8 +9,9 @@
 //!   the kernel default), so that devices of the same host receive what it sends;
 //! * receives a group on a socket of its own per group ([`group_socket`]): bound to
 //!   `group:4791` with `SO_REUSEADDR`, so every device of the host that joined the group
-//!   gets its copy, and joined to the group on the device's interface
-//!   (`IP_ADD_MEMBERSHIP` / `IPV6_JOIN_GROUP`). The socket bound to the device's unicast
+//!   gets its copy, joined to the group on the device's interface
+//!   (`IP_ADD_MEMBERSHIP` / `IPV6_JOIN_GROUP`) and bound to that interface, so that it
+//!   takes only datagrams that arrived there. The socket bound to the device's unicast
 //!   address never sees multicast datagrams (Linux delivers them only to sockets bound
 //!   to the group or the wildcard address).
 //!
@@ -20,7 +21,7 @@
 //! `crate::device`).
 
 use std::io;
-use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::net::{IpAddr, SocketAddr, SocketAddrV6, UdpSocket};
 use std::os::fd::AsFd;
 
 use rustix::net::{sockopt, AddressFamily, SocketFlags, SocketType};
@@ -42,10 +43,37 @@ pub fn group_socket(group: IpAddr, iface: IpAddr, port: u16) -> io::Result<UdpSo
     };
     let fd = rustix::net::socket_with(family, SocketType::DGRAM, SocketFlags::CLOEXEC, None)?;
     sockopt::set_socket_reuseaddr(&fd, true)?;
-    rustix::net::bind(&fd, &SocketAddr::new(group, port))?;
+    // IPv4 joins by address and needs no index; IPv6 cannot do without it.
+    let index = ifindex(iface);
+    // Only datagrams that arrived on the device's interface: Linux hands a datagram to a
+    // group to every socket bound to the group that is a member of it on any interface
+    // (for IPv6 the membership's interface is not compared at all, and IP_MULTICAST_ALL /
+    // IPV6_MULTICAST_ALL is on by default), so without this a device on one interface
+    // gets a second copy of what another interface of the host received (the sender's
+    // own looped-back copy, on a host where two interfaces joined the group).
+    // Unprivileged since Linux 5.7 for a socket not yet bound to a device; where it is
+    // refused, the socket stays unbound (as before) rather than the join failing.
+    if let Ok(index) = index {
+        let _ = crate::sys::set_int_option(
+            fd.as_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_BINDTOIFINDEX,
+            index as libc::c_int,
+        );
+    }
     match (group, iface) {
-        (IpAddr::V4(g), IpAddr::V4(i)) => sockopt::set_ip_add_membership(&fd, &g, &i)?,
-        (IpAddr::V6(g), i) => sockopt::set_ipv6_add_membership(&fd, &g, ifindex(i)?)?,
+        (IpAddr::V4(g), IpAddr::V4(i)) => {
+            rustix::net::bind(&fd, &SocketAddr::new(group, port))?;
+            sockopt::set_ip_add_membership(&fd, &g, &i)?;
+        }
+        (IpAddr::V6(g), _) => {
+            let index = index?;
+            // A group of link-local (or interface-local) scope can only be bound with its
+            // interface as scope id (EINVAL otherwise); for other scopes the kernel
+            // ignores it.
+            rustix::net::bind(&fd, &SocketAddr::V6(SocketAddrV6::new(g, port, 0, index)))?;
+            sockopt::set_ipv6_add_membership(&fd, &g, index)?;
+        }
         _ => return Err(io::Error::from_raw_os_error(libc::EINVAL)),
     }
     Ok(UdpSocket::from(fd))
