@@ -5,7 +5,7 @@
 
 use uroce_wire::aeth::{NakCode, Syndrome};
 use uroce_wire::opcode::op;
-use uroce_wire::{aeth, bth, reth, PacketRepr, Psn};
+use uroce_wire::{aeth, bth, reth, PacketRepr};
 
 use super::*;
 use crate::qp_state::{QpState, QpType};
@@ -30,38 +30,15 @@ fn pair(b_access: u32) -> Pair {
     p
 }
 
-fn bth_to_b(opcode: u8, psn: u32) -> bth::Repr {
-    bth::Repr {
-        opcode,
-        solicited: false,
-        mig_req: false,
-        pad_cnt: 0,
-        pkey: 0xffff,
-        fecn: false,
-        becn: false,
-        dest_qp: QPN_B,
-        ack_req: true,
-        psn: Psn::new(psn),
-    }
-}
-
 /// Hands `pkt` to `side` and returns what that side transmits next (opcode, PSN,
 /// syndrome, payload length).
 fn feed(p: &mut Pair, side: Side, pkt: &PacketRepr<'_>) -> Vec<(u8, u32, Option<Syndrome>, usize)> {
     let now = p.now;
     p.with_env(side, |qp, env| qp.handle_packet(now, pkt, env));
-    let mut out = Vec::new();
-    let mut buf = vec![0u8; 4160];
-    while let Some(n) = p.with_env(side, |qp, env| qp.poll_transmit(now, env, &mut buf)) {
-        let r = PacketRepr::parse(&buf[..n]).unwrap();
-        out.push((
-            r.bth.opcode,
-            r.bth.psn.value(),
-            r.aeth.map(|a| a.syndrome),
-            r.payload.len(),
-        ));
-    }
-    out
+    p.drain(side)
+        .iter()
+        .map(|x| (x.opcode, x.psn.value(), x.syndrome, x.payload_len))
+        .collect()
 }
 
 #[test]

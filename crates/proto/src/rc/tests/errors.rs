@@ -2,27 +2,12 @@
 
 use uroce_wire::aeth::{NakCode, Syndrome};
 use uroce_wire::opcode::op;
-use uroce_wire::{atomic_eth, bth, reth, PacketRepr, Psn};
+use uroce_wire::{atomic_eth, reth, PacketRepr, Psn};
 
 use super::*;
 use crate::qp_state::QpState;
 use crate::rc::{PostError, RemoteAccess};
 use crate::wr::{SendOpcode, SendPayload, WcOpcode, WcStatus, WrError};
-
-fn bth_to_b(opcode: u8, psn: u32) -> bth::Repr {
-    bth::Repr {
-        opcode,
-        solicited: false,
-        mig_req: false,
-        pad_cnt: 0,
-        pkey: 0xffff,
-        fecn: false,
-        becn: false,
-        dest_qp: QPN_B,
-        ack_req: true,
-        psn: Psn::new(psn),
-    }
-}
 
 /// Hands `pkt` to B and returns what B transmits in answer.
 fn feed_b(p: &mut Pair, pkt: &PacketRepr<'_>) -> Vec<(u8, Psn, Option<Syndrome>)> {
@@ -531,14 +516,10 @@ fn read_response_fails_when_the_region_vanishes() {
 
 /// What B transmits now.
 fn feed_b_poll(p: &mut Pair) -> Vec<(u8, Psn, Option<Syndrome>)> {
-    let now = p.now;
-    let mut out = Vec::new();
-    let mut buf = vec![0u8; 4160];
-    while let Some(n) = p.with_env(Side::B, |qp, env| qp.poll_transmit(now, env, &mut buf)) {
-        let r = PacketRepr::parse(&buf[..n]).unwrap();
-        out.push((r.bth.opcode, r.bth.psn, r.aeth.map(|a| a.syndrome)));
-    }
-    out
+    p.drain(Side::B)
+        .iter()
+        .map(|x| (x.opcode, x.psn, x.syndrome))
+        .collect()
 }
 
 #[test]

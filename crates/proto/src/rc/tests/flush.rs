@@ -28,22 +28,10 @@ fn feed_flush(p: &mut Pair, psn: u32) {
 
 /// Everything B transmits now: (opcode, PSN, AETH syndrome, MSN).
 fn drain_b(p: &mut Pair) -> Vec<(u8, u32, Option<Syndrome>, Option<u32>)> {
-    let now = p.now;
-    let mut buf = vec![0u8; 4096 + 64];
-    let mut out = Vec::new();
-    for _ in 0..16 {
-        let Some(n) = p.with_env(Side::B, |qp, env| qp.poll_transmit(now, env, &mut buf)) else {
-            break;
-        };
-        let pkt = PacketRepr::parse(&buf[..n]).expect("engine output parses");
-        out.push((
-            pkt.bth.opcode,
-            pkt.bth.psn.value(),
-            pkt.aeth.map(|a| a.syndrome),
-            pkt.aeth.map(|a| a.msn),
-        ));
-    }
-    out
+    p.drain(Side::B)
+        .iter()
+        .map(|x| (x.opcode, x.psn.value(), x.syndrome, x.msn))
+        .collect()
 }
 
 /// One SEND from A to B, completed on both sides: B's ePSN and MSN are 1 afterwards.

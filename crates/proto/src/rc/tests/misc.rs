@@ -2,26 +2,11 @@
 
 use uroce_wire::aeth::{self, NakCode, Syndrome};
 use uroce_wire::opcode::{self, op, Transport};
-use uroce_wire::{atomic_ack_eth, atomic_eth, bth, feth, ieth, immdt, reth, PacketRepr, Psn};
+use uroce_wire::{atomic_ack_eth, atomic_eth, feth, ieth, immdt, reth, PacketRepr, Psn};
 
 use super::*;
 use crate::qp_state::QpState;
 use crate::wr::{SendOpcode, WcStatus};
-
-fn bth_to(dest_qp: u32, opcode: u8, psn: u32) -> bth::Repr {
-    bth::Repr {
-        opcode,
-        solicited: false,
-        mig_req: false,
-        pad_cnt: 0,
-        pkey: 0xffff,
-        fecn: false,
-        becn: false,
-        dest_qp,
-        ack_req: true,
-        psn: Psn::new(psn),
-    }
-}
 
 fn feed(p: &mut Pair, side: Side, pkt: &PacketRepr<'_>) {
     let now = p.now;

@@ -16,7 +16,8 @@ mod recovery;
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
 
-use uroce_wire::{PacketRepr, Pmtu, Psn};
+use uroce_wire::aeth::Syndrome;
+use uroce_wire::{bth, PacketRepr, Pmtu, Psn};
 
 use super::{CqKind, Env, QpEvent, RcConfig, RcQp, SharedRecvQueue};
 use crate::memory::{
@@ -751,4 +752,60 @@ pub fn flush_bytes(dest_qp: u32, psn: u32) -> Vec<u8> {
     b.extend_from_slice(&64u32.to_be_bytes()); // DMA length
     b.extend_from_slice(&[0; 4]); // ICRC
     b
+}
+
+/// A BTH to `dest_qp` with `opcode` and `psn` (P_Key 0xFFFF, AckReq set), for packets the
+/// tests build by hand.
+pub fn bth_to(dest_qp: u32, opcode: u8, psn: u32) -> bth::Repr {
+    bth::Repr {
+        opcode,
+        solicited: false,
+        mig_req: false,
+        pad_cnt: 0,
+        pkey: 0xffff,
+        fecn: false,
+        becn: false,
+        dest_qp,
+        ack_req: true,
+        psn: Psn::new(psn),
+    }
+}
+
+/// [`bth_to`] B's QP.
+pub fn bth_to_b(opcode: u8, psn: u32) -> bth::Repr {
+    bth_to(QPN_B, opcode, psn)
+}
+
+/// One packet a side transmitted, as [`Pair::drain`] reads it back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Emitted {
+    pub opcode: u8,
+    pub psn: Psn,
+    pub syndrome: Option<Syndrome>,
+    pub msn: Option<u32>,
+    pub payload_len: usize,
+}
+
+impl<M: Memory> Pair<M> {
+    /// Everything `side` transmits now (bounded), parsed, without delivering it.
+    pub fn drain(&mut self, side: Side) -> Vec<Emitted> {
+        let now = self.now;
+        let mut buf = vec![0u8; 4096 + 64];
+        let mut out = Vec::new();
+        for _ in 0..1024 {
+            let Some(n) = self.with_env(side, |qp, env| qp.poll_transmit(now, env, &mut buf))
+            else {
+                break;
+            };
+            let r = PacketRepr::parse(&buf[..n]).expect("engine output parses");
+            out.push(Emitted {
+                opcode: r.bth.opcode,
+                psn: r.bth.psn,
+                syndrome: r.aeth.map(|a| a.syndrome),
+                msn: r.aeth.map(|a| a.msn),
+                payload_len: r.payload.len(),
+            });
+        }
+        out
+    }
 }
