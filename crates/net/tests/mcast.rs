@@ -3,80 +3,18 @@
 //! (two receivers here), with each QP's own Q_Key check, and not a detached QP; after the
 //! last QP detaches, the device no longer receives the group.
 
-use std::net::IpAddr;
-use std::time::{Duration, Instant};
+#[path = "support/ud.rs"]
+mod ud;
 
-use uroce_net::{NetConfig, NetDevice};
+use std::net::IpAddr;
+use std::time::Duration;
+
+use ud::{node, open, poll, sge, ud_qp, Node};
 use uroce_verbs::mcast::MULTICAST_QPN;
-use uroce_verbs::{
-    AccessFlags, AhAttr, Cq, Gid, MemBlock, Mr, Pd, Qp, QpCap, QpInitAttr, QpType, RecvWr, SendWr,
-    Sge, UdDest, WcStatus, WorkCompletion,
-};
+use uroce_verbs::{AhAttr, Gid, Qp, RecvWr, SendWr, UdDest, WcStatus};
 
 const QKEY: u32 = 0x1234_5678 & 0x7fff_ffff;
 const LEN: usize = 64;
-
-fn open(addr: &str) -> NetDevice {
-    let mut cfg = NetConfig::new(addr.parse::<IpAddr>().expect("addr"));
-    cfg.faults = None;
-    NetDevice::open(cfg).expect("open device")
-}
-
-struct Node {
-    pd: Pd,
-    cq: Cq,
-    mr: Mr,
-}
-
-fn node(dev: &NetDevice) -> Node {
-    let ctx = dev.context();
-    let pd = ctx.alloc_pd().expect("pd");
-    let cq = ctx.create_cq(64, None, 0).expect("cq");
-    let mr = pd
-        .reg_mr(
-            MemBlock::new(16 * 1024).expect("block"),
-            AccessFlags::LOCAL_WRITE,
-        )
-        .expect("mr");
-    Node { pd, cq, mr }
-}
-
-fn ud_qp(n: &Node, qkey: u32) -> Qp {
-    let cap = QpCap {
-        max_send_wr: 8,
-        max_recv_wr: 8,
-        max_send_sge: 1,
-        max_recv_sge: 1,
-        max_inline_data: 0,
-    };
-    let qp =
-        n.pd.create_qp(&QpInitAttr::new(QpType::Ud, &n.cq, &n.cq, cap))
-            .expect("ud qp");
-    qp.activate_ud(qkey).expect("activate");
-    qp
-}
-
-fn sge(n: &Node, off: usize, len: usize) -> Sge {
-    Sge {
-        addr: n.mr.iova() + off as u64,
-        length: len as u32,
-        lkey: n.mr.lkey(),
-    }
-}
-
-/// Receive completions of `cq` within `limit` (bounded), until `n` arrived.
-fn poll(cq: &Cq, n: usize, limit: Duration) -> Vec<WorkCompletion> {
-    let start = Instant::now();
-    let mut got = Vec::new();
-    while got.len() < n && start.elapsed() < limit {
-        let c = cq.poll(16);
-        if c.is_empty() {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        got.extend(c);
-    }
-    got
-}
 
 fn send_to_group(n: &Node, qp: &Qp, group: IpAddr, fill: u8, wr_id: u64) {
     n.mr.block().copy_in(0, &[fill; LEN]).expect("fill");
@@ -97,9 +35,9 @@ fn send_to_group(n: &Node, qp: &Qp, group: IpAddr, fill: u8, wr_id: u64) {
 fn a_datagram_to_the_group_reaches_every_attached_qp_of_two_devices() {
     let group: IpAddr = "239.77.3.1".parse().expect("group");
     let mgid = Gid::from_ip(group);
-    let a = open("127.0.39.1");
-    let b = open("127.0.39.2");
-    let c = open("127.0.39.3");
+    let a = open("127.0.39.1".parse().expect("addr"));
+    let b = open("127.0.39.2".parse().expect("addr"));
+    let c = open("127.0.39.3".parse().expect("addr"));
     let (na, nb, nc) = (node(&a), node(&b), node(&c));
     let sender = ud_qp(&na, QKEY);
     // B: two members, one member with another Q_Key, one QP attached then detached.

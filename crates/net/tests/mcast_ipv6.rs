@@ -22,16 +22,17 @@
 
 mod support;
 
+#[path = "support/ud.rs"]
+mod ud;
+
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use uroce_net::{NetConfig, NetDevice};
+use ud::{node, open, poll, sge, ud_qp, Node};
+use uroce_net::NetDevice;
 use uroce_verbs::mcast::MULTICAST_QPN;
-use uroce_verbs::{
-    AccessFlags, AhAttr, Cq, Gid, MemBlock, Mr, Pd, Qp, QpCap, QpInitAttr, QpType, RecvWr, SendWr,
-    Sge, UdDest, WcStatus, WorkCompletion,
-};
+use uroce_verbs::{AhAttr, Gid, Qp, RecvWr, SendWr, UdDest, WcStatus, WorkCompletion};
 
 const TEST: &str = "mcast_ipv6";
 /// Environment variable that lets the child test run (inside the private namespace).
@@ -113,68 +114,6 @@ fn set_up_namespace() -> Result<(), String> {
         }
     }
     Ok(())
-}
-
-fn open(a: IpAddr) -> NetDevice {
-    let mut cfg = NetConfig::new(a);
-    cfg.faults = None;
-    NetDevice::open(cfg).expect("open device")
-}
-
-struct Node {
-    pd: Pd,
-    cq: Cq,
-    mr: Mr,
-}
-
-fn node(dev: &NetDevice) -> Node {
-    let ctx = dev.context();
-    let pd = ctx.alloc_pd().expect("pd");
-    let cq = ctx.create_cq(256, None, 0).expect("cq");
-    let mr = pd
-        .reg_mr(
-            MemBlock::new(64 * SLOT).expect("block"),
-            AccessFlags::LOCAL_WRITE,
-        )
-        .expect("mr");
-    Node { pd, cq, mr }
-}
-
-fn ud_qp(n: &Node, qkey: u32) -> Qp {
-    let cap = QpCap {
-        max_send_wr: 16,
-        max_recv_wr: 16,
-        max_send_sge: 1,
-        max_recv_sge: 1,
-        max_inline_data: 0,
-    };
-    let qp =
-        n.pd.create_qp(&QpInitAttr::new(QpType::Ud, &n.cq, &n.cq, cap))
-            .expect("ud qp");
-    qp.activate_ud(qkey).expect("activate");
-    qp
-}
-
-fn sge(n: &Node, off: usize, len: usize) -> Sge {
-    Sge {
-        addr: n.mr.iova() + off as u64,
-        length: len as u32,
-        lkey: n.mr.lkey(),
-    }
-}
-
-/// Completions of `cq` within `limit` (bounded), until `n` arrived.
-fn poll(cq: &Cq, n: usize, limit: Duration) -> Vec<WorkCompletion> {
-    let start = Instant::now();
-    let mut got = Vec::new();
-    while got.len() < n && start.elapsed() < limit {
-        let c = cq.poll(16);
-        if c.is_empty() {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        got.extend(c);
-    }
-    got
 }
 
 /// Sends one datagram of `LEN` bytes of `fill` to the group and waits for its send
