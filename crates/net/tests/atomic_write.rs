@@ -3,14 +3,17 @@
 //! word), the work completion says ATOMIC_WRITE, a misaligned address and a region without
 //! REMOTE_WRITE fail with the statuses the responder's NAKs map to, memory untouched.
 
-use std::net::IpAddr;
+#[path = "support/pair.rs"]
+mod pair;
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use pair::{connect, ConnectOpts, Side, SideConfig};
 use uroce_net::{NetConfig, NetDevice};
 use uroce_verbs::{
-    AccessFlags, Cq, MemBlock, Mr, Pd, PostError, Qp, QpCap, QpInitAttr, QpType, RcConnect,
-    RdmaInfo, SendFlags, SendOpcode, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion,
+    AccessFlags, Cq, MemBlock, Mr, PostError, QpCap, QpInitAttr, QpType, RdmaInfo, SendFlags,
+    SendOpcode, SendWr, WcOpcode, WcStatus, WorkCompletion,
 };
 
 const LEN: usize = 4096;
@@ -18,71 +21,23 @@ const LEN: usize = 4096;
 const P1: [u8; 8] = [0x11; 8];
 const P2: [u8; 8] = [0xEE, 0xDD, 0xCC, 0xBB, 0xAA, 0x99, 0x88, 0x77];
 
-struct Side {
-    dev: NetDevice,
-    _pd: Pd,
-    cq: Cq,
-    qp: Qp,
-    mr: Mr,
-}
-
-/// A device at `addr` with an RC QP (`max_inline_data` 0: ATOMIC WRITE's 8 bytes are an
-/// operand, not inline data) and a 4 KiB region with `access`.
-fn side(addr: &str, access: AccessFlags) -> Side {
-    let mut cfg = NetConfig::new(addr.parse::<IpAddr>().expect("addr"));
-    cfg.faults = None;
-    let dev = NetDevice::open(cfg).expect("open device");
-    let ctx = dev.context();
-    let pd = ctx.alloc_pd().expect("pd");
-    let cq = ctx.create_cq(256, None, 0).expect("cq");
-    let cap = QpCap {
-        max_send_wr: 4096,
-        max_recv_wr: 16,
-        max_send_sge: 2,
-        max_recv_sge: 2,
-        max_inline_data: 0,
+/// Two devices with connected RC QPs: send queues of 4096 (the torn-word run posts 2000
+/// WRs) and `max_inline_data` 0 (ATOMIC WRITE's 8 bytes are an operand, not inline data).
+fn pair(a: &str, b: &str) -> (Side, Side) {
+    let open = |addr: &str, name: &str| {
+        let mut cfg = SideConfig::new(addr, name);
+        cfg.queue_depth = 4096;
+        cfg.max_inline = 0;
+        Side::open(&cfg)
     };
-    let qp = pd
-        .create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq, cap))
-        .expect("qp");
-    let mr = pd
-        .reg_mr(MemBlock::new(LEN).expect("block"), access)
-        .expect("mr");
-    Side {
-        dev,
-        _pd: pd,
-        cq,
-        qp,
-        mr,
-    }
-}
-
-fn pair(a: &str, b: &str, b_access: AccessFlags) -> (Side, Side) {
-    let a = side(a, AccessFlags::LOCAL_WRITE);
-    let b = side(b, b_access);
-    for (me, peer) in [(&a, &b), (&b, &a)] {
-        let c = RcConnect {
-            timeout: 10,
-            ..RcConnect::new(peer.dev.local_addr().ip(), peer.qp.qp_num())
-        };
-        me.qp.connect_rc(&c).expect("RESET to RTS");
-    }
+    let (a, b) = (open(a, "atomic-write-a"), open(b, "atomic-write-b"));
+    connect(&a, &b, &ConnectOpts::default());
     (a, b)
 }
 
 /// Waits (bounded) for `n` completions on `cq`, busy polling.
 fn wait(cq: &Cq, n: usize) -> Vec<WorkCompletion> {
-    let start = Instant::now();
-    let mut out = Vec::new();
-    while out.len() < n {
-        out.extend(cq.poll(n - out.len()));
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "timed out with {} of {n} completions",
-            out.len()
-        );
-    }
-    out
+    pair::wait(cq, n, Duration::from_secs(20), "atomic write")
 }
 
 fn word(mr: &Mr, off: usize) -> [u8; 8] {
@@ -93,8 +48,7 @@ fn word(mr: &Mr, off: usize) -> [u8; 8] {
 
 #[test]
 fn atomic_write_stores_eight_bytes_as_one_word() {
-    let rw = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
-    let (a, b) = pair("127.0.46.1", "127.0.46.2", rw);
+    let (a, b) = pair("127.0.46.1", "127.0.46.2");
     b.mr.block().fill(0, LEN, 0x5A).expect("fill");
 
     // The bytes inline with the WR (the Rust builder), and from an 8-byte SGE.
@@ -105,11 +59,7 @@ fn atomic_write_stores_eight_bytes_as_one_word() {
         wr_id: 2,
         opcode: SendOpcode::AtomicWrite,
         flags: SendFlags::SIGNALED,
-        sg_list: vec![Sge {
-            addr: a.mr.iova() + 64,
-            length: 8,
-            lkey: a.mr.lkey(),
-        }],
+        sg_list: vec![a.sge(64, 8)],
         rdma: RdmaInfo {
             remote_addr: b.mr.iova() + 16,
             rkey: b.mr.rkey(),
@@ -117,7 +67,7 @@ fn atomic_write_stores_eight_bytes_as_one_word() {
         ..SendWr::default()
     };
     a.qp.post_send(from_sge).expect("post sge");
-    let wc = wait(&a.cq, 2);
+    let wc = wait(&a.send_cq, 2);
     let got: Vec<_> = wc
         .iter()
         .map(|w| (w.wr_id, w.status, w.opcode, w.byte_len))
@@ -166,7 +116,7 @@ fn atomic_write_stores_eight_bytes_as_one_word() {
             }
             a.qp.post_send(w).expect("post");
         }
-        let wc = wait(&a.cq, 1);
+        let wc = wait(&a.send_cq, 1);
         assert_eq!(
             (wc[0].wr_id, wc[0].status),
             (100 + N - 1, WcStatus::Success)
@@ -184,8 +134,7 @@ fn atomic_write_stores_eight_bytes_as_one_word() {
 #[test]
 fn atomic_write_errors() {
     // Post time: not 8 bytes; not on UC (refused by the verbs layer).
-    let rw = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
-    let (a, b) = pair("127.0.46.3", "127.0.46.4", rw);
+    let (a, b) = pair("127.0.46.3", "127.0.46.4");
     let mut w = SendWr::atomic_write(1, b.mr.rkey(), b.mr.iova(), P1);
     w.inline_data.pop();
     assert!(matches!(
@@ -197,20 +146,24 @@ fn atomic_write_errors() {
     b.mr.block().fill(0, LEN, 0x5A).expect("fill");
     a.qp.post_send(SendWr::atomic_write(2, b.mr.rkey(), b.mr.iova() + 4, P1))
         .expect("post");
-    let wc = wait(&a.cq, 1);
+    let wc = wait(&a.send_cq, 1);
     assert_eq!((wc[0].wr_id, wc[0].status), (2, WcStatus::RemInvReqErr));
     assert_eq!(word(&b.mr, 0), [0x5A; 8]);
     assert_eq!(word(&b.mr, 8), [0x5A; 8]);
 
     // A region without REMOTE_WRITE: remote access error, memory untouched.
     let ro = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_ATOMIC;
-    let (a, b) = pair("127.0.46.5", "127.0.46.6", ro);
-    b.mr.block().fill(0, LEN, 0x5A).expect("fill");
-    a.qp.post_send(SendWr::atomic_write(3, b.mr.rkey(), b.mr.iova() + 8, P1))
+    let (a, b) = pair("127.0.46.5", "127.0.46.6");
+    let ro_mr =
+        b.pd.reg_mr(MemBlock::new(LEN).expect("block"), ro)
+            .expect("mr");
+    ro_mr.block().fill(0, LEN, 0x5A).expect("fill");
+    a.qp.post_send(SendWr::atomic_write(3, ro_mr.rkey(), ro_mr.iova() + 8, P1))
         .expect("post");
-    let wc = wait(&a.cq, 1);
+    let wc = wait(&a.send_cq, 1);
     assert_eq!((wc[0].wr_id, wc[0].status), (3, WcStatus::RemAccessErr));
-    assert_eq!(word(&b.mr, 8), [0x5A; 8]);
+    assert_eq!(word(&ro_mr, 8), [0x5A; 8]);
+    drop(ro_mr);
 
     // UC has no ATOMIC WRITE.
     let dev = NetDevice::open(NetConfig::new("127.0.46.7".parse().expect("addr"))).expect("dev");

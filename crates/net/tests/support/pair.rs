@@ -1,5 +1,5 @@
 //! Two network devices on loopback with connected RC queue pairs, for the device-level
-//! tests (fault-injected transfers, live captures).
+//! tests (fault-injected transfers, live captures, ATOMIC WRITE).
 //!
 //! Include it with `#[path = "support/pair.rs"] mod pair;` (it is not part of
 //! `support/mod.rs`, so the socket-level tests do not compile it).
@@ -35,6 +35,8 @@ pub struct SideConfig {
     pub queue_depth: u32,
     /// Whether the device may send with UDP GSO.
     pub gso: bool,
+    /// `max_inline_data` of every QP.
+    pub max_inline: u32,
 }
 
 impl SideConfig {
@@ -50,6 +52,7 @@ impl SideConfig {
             mr_len: 1 << 20,
             queue_depth: 256,
             gso: true,
+            max_inline: 64,
         }
     }
 }
@@ -71,6 +74,7 @@ pub struct Side {
     /// The device.
     pub dev: NetDevice,
     depth: u32,
+    max_inline: u32,
 }
 
 /// Every access right of a memory region and of a QP.
@@ -102,7 +106,7 @@ impl Side {
                 all_access(),
             )
             .expect("reg mr");
-        let qp = create_qp(&pd, &send_cq, &recv_cq, cfg.queue_depth);
+        let qp = create_qp(&pd, &send_cq, &recv_cq, cfg.queue_depth, cfg.max_inline);
         Side {
             qp,
             mr,
@@ -111,12 +115,19 @@ impl Side {
             pd,
             dev,
             depth: cfg.queue_depth,
+            max_inline: cfg.max_inline,
         }
     }
 
     /// Another RC QP on this side's PD and CQs.
     pub fn add_qp(&self) -> Qp {
-        create_qp(&self.pd, &self.send_cq, &self.recv_cq, self.depth)
+        create_qp(
+            &self.pd,
+            &self.send_cq,
+            &self.recv_cq,
+            self.depth,
+            self.max_inline,
+        )
     }
 
     /// The device's address.
@@ -150,13 +161,13 @@ impl Side {
     }
 }
 
-fn create_qp(pd: &Pd, send_cq: &Cq, recv_cq: &Cq, depth: u32) -> Qp {
+fn create_qp(pd: &Pd, send_cq: &Cq, recv_cq: &Cq, depth: u32, max_inline: u32) -> Qp {
     let cap = QpCap {
         max_send_wr: depth,
         max_recv_wr: depth,
         max_send_sge: 4,
         max_recv_sge: 4,
-        max_inline_data: 64,
+        max_inline_data: max_inline,
     };
     pd.create_qp(&QpInitAttr::new(QpType::Rc, send_cq, recv_cq, cap))
         .expect("create RC qp")
