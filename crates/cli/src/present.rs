@@ -276,9 +276,12 @@ fn userns_switches() -> String {
 /// In a namespace just made by `unshare`: maps `uid`/`gid` to themselves, makes every
 /// mount private to it and mounts a tmpfs on `stage`.
 fn enter(flags: libc::c_int, uid: libc::uid_t, gid: libc::gid_t, stage: &Path) -> io::Result<()> {
-    std::fs::write("/proc/self/setgroups", "deny")?;
-    std::fs::write("/proc/self/uid_map", format!("{uid} {uid} 1"))?;
-    std::fs::write("/proc/self/gid_map", format!("{gid} {gid} 1"))?;
+    let write = |file: &str, text: String| {
+        std::fs::write(file, text).map_err(|e| io::Error::new(e.kind(), format!("{file}: {e}")))
+    };
+    write("/proc/self/setgroups", "deny".into())?;
+    write("/proc/self/uid_map", format!("{uid} {uid} 1"))?;
+    write("/proc/self/gid_map", format!("{gid} {gid} 1"))?;
     mount(
         None,
         Path::new("/"),
@@ -318,9 +321,22 @@ fn loopback_up() -> io::Result<()> {
     }
 }
 
-/// Runs `unshare` + [`enter`] in a forked child (this process must be single-threaded);
-/// the child's exit status carries the `errno` of the first refused step.
+/// Runs `unshare` + [`enter`] in a forked child (this process must be single-threaded).
+/// The child writes the first refused step, in words, to a pipe and exits non-zero; the
+/// error returned here carries those words.
 fn probe(flags: libc::c_int, uid: libc::uid_t, gid: libc::gid_t, stage: &Path) -> io::Result<()> {
+    use std::io::{Read as _, Write as _};
+    use std::os::fd::FromRawFd as _;
+    let mut fds = [0; 2];
+    // SAFETY: `fds` is a writable array of two descriptors.
+    check(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) })?;
+    // SAFETY: pipe2 just made both descriptors; each is owned once, here.
+    let (mut rd, wr) = unsafe {
+        (
+            std::fs::File::from_raw_fd(fds[0]),
+            std::fs::File::from_raw_fd(fds[1]),
+        )
+    };
     // SAFETY: the process is single-threaded (caller contract of `present`), so the child
     // may use the allocator and the file system functions before `_exit`.
     let pid = unsafe { libc::fork() };
@@ -328,15 +344,26 @@ fn probe(flags: libc::c_int, uid: libc::uid_t, gid: libc::gid_t, stage: &Path) -
         return Err(io::Error::last_os_error());
     }
     if pid == 0 {
+        drop(rd);
         // SAFETY: unshare takes flags only.
-        let r = check(unsafe { libc::unshare(flags) }).and_then(|()| enter(flags, uid, gid, stage));
+        let r = check(unsafe { libc::unshare(flags) })
+            .map_err(|e| io::Error::new(e.kind(), format!("unshare: {e}")))
+            .and_then(|()| enter(flags, uid, gid, stage));
         let code = match r {
             Ok(()) => 0,
-            Err(e) => e.raw_os_error().unwrap_or(libc::EPERM).clamp(1, 255),
+            Err(e) => {
+                let mut wr = wr;
+                let _ = wr.write_all(e.to_string().as_bytes());
+                1
+            }
         };
         // SAFETY: ends the child without running the parent's exit handlers.
         unsafe { libc::_exit(code) };
     }
+    drop(wr);
+    // Bounded: the child writes at most one message and exits, closing the pipe.
+    let mut why = String::new();
+    let _ = (&mut rd).take(4096).read_to_string(&mut why);
     let mut status = 0;
     // Bounded: the child does a few system calls and exits; a signal may interrupt the
     // wait (EINTR) a few times.
@@ -357,8 +384,8 @@ fn probe(flags: libc::c_int, uid: libc::uid_t, gid: libc::gid_t, stage: &Path) -
     }
     if libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0 {
         Ok(())
-    } else if libc::WIFEXITED(status) {
-        Err(io::Error::from_raw_os_error(libc::WEXITSTATUS(status)))
+    } else if libc::WIFEXITED(status) && !why.is_empty() {
+        Err(io::Error::other(why))
     } else {
         Err(io::Error::other("the namespace probe ended abnormally"))
     }
@@ -381,16 +408,12 @@ pub fn present(facts: &Facts, stage: &Path, netns: bool) -> Result<(), String> {
     // Try the namespace steps in a child first, so that a kernel that allows the namespace
     // but not what follows (an AppArmor restriction, a seccomp filter) leaves this process
     // as it was.
-    probe(flags, uid, gid, stage).map_err(|e| {
-        format!(
-            "the kernel refuses an unprivileged user namespace ({e}; {})",
-            userns_switches()
-        )
-    })?;
+    probe(flags, uid, gid, stage)
+        .map_err(|e| format!("no private namespaces here ({e}; {})", userns_switches()))?;
     // SAFETY: unshare takes flags only.
     if let Err(e) = check(unsafe { libc::unshare(flags) }) {
         return Err(format!(
-            "the kernel refuses an unprivileged user namespace ({e}; {})",
+            "no private namespaces here (unshare: {e}; {})",
             userns_switches()
         ));
     }

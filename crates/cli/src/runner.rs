@@ -104,8 +104,9 @@ fn link_dir(lib_dir: &Path) -> Result<PathBuf> {
             .with_context(|| format!("linking {name} in {}", fresh.display()))?;
     }
     // A stale directory of ours is replaced; another user's is left alone (then this run
-    // uses its own fresh one).
-    if std::fs::symlink_metadata(&dir).is_ok_and(|m| m.uid() == uid) {
+    // uses its own fresh one). A good one is never removed: a concurrent run may have just
+    // renamed it into place and be staging its presentation in it.
+    if !good(&dir) && std::fs::symlink_metadata(&dir).is_ok_and(|m| m.uid() == uid) {
         let _ = std::fs::remove_dir_all(&dir);
     }
     if std::fs::rename(&fresh, &dir).is_ok() || good(&dir) {

@@ -347,3 +347,41 @@ fn uroce_netns_gives_a_network_namespace_with_lo_up() {
         assert!(o.status.success(), "{}\n{}", o.stdout, o.stderr);
     }
 }
+
+#[test]
+fn concurrent_first_runs_all_get_the_tree() {
+    let test = "concurrent_first_runs_all_get_the_tree";
+    if !presentable(test) {
+        return;
+    }
+    // Runs that start together where no run has yet made the directory of library links
+    // (a fresh TMPDIR each round) must all present the tree: none may remove the directory
+    // another has just made and is staging its presentation in.
+    const ROUNDS: usize = 8;
+    const RUNS: u8 = 8;
+    let base = std::env::temp_dir().join(format!("uroce-present-race-{}", std::process::id()));
+    let mut refused = Vec::new();
+    for round in 0..ROUNDS {
+        let tmp = base.join(round.to_string());
+        std::fs::create_dir_all(&tmp).expect("temp dir");
+        let runs: Vec<_> = (0..RUNS)
+            .map(|i| {
+                let mut c = uroce_run(&format!("127.0.43.{}", i + 1), &["true"]);
+                c.env("TMPDIR", &tmp);
+                std::thread::spawn(move || run(c, LIMIT).expect("uroce run true"))
+            })
+            .collect();
+        for r in runs {
+            let o = r.join().expect("runner thread");
+            assert!(o.status.success(), "{:?}\n{}", o.status, o.stderr);
+            refused.extend(
+                o.stderr
+                    .lines()
+                    .filter(|l| l.starts_with(REFUSED))
+                    .map(|l| format!("round {round}: {l}")),
+            );
+        }
+    }
+    let _ = std::fs::remove_dir_all(&base);
+    assert!(refused.is_empty(), "{}", refused.join("\n"));
+}
