@@ -319,6 +319,14 @@ fn fresh_psn(token: u64) -> u32 {
     x & 0x00FF_FFFF
 }
 
+/// The active MTU of the id's device: what a REQ offers and the most a QP is given
+/// (the REQ's Path Packet Payload MTU, IBA 12.6.5; 1024 before the id has a device).
+fn own_mtu(st: &IdState) -> Pmtu {
+    st.dev
+        .as_ref()
+        .map_or(Pmtu::Mtu1024, |d| d.dev.device().active_mtu())
+}
+
 fn pmtu_of(v: u8) -> Pmtu {
     Pmtu::ALL
         .into_iter()
@@ -865,7 +873,7 @@ impl CmIdRef {
                 extended_transport_type,
                 path,
                 pkey: 0xFFFF,
-                path_mtu: Pmtu::Mtu1024.enum_value(),
+                path_mtu: dev.dev.device().active_mtu().enum_value(),
                 retry_count: param.retry_count.min(7),
                 rnr_retry_count: param.rnr_retry_count.min(7),
                 cm_response_timeout: st.cm_response_timeout,
@@ -1252,7 +1260,7 @@ fn active_connect(st: &IdState, dest_ip: IpAddr) -> Option<RcConnect> {
         access: AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC,
         dest_ip,
         dest_qpn: rep.local_qpn,
-        path_mtu: Pmtu::Mtu1024,
+        path_mtu: own_mtu(st),
         rq_psn: Psn::new(psns.rq_psn),
         max_dest_rd_atomic: st.param.responder_resources.min(rep.initiator_depth),
         min_rnr_timer: 12,
@@ -1272,7 +1280,7 @@ fn passive_connect(st: &IdState, param: &ConnParam, dest_ip: IpAddr) -> Option<R
         access: AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_ATOMIC,
         dest_ip,
         dest_qpn: req.local_qpn,
-        path_mtu: pmtu_of(req.path_mtu),
+        path_mtu: pmtu_of(req.path_mtu).min(own_mtu(st)),
         rq_psn: Psn::new(psns.rq_psn),
         max_dest_rd_atomic: param.responder_resources.min(req.initiator_depth),
         min_rnr_timer: 12,

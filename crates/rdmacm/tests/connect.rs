@@ -283,3 +283,90 @@ fn a_listener_on_another_process_loopback_address_is_reached() {
     cid2.connect(&ConnParam::new()).unwrap();
     assert_eq!(cid2.peer_addr().unwrap().ip(), ip("127.0.216.9"));
 }
+
+/// A REQ from a raw CM agent on another device, with `path_mtu` (the IB MTU enum) and an
+/// RDMA-CM address header, to `server:port`.
+fn raw_req(
+    dev: &uroce_net::NetDevice,
+    server: std::net::IpAddr,
+    port: u16,
+    qpn: u32,
+    path_mtu: u8,
+) {
+    use uroce_proto::cm::ConnectParams;
+    use uroce_wire::cm::rdma_cm::{gid_of, CmaHeader, PortSpace as WirePs, HEADER_LEN};
+    use uroce_wire::cm::PathRepr;
+    let client = dev.local_addr().ip();
+    let mut private_data = vec![0; HEADER_LEN];
+    CmaHeader {
+        version: 0,
+        src_port: 40_000 + qpn as u16,
+        src_ip: client,
+        dst_ip: server,
+    }
+    .emit(&mut private_data)
+    .unwrap();
+    let p = ConnectParams {
+        remote: server,
+        service_id: WirePs::Tcp.service_id(port),
+        local_qpn: qpn,
+        starting_psn: 0x1000,
+        qkey: 0,
+        responder_resources: 1,
+        initiator_depth: 1,
+        transport_service_type: 0,
+        extended_transport_type: 0,
+        path: PathRepr {
+            local_lid: 0xffff,
+            remote_lid: 0xffff,
+            local_gid: gid_of(client),
+            remote_gid: gid_of(server),
+            hop_limit: 64,
+            local_ack_timeout: 14,
+            ..PathRepr::default()
+        },
+        pkey: 0xffff,
+        path_mtu,
+        retry_count: 7,
+        rnr_retry_count: 7,
+        cm_response_timeout: 14,
+        packet_life_time: 0,
+        max_cm_retries: 3,
+        srq: false,
+        private_data,
+    };
+    dev.cm()
+        .unwrap()
+        .with_agent(|ag, now| ag.connect(now, &p))
+        .unwrap();
+}
+
+#[test]
+fn the_passive_qp_takes_the_smaller_of_the_req_mtu_and_its_port_s() {
+    use uroce_wire::Pmtu;
+    let server = "127.0.219.2";
+    let cm = cm_with(&[server], None);
+    let chs = cm.create_event_channel().unwrap();
+    let listener = cm.create_id(&chs, PortSpace::Tcp).unwrap();
+    listener.bind_addr(sa(server, 7300)).unwrap();
+    listener.listen(8).unwrap();
+    let peer = device("127.0.219.1", None, None);
+    let port_mtu = listener.device().unwrap().device().active_mtu();
+    // IB MTU enum: 2 = 512 (below the port's), 5 = 4096 (above it).
+    for (qpn, enum_value, want) in [(0x21, 2, Pmtu::Mtu512), (0x22, 5, port_mtu)] {
+        raw_req(&peer, ip(server), 7300, qpn, enum_value);
+        let mut req = chs.expect(EventKind::ConnectRequest, T).unwrap();
+        assert_eq!(req.param.qp_num, qpn);
+        let sid = req.take_id().unwrap();
+        drop(req);
+        let res = Res::new(&sid);
+        let qp = sid.create_qp(&res.pd, &res.attr(QpType::Rc)).unwrap();
+        sid.accept(&ConnParam::new()).unwrap();
+        assert_eq!(qp.query().0.path_mtu, want, "REQ MTU enum {enum_value}");
+        drop((qp, sid));
+    }
+    assert!(
+        port_mtu < Pmtu::Mtu4096,
+        "the port's MTU must be below 4096 here"
+    );
+}
