@@ -6,7 +6,7 @@
 #[path = "support/pair.rs"]
 mod pair;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use pair::{connect, ConnectOpts, Side, SideConfig};
@@ -85,48 +85,68 @@ fn atomic_write_stores_eight_bytes_as_one_word() {
     assert_eq!(word(&b.mr, 24), [0x5A; 8]);
 
     // A reader on B loads the word while A writes P1 and P2 alternately: each load sees a
-    // whole value, never a mix of the two.
+    // whole value, never a mix of the two. The writes go in rounds of 100 back to back;
+    // after each round A waits until the reader has seen the round's last value, so the
+    // reader provably ran all along, however the two threads are scheduled.
     let target = 128;
     b.mr.block()
         .atomic_store(target, u64::from_ne_bytes(P1))
         .expect("store");
     let stop = AtomicBool::new(false);
+    let seen = [AtomicU64::new(0), AtomicU64::new(0)];
     let (p1, p2) = (u64::from_ne_bytes(P1), u64::from_ne_bytes(P2));
     std::thread::scope(|s| {
         let reader = s.spawn(|| {
-            let (mut loads, mut seen2) = (0u64, 0u64);
-            // Bounded: A's writes end within the 20 s of `wait`, and so does this loop.
-            let deadline = Instant::now() + Duration::from_secs(30);
+            let mut loads = 0u64;
+            // Bounded: the writer's rounds end within their waits, and so does this loop.
+            let deadline = Instant::now() + Duration::from_secs(60);
             while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
                 let v = b.mr.block().atomic_load(target).expect("load");
                 assert!(v == p1 || v == p2, "torn word {v:#018x}");
                 loads += 1;
-                seen2 += u64::from(v == p2);
+                seen[usize::from(v == p2)].fetch_add(1, Ordering::Relaxed);
             }
-            (loads, seen2)
+            loads
         });
-        // Unsignaled but the last: each leaves the send queue when it completes.
-        const N: u64 = 2000;
-        for i in 0..N {
-            let value = if i % 2 == 0 { P2 } else { P1 };
-            let at = b.mr.iova() + target as u64;
-            let mut w = SendWr::atomic_write(100 + i, b.mr.rkey(), at, value);
-            if i + 1 < N {
-                w.flags -= SendFlags::SIGNALED;
+        const ROUNDS: u64 = 20;
+        const PER_ROUND: u64 = 100;
+        for round in 0..ROUNDS {
+            // Even rounds end with P2, odd ones with P1.
+            let last = usize::from(round % 2 == 0);
+            for i in 0..PER_ROUND {
+                let is_last = i + 1 == PER_ROUND;
+                let value = match (is_last, i % 2) {
+                    (true, _) => [P1, P2][last],
+                    (false, 0) => P2,
+                    (false, _) => P1,
+                };
+                let at = b.mr.iova() + target as u64;
+                let mut w = SendWr::atomic_write(round * PER_ROUND + i, b.mr.rkey(), at, value);
+                // Unsignaled but the round's last: each leaves the send queue when the
+                // signaled one completes.
+                if !is_last {
+                    w.flags -= SendFlags::SIGNALED;
+                }
+                a.qp.post_send(w).expect("post");
             }
-            a.qp.post_send(w).expect("post");
+            let wc = wait(&a.send_cq, 1);
+            assert_eq!(
+                (wc[0].wr_id, wc[0].status),
+                ((round + 1) * PER_ROUND - 1, WcStatus::Success)
+            );
+            let before = seen[last].load(Ordering::Relaxed);
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while seen[last].load(Ordering::Relaxed) == before && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            assert!(
+                seen[last].load(Ordering::Relaxed) > before,
+                "round {round}: the reader never saw the round's last value"
+            );
         }
-        let wc = wait(&a.send_cq, 1);
-        assert_eq!(
-            (wc[0].wr_id, wc[0].status),
-            (100 + N - 1, WcStatus::Success)
-        );
         stop.store(true, Ordering::Relaxed);
-        let (loads, seen2) = reader.join().expect("reader");
-        assert!(
-            loads > 0 && seen2 > 0,
-            "loads {loads}, saw P2 {seen2} times"
-        );
+        let loads = reader.join().expect("reader");
+        assert!(loads > 0, "the reader loaded nothing");
     });
     assert_eq!(word(&b.mr, target), P1, "the last value written");
 }
