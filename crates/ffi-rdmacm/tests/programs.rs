@@ -701,7 +701,8 @@ fn get_cm_event_nonblocking_cancellable() {
         [
             "nonblock: EAGAIN",
             "cancel: cancelled",
-            "event: RDMA_CM_EVENT_ADDR_RESOLVED"
+            "event: RDMA_CM_EVENT_ADDR_RESOLVED",
+            "mcast: both joins report their context"
         ],
         "{}",
         o.stderr

@@ -249,6 +249,9 @@ struct IdEntry {
     /// A synchronous id's last event (`id->event`), a copy that stays until the next
     /// synchronous call or the id's destruction, as rdma-core keeps it.
     held: Option<HeldEvent>,
+    /// The `context` of each multicast group joined, reported as the MULTICAST_JOIN
+    /// event's `param.ud.private_data` (as librdmacm does).
+    mcast_ctx: HashMap<IpAddr, usize>,
 }
 
 /// What this library made for an id.
@@ -403,6 +406,7 @@ impl Reg {
                 owned: Owned::default(),
                 ep_qp_attr: None,
                 held: None,
+                mcast_ctx: HashMap::new(),
             },
         );
         sync_addrs(self.ids.get(&(p as usize)));
@@ -596,6 +600,17 @@ fn deliver(reg: &mut Reg, mut ev: Event) -> Option<*mut rdma_cm_event> {
     };
     let pd_len = u8::try_from(private.len()).unwrap_or(u8::MAX);
     if let Some(ud) = &ev.ud {
+        // A join reports the caller's context instead (length 0), as librdmacm does.
+        let (pd_ptr, pd_len) = match ev.kind {
+            EventKind::MulticastJoin | EventKind::MulticastError => (
+                reg.ids
+                    .get(&(c.id as usize))
+                    .and_then(|e| e.mcast_ctx.get(&ud.ah_ip))
+                    .map_or(std::ptr::null(), |&ctx| ctx as *const c_void),
+                0,
+            ),
+            _ => (pd_ptr, pd_len),
+        };
         // SAFETY: ibv_ah_attr is integers: valid zeroed.
         let mut ah: ibv_ah_attr = unsafe { zeroed() };
         ah.is_global = 1;
@@ -917,6 +932,7 @@ fn destroy_id(id: *mut rdma_cm_id) -> Result<(), FfiError> {
         owned,
         ep_qp_attr,
         held,
+        mcast_ctx,
     } = e;
     if let Err((back, err)) = rid.destroy() {
         // Put it back: the application must acknowledge its events first.
@@ -933,6 +949,7 @@ fn destroy_id(id: *mut rdma_cm_id) -> Result<(), FfiError> {
                 owned,
                 ep_qp_attr,
                 held,
+                mcast_ctx,
             },
         );
         return Err(cm_error("rdma_destroy_id", &err));
@@ -2415,13 +2432,31 @@ unsafe fn join(
     id: *mut rdma_cm_id,
     addr: *const libc::sockaddr,
     send_only: bool,
+    context: *mut c_void,
 ) -> Result<(), FfiError> {
     trace(op, id as usize);
     // SAFETY: caller guarantee.
     let a = unsafe { from_sockaddr(addr) }?.ok_or(FfiError::Invalid("addr is NULL"))?;
     let (r, sync) = id_ref(id)?;
-    r.join_multicast(a.ip(), send_only)
-        .map_err(|e| cm_error(op, &e))?;
+    // Recorded before the join queues its event (delivered under the registry lock); a
+    // second join of the group is refused below and leaves the first one's context.
+    let earlier = {
+        let mut reg = reg();
+        let e = reg
+            .ids
+            .get_mut(&(id as usize))
+            .ok_or(FfiError::BadHandle { what: "rdma_cm_id" })?;
+        e.mcast_ctx.insert(a.ip(), context as usize)
+    };
+    if let Err(e) = r.join_multicast(a.ip(), send_only) {
+        if let Some(e) = reg().ids.get_mut(&(id as usize)) {
+            match earlier {
+                Some(ctx) => e.mcast_ctx.insert(a.ip(), ctx),
+                None => e.mcast_ctx.remove(&a.ip()),
+            };
+        }
+        return Err(cm_error(op, &e));
+    }
     if sync {
         let ev = sync_wait(id, EventKind::MulticastJoin)?;
         hold(id, ev)?;
@@ -2433,8 +2468,8 @@ unsafe fn join(
 /// IPv6 multicast address) as a full member. On RoCE the MGID is the address as a GID
 /// (IPv4-mapped for IPv4), the id's QP, if it has one, is attached to it, and
 /// `RDMA_CM_EVENT_MULTICAST_JOIN` reports `param.ud`: an AH attribute to the MGID, QPN
-/// 0xFFFFFF and the port space's Q_Key. `context` is not reported back (librdmacm puts it
-/// in the event's `param.ud.private_data`; uroce leaves that NULL).
+/// 0xFFFFFF and the port space's Q_Key, with `context` as `param.ud.private_data` (length
+/// 0), as librdmacm reports it.
 ///
 /// # Safety
 /// `addr` is NULL or a socket address.
@@ -2442,11 +2477,11 @@ unsafe fn join(
 pub unsafe extern "C" fn uroce_rdmacm_rdma_join_multicast(
     id: *mut rdma_cm_id,
     addr: *mut libc::sockaddr,
-    _context: *mut c_void,
+    context: *mut c_void,
 ) -> c_int {
     guard(-1, || {
         // SAFETY: caller guarantee.
-        minus_one(unsafe { join("rdma_join_multicast", id, addr, false) })
+        minus_one(unsafe { join("rdma_join_multicast", id, addr, false, context) })
     })
 }
 
@@ -2462,7 +2497,7 @@ pub unsafe extern "C" fn uroce_rdmacm_rdma_join_multicast(
 pub unsafe extern "C" fn uroce_rdmacm_rdma_join_multicast_ex(
     id: *mut rdma_cm_id,
     mc_join_attr: *mut rdma_cm_join_mc_attr_ex,
-    _context: *mut c_void,
+    context: *mut c_void,
 ) -> c_int {
     guard(-1, || {
         minus_one((|| {
@@ -2487,7 +2522,7 @@ pub unsafe extern "C" fn uroce_rdmacm_rdma_join_multicast_ex(
                 _ => return Err(FfiError::Invalid("unknown join flags")),
             };
             // SAFETY: caller guarantee.
-            unsafe { join("rdma_join_multicast_ex", id, addr, send_only) }
+            unsafe { join("rdma_join_multicast_ex", id, addr, send_only, context) }
         })())
     })
 }
@@ -2509,7 +2544,11 @@ pub unsafe extern "C" fn uroce_rdmacm_rdma_leave_multicast(
             let a = unsafe { from_sockaddr(addr) }?.ok_or(FfiError::Invalid("addr is NULL"))?;
             let (r, _) = id_ref(id)?;
             r.leave_multicast(a.ip())
-                .map_err(|e| cm_error("rdma_leave_multicast", &e))
+                .map_err(|e| cm_error("rdma_leave_multicast", &e))?;
+            if let Some(e) = reg().ids.get_mut(&(id as usize)) {
+                e.mcast_ctx.remove(&a.ip());
+            }
+            Ok(())
         })())
     })
 }

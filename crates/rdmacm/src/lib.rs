@@ -249,10 +249,12 @@ impl Inner {
         }
         // Otherwise a device of the destination's family on the same side of loopback: its
         // socket sends through the host's routing, as the kernel's CM would pick the
-        // device of the route's outgoing interface.
+        // device of the route's outgoing interface. A multicast group is reached from any
+        // device of its family: the device joins it on its own interface.
         devs.iter()
             .find(|d| {
-                d.ip().is_ipv4() == dst.is_ipv4() && d.ip().is_loopback() == dst.is_loopback()
+                d.ip().is_ipv4() == dst.is_ipv4()
+                    && (dst.is_multicast() || d.ip().is_loopback() == dst.is_loopback())
             })
             .cloned()
             .ok_or(CmError::NoDevice(dst))
