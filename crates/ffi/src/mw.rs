@@ -25,6 +25,16 @@ struct MwEntry {
 static WINDOWS: LazyLock<Mutex<HashMap<usize, MwEntry>>> =
     LazyLock::new(|| Mutex::new(HashMap::new()));
 
+/// Whether a live memory window was allocated through `pd` (a PD handle or a parent
+/// domain: the pointer the program passed to `ibv_alloc_mw`).
+pub(crate) fn any_on(pd: *mut ibv_pd) -> bool {
+    windows().values().any(|e| {
+        // SAFETY: a registered window's `ibv_mw` is uroce's and live while the registry
+        // lock is held; only its `pd` field is read.
+        unsafe { (*e.raw.ptr()).pd == pd }
+    })
+}
+
 /// Locks the window registry (every mutation is one insert or remove, so a poisoned lock
 /// still guards consistent data).
 fn windows() -> MutexGuard<'static, HashMap<usize, MwEntry>> {

@@ -128,6 +128,9 @@ pub(crate) struct CqEntry {
     pub(crate) events: Vec<CqEvent>,
     /// Address of the channel's `ibv_comp_channel` (0: none).
     pub(crate) channel: usize,
+    /// The parent domain an extended CQ was created in (`IBV_CQ_INIT_ATTR_MASK_PD`; 0:
+    /// none), which cannot be deallocated while the CQ lives.
+    pub(crate) parent_domain: usize,
     pub(crate) _net: Arc<NetDevice>,
 }
 

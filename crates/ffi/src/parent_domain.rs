@@ -9,7 +9,7 @@
 //! `IBV_CQ_INIT_ATTR_MASK_PD`), the registry resolves it to that PD
 //! (`crate::objects::Objects::pd`); the objects keep the parent domain's pointer in their
 //! `pd` field, as the program passed it. `ibv_dealloc_pd` of a parent domain frees it
-//! (`EBUSY` while a QP, MR, SRQ or AH made through it lives); the protection domain cannot
+//! (`EBUSY` while a QP, MR, SRQ, AH, memory window or extended CQ made through it lives); the protection domain cannot
 //! be deallocated (`EBUSY`) while a parent domain refers to it, nor a thread domain while
 //! a parent domain names it.
 //!
@@ -126,7 +126,8 @@ pub(crate) fn check_parent_domain(
     Ok(())
 }
 
-/// Whether a QP, MR, SRQ or AH was made through the parent domain at `pd`.
+/// Whether a QP, MR, SRQ, AH, extended CQ or memory window was made through the parent
+/// domain at `pd`. Lock order: the object registry, then the window registry.
 fn parent_domain_in_use(objs: &Objects, pd: *mut ibv_pd) -> bool {
     // Registered objects are live while the registry lock (held by whoever holds `objs`)
     // is held; only their `pd` field is read.
@@ -150,6 +151,8 @@ fn parent_domain_in_use(objs: &Objects, pd: *mut ibv_pd) -> bool {
         || objs.mrs.values().any(mr)
         || objs.srqs.values().any(srq)
         || objs.ahs.values().any(ah)
+        || objs.cqs.values().any(|c| c.parent_domain == pd as usize)
+        || crate::mw::any_on(pd)
 }
 
 /// The parent domain part of `ibv_dealloc_pd`: `None` when `pd` is not a parent domain,
@@ -163,7 +166,7 @@ pub(crate) fn dealloc_parent_domain(pd: *mut ibv_pd) -> Option<Result<(), FfiErr
         return Some(Err(FfiError::Refused {
             op: "ibv_dealloc_pd",
             errno: libc::EBUSY,
-            reason: "QPs, MRs, SRQs or AHs made through the parent domain live".into(),
+            reason: "QPs, MRs, SRQs, AHs, CQs or MWs made through the parent domain live".into(),
         }));
     }
     objs.parent_domains.remove(&(pd as usize));

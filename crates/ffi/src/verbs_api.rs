@@ -599,6 +599,7 @@ pub(crate) fn create_cq(
             h: HandlePtr(h),
             events: Vec::new(),
             channel: channel as usize,
+            parent_domain: 0,
             _net: net,
         },
     );
@@ -626,6 +627,7 @@ pub unsafe extern "C" fn uroce_ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
                 h,
                 events,
                 channel,
+                parent_domain,
                 _net,
             } = entry;
             drop(events);
@@ -640,6 +642,7 @@ pub unsafe extern "C" fn uroce_ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
                             h,
                             events: Vec::new(),
                             channel,
+                            parent_domain,
                             _net,
                         },
                     );
@@ -674,6 +677,7 @@ pub unsafe extern "C" fn uroce_ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
                             h,
                             events: Vec::new(),
                             channel,
+                            parent_domain,
                             _net,
                         },
                     );

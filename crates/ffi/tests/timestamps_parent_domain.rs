@@ -9,7 +9,8 @@
 //! * `tests/c/parent_domain.c`: a thread domain and a parent domain with custom allocators;
 //!   RC QPs (`ibv_create_qp` and `ibv_create_qp_ex`), MRs and extended CQs
 //!   (`IBV_CQ_INIT_ATTR_MASK_PD`) made on it carry SEND and RDMA WRITE data intact; the
-//!   busy rules (`EBUSY`) and the teardown in order.
+//!   busy rules (`EBUSY`, also for the extended CQs and a memory window made through the
+//!   parent domain) and the teardown in order.
 
 use std::net::Ipv4Addr;
 use std::time::Duration;
@@ -51,6 +52,13 @@ fn parent_domains_carry_data_end_to_end() {
         "parent_domains_carry_data_end_to_end",
         "parent_domain.c",
         Ipv4Addr::new(127, 0, 44, 1),
-        &["alloc", "objects", "traffic", "busy", "teardown"],
+        &[
+            "alloc",
+            "objects",
+            "traffic",
+            "busy",
+            "busy_cq_mw",
+            "teardown",
+        ],
     );
 }

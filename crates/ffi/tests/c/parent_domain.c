@@ -176,9 +176,20 @@ int main(void)
 	printf("PASS busy\n");
 
 	if (ibv_destroy_qp(a) || ibv_destroy_qp(b) || ibv_dereg_mr(amr) || ibv_dereg_mr(bmr) ||
-	    ibv_dereg_mr(wmr) || ibv_destroy_cq(ibv_cq_ex_to_cq(acq)) ||
-	    ibv_destroy_cq(ibv_cq_ex_to_cq(bcq)))
-		FAIL("destroy objects");
+	    ibv_dereg_mr(wmr))
+		FAIL("destroy QPs and MRs");
+	if (ibv_dealloc_pd(par) != EBUSY)
+		FAIL("dealloc of a parent domain with extended CQs: EBUSY expected");
+	if (ibv_destroy_cq(ibv_cq_ex_to_cq(acq)) || ibv_destroy_cq(ibv_cq_ex_to_cq(bcq)))
+		FAIL("destroy CQs");
+	struct ibv_mw *mw = ibv_alloc_mw(par, IBV_MW_TYPE_2);
+	if (!mw || mw->pd != par)
+		FAIL("alloc_mw on the parent domain: errno %d", errno);
+	if (ibv_dealloc_pd(par) != EBUSY)
+		FAIL("dealloc of a parent domain with a memory window: EBUSY expected");
+	if (ibv_dealloc_mw(mw))
+		FAIL("dealloc_mw");
+	printf("PASS busy_cq_mw\n");
 	int r1 = ibv_dealloc_pd(par), r2 = ibv_dealloc_td(td), r3 = ibv_dealloc_pd(pd);
 	if (r1 || r2 || r3)
 		FAIL("dealloc parent %d td %d pd %d", r1, r2, r3);
