@@ -380,7 +380,11 @@ impl DeviceCore {
     /// (in a ping-pong, in the same batch as the reply, after it: the RC engine lets the
     /// reply go first, and a one-packet reply and its ACK leave as one GSO datagram).
     fn step(&self, io: &mut ProgressState, defer_rx_output: bool) -> bool {
-        let now = self.now();
+        self.step_at(io, defer_rx_output, self.now())
+    }
+
+    /// [`DeviceCore::step`] with the clock already read (`now`, this instant).
+    fn step_at(&self, io: &mut ProgressState, defer_rx_output: bool, now: Instant) -> bool {
         let mut work = false;
         io.touched.clear();
         // 0. A polling application's own posts (rung since its last step) leave first,
@@ -492,8 +496,9 @@ impl DeviceCore {
             }
         }
         // 3. Timers (the receive phase may have taken a while: what it brought counts
-        // before a deadline is judged, and the deadline against the clock now).
-        let now = self.now().max(now);
+        // before a deadline is judged, and the deadline against the clock now). A step
+        // that did nothing so far took no time worth a second clock read.
+        let now = if work { self.now().max(now) } else { now };
         let due: Vec<u32> = io
             .timers
             .iter()
@@ -888,7 +893,8 @@ impl Transport for DeviceTransport {
         let Some(sh) = self.0.upgrade() else {
             return false;
         };
-        let now = sh.now().as_nanos().max(1);
+        let at = sh.now();
+        let now = at.as_nanos().max(1);
         let prev = sh.last_app_poll.swap(now, Ordering::Relaxed);
         // Only repeated polls mean busy polling: one empty poll before blocking on a
         // completion channel must not take the socket away from the progress thread.
@@ -897,7 +903,7 @@ impl Transport for DeviceTransport {
         }
         let guard = sh.io.try_lock();
         match guard {
-            Ok(mut io) => sh.step(&mut io, true),
+            Ok(mut io) => sh.step_at(&mut io, true, at),
             Err(_) => false,
         }
     }

@@ -250,15 +250,26 @@ pub(crate) fn send_batch(fd: BorrowedFd<'_>, packets: &[(SocketAddr, &[u8])]) ->
 /// kernel took: the first `n` of `msgs`. An error is returned only when not even the
 /// first one was taken.
 pub(crate) fn send_messages(fd: BorrowedFd<'_>, msgs: &[OutMessage<'_>]) -> io::Result<usize> {
-    let n = msgs.len().min(MAX_BATCH);
+    // The header arrays are built on the stack for every call: a few messages (a reply
+    // and its ACK) get arrays of their size, not of MAX_BATCH.
+    if msgs.len() <= PROBE_BATCH {
+        send_up_to::<PROBE_BATCH>(fd, msgs)
+    } else {
+        send_up_to::<MAX_BATCH>(fd, msgs)
+    }
+}
+
+/// [`send_messages`] with header arrays of `N` entries: sends the first `min(len, N)`.
+fn send_up_to<const N: usize>(fd: BorrowedFd<'_>, msgs: &[OutMessage<'_>]) -> io::Result<usize> {
+    let n = msgs.len().min(N);
     if n == 0 {
         return Ok(0);
     }
-    let mut addrs = [RawAddr::zeroed(); MAX_BATCH];
-    let mut addr_lens = [0 as libc::socklen_t; MAX_BATCH];
-    let mut iovs = [empty_iovec(); MAX_BATCH];
-    let mut controls = [Control::ZERO; MAX_BATCH];
-    let mut control_lens = [0usize; MAX_BATCH];
+    let mut addrs = [RawAddr::zeroed(); N];
+    let mut addr_lens = [0 as libc::socklen_t; N];
+    let mut iovs = [empty_iovec(); N];
+    let mut controls = [Control::ZERO; N];
+    let mut control_lens = [0usize; N];
     for ((((addr, addr_len), iov), (control, control_len)), m) in addrs
         .iter_mut()
         .zip(addr_lens.iter_mut())
@@ -281,7 +292,7 @@ pub(crate) fn send_messages(fd: BorrowedFd<'_>, msgs: &[OutMessage<'_>]) -> io::
     let addrs_base = addrs.as_mut_ptr();
     let iovs_base = iovs.as_mut_ptr();
     let controls_base = controls.as_mut_ptr();
-    let mut hdrs = [zeroed_mmsghdr(); MAX_BATCH];
+    let mut hdrs = [zeroed_mmsghdr(); N];
     for (i, (hdr, (addr_len, control_len))) in hdrs
         .iter_mut()
         .zip(addr_lens.into_iter().zip(control_lens))
@@ -298,11 +309,11 @@ pub(crate) fn send_messages(fd: BorrowedFd<'_>, msgs: &[OutMessage<'_>]) -> io::
         }
     }
     // SAFETY: `hdrs[..n]` are initialised headers whose name, iovec and control pointers
-    // point at element i (< n <= 64) of `addrs`, `iovs` and `controls`, locals of this
+    // point at element i (< n <= N <= 64) of `addrs`, `iovs` and `controls`, locals of this
     // frame that are neither moved nor borrowed again until the call returns (the
     // control length never exceeds the 64 bytes of a `Control`), and whose iovecs point
     // into the caller's payload slices, which outlive the call. The kernel reads those
-    // and writes only `msg_len` of each header. `n <= 64` fits `c_uint`.
+    // and writes only `msg_len` of each header. `n <= N <= 64` fits `c_uint`.
     let rc = unsafe {
         libc::sendmmsg(
             fd.as_raw_fd(),
@@ -424,13 +435,44 @@ pub(crate) struct RecvMeta {
     pub(crate) segment: Option<usize>,
 }
 
-/// Receives datagrams with one `recvmmsg(MSG_DONTWAIT)` into `storage`, cut into slots
-/// of `slot_len` bytes (datagram i goes to `storage[i * slot_len..][..slot_len]`), at
-/// most `min(meta.len(), storage.len() / slot_len, MAX_BATCH)` of them, and writes their
+/// How many datagrams the first `recvmmsg` of [`recv_batch`] asks for. Its header arrays
+/// (iovecs, addresses, control buffers, `mmsghdr`s: about 170 bytes a datagram) are built
+/// on the stack for every call, so an empty poll, the common case of an application that
+/// busy-polls its CQ, initialises 4 entries instead of [`MAX_BATCH`]; only when all 4
+/// arrive does a second call take up to [`MAX_BATCH`] in all.
+const PROBE_BATCH: usize = 4;
+
+/// Receives datagrams with `recvmmsg(MSG_DONTWAIT)` into `storage`, cut into slots of
+/// `slot_len` bytes (datagram i goes to `storage[i * slot_len..][..slot_len]`), at most
+/// `min(meta.len(), storage.len() / slot_len, MAX_BATCH)` of them, and writes their
 /// metadata into `meta`, including the segment size of a datagram the kernel coalesced
-/// (`UDP_GRO` control message). Returns how many were received; `Err(WouldBlock)` when
-/// none was waiting.
+/// (`UDP_GRO` control message). One call asks for [`PROBE_BATCH`]; when that many came, a
+/// second asks for the rest. Returns how many were received; `Err(WouldBlock)` when none
+/// was waiting.
 pub(crate) fn recv_batch(
+    fd: BorrowedFd<'_>,
+    storage: &mut [u8],
+    slot_len: usize,
+    meta: &mut [RecvMeta],
+) -> io::Result<usize> {
+    let got = recv_up_to::<PROBE_BATCH>(fd, storage, slot_len, meta)?;
+    if got < PROBE_BATCH {
+        return Ok(got);
+    }
+    let limit = meta.len().min(MAX_BATCH);
+    let (Some(rest), Some(rest_meta)) =
+        (storage.get_mut(got * slot_len..), meta.get_mut(got..limit))
+    else {
+        return Ok(got);
+    };
+    // What the first call took is returned whatever the second one says (an error, if
+    // lasting, comes back with the next call).
+    Ok(got + recv_up_to::<MAX_BATCH>(fd, rest, slot_len, rest_meta).unwrap_or(0))
+}
+
+/// One `recvmmsg(MSG_DONTWAIT)` for at most `min(meta.len(), storage.len() / slot_len, N)`
+/// datagrams, as [`recv_batch`] describes; `N` sizes the header arrays.
+fn recv_up_to<const N: usize>(
     fd: BorrowedFd<'_>,
     storage: &mut [u8],
     slot_len: usize,
@@ -439,12 +481,12 @@ pub(crate) fn recv_batch(
     if slot_len == 0 {
         return Ok(0);
     }
-    let n = (storage.len() / slot_len).min(meta.len()).min(MAX_BATCH);
+    let n = (storage.len() / slot_len).min(meta.len()).min(N);
     if n == 0 {
         return Ok(0);
     }
     let storage_base = storage.as_mut_ptr();
-    let mut iovs = [empty_iovec(); MAX_BATCH];
+    let mut iovs = [empty_iovec(); N];
     for (i, iov) in iovs.iter_mut().take(n).enumerate() {
         *iov = libc::iovec {
             // invariant: (i + 1) * slot_len <= n * slot_len <= storage.len().
@@ -452,14 +494,14 @@ pub(crate) fn recv_batch(
             iov_len: slot_len,
         };
     }
-    let mut addrs = [RawAddr::zeroed(); MAX_BATCH];
-    let mut controls = [Control::ZERO; MAX_BATCH];
+    let mut addrs = [RawAddr::zeroed(); N];
+    let mut controls = [Control::ZERO; N];
     // All pointers handed to the kernel derive from these base pointers, taken after the
     // arrays were filled and used until the call returns.
     let addrs_base = addrs.as_mut_ptr();
     let iovs_base = iovs.as_mut_ptr();
     let controls_base = controls.as_mut_ptr();
-    let mut msgs = [zeroed_mmsghdr(); MAX_BATCH];
+    let mut msgs = [zeroed_mmsghdr(); N];
     for (i, msg) in msgs.iter_mut().take(n).enumerate() {
         msg.msg_hdr.msg_name = addrs_base.wrapping_add(i).cast();
         msg.msg_hdr.msg_namelen = mem::size_of::<RawAddr>() as libc::socklen_t;
@@ -475,7 +517,7 @@ pub(crate) fn recv_batch(
     // `slot_len` bytes that lie within `storage` (n * slot_len <= storage.len()),
     // exclusively borrowed for the call. None of these is moved or borrowed again until
     // the call returns, and the kernel writes at most the lengths given. No timeout
-    // (null); `n <= 64` fits `c_uint`.
+    // (null); `n <= N <= MAX_BATCH = 64` fits `c_uint`.
     let rc = unsafe {
         libc::recvmmsg(
             fd.as_raw_fd(),
@@ -540,5 +582,68 @@ pub(crate) fn poll(
         Err(io::Error::last_os_error())
     } else {
         Ok(rc > 0 && pfd.revents & (events | libc::POLLERR) != 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::UdpSocket;
+    use std::os::fd::AsFd as _;
+    use std::time::Duration;
+
+    /// Ten datagrams from two senders, queued before the receive: `recv_batch` takes them
+    /// in order, the first `PROBE_BATCH` with its first `recvmmsg` and the rest with the
+    /// second, each in its slot with its length and source; a smaller `meta` caps it.
+    #[test]
+    fn recv_batch_takes_a_queue_longer_than_its_probe_in_order() {
+        let rx = UdpSocket::bind("127.0.0.1:0").expect("bind");
+        let to = rx.local_addr().expect("addr");
+        let senders = [
+            UdpSocket::bind("127.0.0.1:0").expect("bind"),
+            UdpSocket::bind("127.0.0.1:0").expect("bind"),
+        ];
+        let send_all = || {
+            for i in 0..10u8 {
+                let d = vec![i; 20 + usize::from(i)];
+                senders[usize::from(i % 2)].send_to(&d, to).expect("send");
+            }
+            // Loopback delivery is done when the sends return; a moment for a loaded host.
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        let slot = 64;
+        let check = |storage: &[u8], meta: &[RecvMeta], from: u8, got: usize| {
+            for (k, m) in meta.iter().take(got).enumerate() {
+                let i = from + k as u8;
+                assert_eq!(m.len, 20 + usize::from(i), "datagram {i}");
+                assert!(!m.truncated);
+                assert_eq!(
+                    m.src,
+                    Some(senders[usize::from(i % 2)].local_addr().expect("addr"))
+                );
+                assert!(storage[k * slot..][..m.len].iter().all(|&b| b == i));
+            }
+        };
+
+        send_all();
+        let mut storage = vec![0u8; slot * MAX_BATCH];
+        let mut meta = [RecvMeta::default(); MAX_BATCH];
+        let got = recv_batch(rx.as_fd(), &mut storage, slot, &mut meta).expect("recv");
+        assert_eq!(got, 10);
+        check(&storage, &meta, 0, got);
+
+        // Room for 6: 6 now (4 + 2), the other 4 with the next call.
+        send_all();
+        let mut small = [RecvMeta::default(); 6];
+        let got = recv_batch(rx.as_fd(), &mut storage, slot, &mut small).expect("recv");
+        assert_eq!(got, 6);
+        check(&storage, &small, 0, got);
+        let got = recv_batch(rx.as_fd(), &mut storage, slot, &mut small).expect("recv");
+        assert_eq!(got, 4);
+        check(&storage, &small, 6, got);
+
+        // Empty: WouldBlock.
+        let e = recv_batch(rx.as_fd(), &mut storage, slot, &mut meta).expect_err("empty");
+        assert_eq!(e.kind(), io::ErrorKind::WouldBlock);
     }
 }
