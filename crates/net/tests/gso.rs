@@ -302,6 +302,41 @@ fn a_train_with_a_short_last_packet() {
     assert_eq!(tx.counters().tx_packets, 24);
 }
 
+/// A coalesced datagram of short packets, then, into the same batch (as the device reuses
+/// its batch), an ordinary datagram longer than those packets: it arrives whole, not cut
+/// at the earlier datagram's segment size (no control message of an earlier receive is
+/// taken for a later one).
+#[test]
+fn a_datagram_after_a_coalesced_one_is_not_cut_at_the_old_segment_size() {
+    let mut rx = RoceSocket::bind_port(v4(2), 0).unwrap();
+    let mut tx = RoceSocket::bind_port(v4(1), 0).unwrap();
+    if !tx.gso_active() || !rx.gro_supported() {
+        support::skip(TEST, "the kernel supports no UDP_SEGMENT / UDP_GRO");
+        return;
+    }
+    let (src, dst) = (tx.local_addr(), rx.local_addr());
+    let mut rng = Rng::new(0x6773_6f0a);
+    let mut batch = RecvBatch::default();
+    assert_eq!(rx.recv_batch(&mut batch).unwrap(), 0);
+    assert!(rx.gro_active());
+    // 10 packets of 12 + 100 + 4 bytes: one GSO message, one coalesced datagram.
+    let seg = 12 + 100 + 4;
+    let mut buf = train_of(&mut rng, 10, 100, 100, 1);
+    let want = expected(src, dst, &buf, seg, true);
+    send_train_all(&mut tx, dst, &mut buf, seg);
+    let got = receive(&mut rx, &mut batch, 10);
+    check_arrivals(&got, &want, src, "coalesced short packets");
+    assert!(got.coalescing_receives > 0, "the kernel coalesced them");
+    // One packet of 12 + 2000 + 4 bytes, 17 times the earlier segment size.
+    let mut one = train_of(&mut rng, 1, 2000, 2000, 20);
+    let want = vec![sealed_for(src, dst, &one, 0)];
+    assert_eq!(tx.send_train(dst, &mut one, 0).unwrap(), 1);
+    let got = receive(&mut rx, &mut batch, 1);
+    check_arrivals(&got, &want, src, "one long datagram");
+    assert_eq!(got.datagrams, 1);
+    assert_eq!(rx.counters().rx_packets, 11);
+}
+
 /// With GSO switched off (by configuration or by method) the same train goes out packet
 /// by packet, each sealed for Identification 0, and arrives the same way; a receiver
 /// with small slots does not coalesce.
