@@ -863,3 +863,58 @@ proptest! {
         prop_assert!(w.agents.iter().all(|ag| ag.poll_timeout().is_none_or(|t| t > now)));
     }
 }
+
+/// A Get(ClassPortInfo) is answered to its sender with GetResp, the same transaction ID and
+/// the CM class's ClassPortInfo (IBA 13.4.5, 13.4.8.1); any other method on the attribute
+/// (here a Send, and a GetResp coming back) is dropped and counted.
+#[test]
+fn class_port_info_get_is_answered_with_get_resp() {
+    use uroce_proto::cm::RESP_TIME_VALUE;
+    use uroce_wire::cm::ClassPortInfoRepr;
+    use uroce_wire::mad;
+    let mut w = World::new();
+    let mut get = CmMad::new(
+        0x1234_5678_9abc,
+        CmMessage::ClassPortInfo(ClassPortInfoRepr::default()),
+    );
+    get.header.method = mad::METHOD_GET;
+    w.agents[B].handle_mad(w.now, addr(A), &get.to_bytes());
+    let (to, resp) = w.agents[B].poll_transmit().expect("a GetResp");
+    assert_eq!(to, addr(A));
+    assert!(w.agents[B].poll_transmit().is_none());
+    let resp = CmMad::parse(&resp).unwrap();
+    resp.validate().unwrap();
+    assert_eq!(
+        (
+            resp.header.method,
+            resp.header.response,
+            resp.header.transaction_id,
+            resp.header.attribute_id,
+            resp.header.status
+        ),
+        (
+            mad::METHOD_GET,
+            true,
+            0x1234_5678_9abc,
+            cm_attr::CLASS_PORT_INFO,
+            0
+        )
+    );
+    assert_eq!(
+        resp.message,
+        CmMessage::ClassPortInfo(ClassPortInfoRepr {
+            base_version: 1,
+            class_version: 2,
+            resp_time_value: RESP_TIME_VALUE,
+            ..ClassPortInfoRepr::default()
+        })
+    );
+
+    let ignored = w.agents[B].stats().ignored;
+    let mut send = get;
+    send.header.method = mad::METHOD_SEND;
+    w.agents[B].handle_mad(w.now, addr(A), &send.to_bytes());
+    w.agents[B].handle_mad(w.now, addr(A), &resp.to_bytes());
+    assert!(w.agents[B].poll_transmit().is_none());
+    assert_eq!(w.agents[B].stats().ignored, ignored + 2);
+}

@@ -35,6 +35,9 @@ pub const MGMT_CLASS_CM: u8 = 0x07;
 pub const CM_CLASS_VERSION: u8 = 2;
 /// Method "Send", used by every CM message.
 pub const METHOD_SEND: u8 = 0x03;
+/// Method Get (IBA 13.4.5): read an attribute; the answer is GetResp, the same method
+/// with the response bit set.
+pub const METHOD_GET: u8 = 0x01;
 /// The general services QP number (GSI, QP1).
 pub const GSI_QPN: u32 = 1;
 /// The well-known Q_Key of the GSI QP.

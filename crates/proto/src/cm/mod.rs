@@ -28,11 +28,11 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use uroce_wire::cm::{
-    apr_status, msg_kind, private_data_len as pd, rej_reason, sidr_status, AprRepr, CmMad,
-    CmMessage, DrepRepr, DreqRepr, MraRepr, PathRepr, RejRepr, RepRepr, ReqRepr, RtuRepr,
-    SidrRepRepr, SidrReqRepr, INFO_LEN,
+    apr_status, msg_kind, private_data_len as pd, rej_reason, sidr_status, AprRepr,
+    ClassPortInfoRepr, CmMad, CmMessage, DrepRepr, DreqRepr, MraRepr, PathRepr, RejRepr, RepRepr,
+    ReqRepr, RtuRepr, SidrRepRepr, SidrReqRepr, INFO_LEN,
 };
-use uroce_wire::mad::MAD_LEN;
+use uroce_wire::mad::{self, MAD_LEN};
 
 use crate::time::Instant;
 use table::{transition, Action, CmInput, CmState, EventKind};
@@ -338,6 +338,12 @@ pub struct CmStats {
 /// its listening id and listens again (perftest does, between its two connections) would
 /// otherwise reject a client that is quicker than it.
 pub const UNMATCHED_REQ_GRACE: Duration = Duration::from_millis(50);
+
+/// The RespTimeValue the agent's ClassPortInfo announces (IBA 13.4.8.1): it answers
+/// 4.096 µs × 2^18 ≈ 1.07 s at the latest. The agent answers a MAD as it handles it, on a
+/// thread of a process that shares its cores with others; the second covers scheduling
+/// delays on a loaded host, not work.
+pub const RESP_TIME_VALUE: u8 = 18;
 
 /// At most this many REQs are held at once; beyond, they are rejected at once.
 const MAX_HELD_REQS: usize = 64;
@@ -868,8 +874,32 @@ impl CmAgent {
                     self.send(from, CmMad::new(tid, CmMessage::Drep(drep)));
                 }
             }
+            CmMessage::ClassPortInfo(_) => {
+                if m.header.method == mad::METHOD_GET && !m.header.response {
+                    self.answer_class_port_info(from, tid);
+                } else {
+                    self.stats.ignored += 1;
+                }
+            }
             CmMessage::Apr(_) | CmMessage::Other { .. } => self.stats.ignored += 1,
         }
+    }
+
+    /// Answers a Get(ClassPortInfo) with GetResp and the same transaction ID (IBA 13.4.5,
+    /// 13.4.8.1): the CM class version, no traps or notices (CapabilityMask 0),
+    /// [`RESP_TIME_VALUE`], and no redirection (zero redirect fields: the class is served
+    /// here, on QP1).
+    fn answer_class_port_info(&mut self, to: IpAddr, tid: u64) {
+        let info = ClassPortInfoRepr {
+            base_version: mad::BASE_VERSION,
+            class_version: mad::CM_CLASS_VERSION,
+            resp_time_value: RESP_TIME_VALUE,
+            ..ClassPortInfoRepr::default()
+        };
+        let mut reply = CmMad::new(tid, CmMessage::ClassPortInfo(info));
+        reply.header.method = mad::METHOD_GET;
+        reply.header.response = true;
+        self.send(to, reply);
     }
 
     fn deliver(&mut self, now: Instant, from: IpAddr, id: u32, input: CmInput, ctx: Ctx<'_>) {

@@ -45,8 +45,11 @@
 //!          20 Q_Key · 24 AdditionalInfo(72) · 96 PD(136)
 //! ```
 
+pub mod class_port_info;
 mod fields;
 pub mod rdma_cm;
+
+pub use class_port_info::{ClassPortInfoRepr, PortInfoTarget, CLASS_PORT_INFO_LEN};
 
 use crate::error::{check_len, HeaderKind, WireError};
 use crate::mad::{self, cm_attr};
@@ -1341,8 +1344,10 @@ pub enum CmMessage {
     SidrReq(SidrReqRepr),
     /// SIDR_REP.
     SidrRep(SidrRepRepr),
-    /// An attribute this module has no layout for (ClassPortInfo, vendor attributes):
-    /// kept as raw class data so that it re-emits unchanged.
+    /// ClassPortInfo (IBA 13.4.8.1), read with Get and answered with GetResp.
+    ClassPortInfo(ClassPortInfoRepr),
+    /// An attribute this module has no layout for (vendor attributes): kept as raw class
+    /// data so that it re-emits unchanged.
     Other {
         /// The MAD AttributeID.
         attribute_id: u16,
@@ -1366,6 +1371,7 @@ impl CmMessage {
             CmMessage::Apr(_) => cm_attr::APR,
             CmMessage::SidrReq(_) => cm_attr::SIDR_REQ,
             CmMessage::SidrRep(_) => cm_attr::SIDR_REP,
+            CmMessage::ClassPortInfo(_) => cm_attr::CLASS_PORT_INFO,
             CmMessage::Other { attribute_id, .. } => *attribute_id,
         }
     }
@@ -1389,6 +1395,7 @@ impl CmMessage {
             cm_attr::SIDR_REP => {
                 CmMessage::SidrRep(SidrRepRepr::parse(&SidrRep::new_unchecked(data))?)
             }
+            cm_attr::CLASS_PORT_INFO => CmMessage::ClassPortInfo(ClassPortInfoRepr::parse(data)?),
             _ => CmMessage::Other {
                 attribute_id,
                 data: get(data, 0),
@@ -1410,6 +1417,7 @@ impl CmMessage {
             CmMessage::Apr(r) => r.validate(),
             CmMessage::SidrReq(r) => r.validate(),
             CmMessage::SidrRep(r) => r.validate(),
+            CmMessage::ClassPortInfo(r) => r.validate(),
             CmMessage::Other { .. } => Ok(()),
         }
     }
@@ -1434,6 +1442,7 @@ impl CmMessage {
             CmMessage::Apr(r) => r.emit(&mut Apr::new_unchecked(data)),
             CmMessage::SidrReq(r) => r.emit(&mut SidrReq::new_unchecked(data)),
             CmMessage::SidrRep(r) => r.emit(&mut SidrRep::new_unchecked(data)),
+            CmMessage::ClassPortInfo(r) => r.emit(data.get_mut(..LEN).unwrap_or_default()),
             CmMessage::Other { data: raw, .. } => put(data, 0, *raw),
         }
         Ok(())

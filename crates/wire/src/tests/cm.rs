@@ -134,17 +134,131 @@ fn cm_mad_checks_class_and_keeps_unknown_attributes() {
         })
     ));
     m[1] = mad::MGMT_CLASS_CM;
-    m[17] = 0x01; // ClassPortInfo
+    m[16] = 0xff; // a vendor attribute, 0xff00
     m[100] = 0x5a;
     let parsed = CmMad::parse(&m).unwrap();
     assert!(matches!(
         parsed.message,
         CmMessage::Other {
-            attribute_id: cm_attr::CLASS_PORT_INFO,
+            attribute_id: 0xff00,
             ..
         }
     ));
     assert_eq!(parsed.to_bytes(), m);
+}
+
+/// ClassPortInfo (IBA 13.4.8.1): a MAD whose every field holds a distinct value, written
+/// by hand at the offsets of the attribute's table, parses to those values and re-emits
+/// byte for byte; values wider than their fields are refused.
+#[test]
+fn class_port_info_layout() {
+    let mut m = [0u8; mad::MAD_LEN];
+    m[0] = 1;
+    m[1] = mad::MGMT_CLASS_CM;
+    m[2] = mad::CM_CLASS_VERSION;
+    m[3] = 0x81; // GetResp
+    m[17] = 0x01; // ClassPortInfo
+    let d = &mut m[mad::LEN..];
+    d[0] = 1; // BaseVersion
+    d[1] = 2; // ClassVersion
+    d[2..4].copy_from_slice(&0x0302u16.to_be_bytes()); // CapabilityMask
+                                                       // CapabilityMask2 0x0123456 (27 bits), RespTimeValue 19.
+    d[4..8].copy_from_slice(&((0x012_3456u32 << 5) | 19).to_be_bytes());
+    for (i, b) in d[8..24].iter_mut().enumerate() {
+        *b = 0xa0 + i as u8; // RedirectGID
+    }
+    // RedirectTC 0x11, SL 0x2, FL 0x34567.
+    d[24..28].copy_from_slice(&(0x11u32 << 24 | 0x2 << 20 | 0x3_4567).to_be_bytes());
+    d[28..30].copy_from_slice(&0x1234u16.to_be_bytes()); // RedirectLID
+    d[30..32].copy_from_slice(&0xffffu16.to_be_bytes()); // RedirectP_Key
+    d[33..36].copy_from_slice(&[0x00, 0x00, 0x01]); // RedirectQP 1
+    d[36..40].copy_from_slice(&0x8001_0000u32.to_be_bytes()); // RedirectQ_Key
+    for (i, b) in d[40..56].iter_mut().enumerate() {
+        *b = 0xc0 + i as u8; // TrapGID
+    }
+    // TrapTC 0x22, SL 0xf, FL 0xfffff.
+    d[56..60].copy_from_slice(&(0x22u32 << 24 | 0xf << 20 | 0xf_ffff).to_be_bytes());
+    d[60..62].copy_from_slice(&0x5678u16.to_be_bytes()); // TrapLID
+    d[62..64].copy_from_slice(&0x7fffu16.to_be_bytes()); // TrapP_Key
+    d[64] = 64; // TrapHL
+    d[65..68].copy_from_slice(&[0xab, 0xcd, 0xef]); // TrapQP
+    d[68..72].copy_from_slice(&0x1357_9bdfu32.to_be_bytes()); // TrapQ_Key
+    let parsed = CmMad::parse(&m).unwrap();
+    let CmMessage::ClassPortInfo(c) = parsed.message else {
+        panic!("{:?}", parsed.message)
+    };
+    let gid = |base: u8| core::array::from_fn::<u8, 16, _>(|i| base + i as u8);
+    assert_eq!(
+        c,
+        ClassPortInfoRepr {
+            base_version: 1,
+            class_version: 2,
+            capability_mask: 0x0302,
+            capability_mask2: 0x012_3456,
+            resp_time_value: 19,
+            redirect: PortInfoTarget {
+                gid: gid(0xa0),
+                tc: 0x11,
+                sl: 0x2,
+                fl: 0x3_4567,
+                lid: 0x1234,
+                pkey: 0xffff,
+                qp: 1,
+                qkey: 0x8001_0000,
+            },
+            trap: PortInfoTarget {
+                gid: gid(0xc0),
+                tc: 0x22,
+                sl: 0xf,
+                fl: 0xf_ffff,
+                lid: 0x5678,
+                pkey: 0x7fff,
+                qp: 0xab_cdef,
+                qkey: 0x1357_9bdf,
+            },
+            trap_hl: 64,
+        }
+    );
+    parsed.validate().unwrap();
+    assert_eq!(parsed.to_bytes(), m);
+
+    for bad in [
+        ClassPortInfoRepr {
+            capability_mask2: 1 << 27,
+            ..c
+        },
+        ClassPortInfoRepr {
+            resp_time_value: 32,
+            ..c
+        },
+        ClassPortInfoRepr {
+            redirect: PortInfoTarget {
+                sl: 16,
+                ..c.redirect
+            },
+            ..c
+        },
+        ClassPortInfoRepr {
+            trap: PortInfoTarget {
+                fl: 1 << 20,
+                ..c.trap
+            },
+            ..c
+        },
+        ClassPortInfoRepr {
+            trap: PortInfoTarget {
+                qp: 1 << 24,
+                ..c.trap
+            },
+            ..c
+        },
+    ] {
+        assert!(
+            matches!(bad.validate(), Err(WireError::InvalidField { .. })),
+            "{bad:?}"
+        );
+    }
+    assert!(ClassPortInfoRepr::parse(&[0u8; CLASS_PORT_INFO_LEN - 1]).is_err());
 }
 
 #[test]
