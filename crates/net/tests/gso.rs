@@ -202,6 +202,18 @@ fn send_train_all(tx: &mut RoceSocket, dst: SocketAddr, buf: &mut [u8], seg_len:
     calls
 }
 
+/// A receiver on `v4(2)` and a sender on `v4(1)` whose kernel does UDP GSO
+/// and GRO; `None` (the test skipped, with the reason) where it does neither.
+fn gso_gro_pair() -> Option<(RoceSocket, RoceSocket)> {
+    let rx = RoceSocket::bind_port(v4(2), 0).unwrap();
+    let tx = RoceSocket::bind_port(v4(1), 0).unwrap();
+    if !tx.gso_active() || !rx.gro_supported() {
+        support::skip(TEST, "the kernel supports no UDP_SEGMENT / UDP_GRO");
+        return None;
+    }
+    Some((rx, tx))
+}
+
 /// Checks that `got` is exactly `want`, in order, every packet accepted with a good ICRC.
 fn check_arrivals(got: &Arrivals, want: &[Vec<u8>], src: SocketAddr, what: &str) {
     assert_eq!(got.packets.len(), want.len(), "{what}: packets arrived");
@@ -308,12 +320,9 @@ fn a_train_with_a_short_last_packet() {
 /// taken for a later one).
 #[test]
 fn a_datagram_after_a_coalesced_one_is_not_cut_at_the_old_segment_size() {
-    let mut rx = RoceSocket::bind_port(v4(2), 0).unwrap();
-    let mut tx = RoceSocket::bind_port(v4(1), 0).unwrap();
-    if !tx.gso_active() || !rx.gro_supported() {
-        support::skip(TEST, "the kernel supports no UDP_SEGMENT / UDP_GRO");
+    let Some((mut rx, mut tx)) = gso_gro_pair() else {
         return;
-    }
+    };
     let (src, dst) = (tx.local_addr(), rx.local_addr());
     let mut rng = Rng::new(0x6773_6f0a);
     let mut batch = RecvBatch::default();
@@ -374,12 +383,9 @@ fn the_fallback_path_sends_the_same_train_packet_by_packet() {
 /// the ICRC alone); and with GRO on again, coalesced datagrams are split.
 #[test]
 fn gro_on_and_off_at_the_receiver() {
-    let mut rx = RoceSocket::bind_port(v4(2), 0).unwrap();
-    let mut tx = RoceSocket::bind_port(v4(1), 0).unwrap();
-    if !tx.gso_active() || !rx.gro_supported() {
-        support::skip(TEST, "the kernel supports no UDP_SEGMENT / UDP_GRO");
+    let Some((mut rx, mut tx)) = gso_gro_pair() else {
         return;
-    }
+    };
     let (src, dst) = (tx.local_addr(), rx.local_addr());
     let mut rng = Rng::new(0x6773_6f04);
     let mut batch = RecvBatch::default();
@@ -414,12 +420,9 @@ fn gro_on_and_off_at_the_receiver() {
 /// of each is one truncated packet.
 #[test]
 fn a_coalesced_datagram_cut_short_keeps_its_complete_packets() {
-    let mut rx = RoceSocket::bind_port(v4(2), 0).unwrap();
-    let mut tx = RoceSocket::bind_port(v4(1), 0).unwrap();
-    if !tx.gso_active() || !rx.gro_supported() {
-        support::skip(TEST, "the kernel supports no UDP_SEGMENT / UDP_GRO");
+    let Some((mut rx, mut tx)) = gso_gro_pair() else {
         return;
-    }
+    };
     let (src, dst) = (tx.local_addr(), rx.local_addr());
     let mut big = RecvBatch::default();
     assert_eq!(rx.recv_batch(&mut big).unwrap(), 0);
