@@ -644,47 +644,35 @@ fn a_reused_batch_reports_each_receives_own_sources_and_lengths() {
     let mut a = RoceSocket::bind_port(V4_A, 0).unwrap();
     let mut c = RoceSocket::bind_port(V4_A, 0).unwrap();
     let mut b = RoceSocket::bind_port(V4_B, 0).unwrap();
-    let (la, lc, lb) = (a.local_addr(), c.local_addr(), b.local_addr());
     let mut rng = Rng::new(0x6e65_7409);
     let mut batch = RecvBatch::default();
-    let check = |sock: &mut RoceSocket,
-                 batch: &mut RecvBatch,
-                 from: SocketAddr,
-                 sent: &[Vec<u8>],
-                 what: &str| {
-        let got = support::recv_until(sock, batch, sent.len(), Duration::from_secs(10));
-        assert_eq!(got.len(), sent.len(), "{what}: every packet arrives");
-        for (i, (g, s)) in got.iter().zip(sent).enumerate() {
-            assert_eq!(g.src, Some(from), "{what}: packet {i} source");
-            assert_eq!(g.bytes.len(), s.len(), "{what}: packet {i} length");
-            assert_eq!(&g.bytes, s, "{what}: packet {i} bytes");
-            assert_eq!(g.status, RecvStatus::Accepted(IcrcCheck::Ok), "{what}: {i}");
-        }
-    };
+    // `n` sealed packets of `len` payload bytes from `tx` to `rx`, received into `batch`:
+    // each with its own source, length and bytes.
+    let mut exchange =
+        |tx: &mut RoceSocket, rx: &mut RoceSocket, n: usize, len: usize, what: &str| {
+            let (from, to) = (tx.local_addr(), rx.local_addr());
+            let mut sent = packets(&mut rng, n, len);
+            seal_all(from, to, &mut sent);
+            support::send_all(tx, &out(to, &sent));
+            let got = support::recv_until(rx, &mut batch, sent.len(), Duration::from_secs(10));
+            assert_eq!(got.len(), sent.len(), "{what}: every packet arrives");
+            for (i, (g, s)) in got.iter().zip(&sent).enumerate() {
+                assert_eq!(g.src, Some(from), "{what}: packet {i} source");
+                assert_eq!(g.bytes.len(), s.len(), "{what}: packet {i} length");
+                assert_eq!(&g.bytes, s, "{what}: packet {i} bytes");
+                assert_eq!(g.status, RecvStatus::Accepted(IcrcCheck::Ok), "{what}: {i}");
+            }
+        };
 
     // Long packets from a fill many slots; then a few short ones from c; then one from a.
-    let mut long = packets(&mut rng, 40, 1000);
-    seal_all(la, lb, &mut long);
-    support::send_all(&mut a, &out(lb, &long));
-    check(&mut b, &mut batch, la, &long, "40 from a");
-    let mut short = packets(&mut rng, 3, 8);
-    seal_all(lc, lb, &mut short);
-    support::send_all(&mut c, &out(lb, &short));
-    check(&mut b, &mut batch, lc, &short, "3 from c");
-
+    exchange(&mut a, &mut b, 40, 1000, "40 from a");
+    exchange(&mut c, &mut b, 3, 8, "3 from c");
     // The same batch on an IPv6 socket (the kernel writes sockaddr_in6 into the slots),
     // then back on IPv4.
     if let Some((mut a6, mut b6)) = ipv6_pair() {
-        let (l6a, l6b) = (a6.local_addr(), b6.local_addr());
-        let mut v6 = packets(&mut rng, 5, 200);
-        seal_all(l6a, l6b, &mut v6);
-        support::send_all(&mut a6, &out(l6b, &v6));
-        check(&mut b6, &mut batch, l6a, &v6, "5 over IPv6");
+        exchange(&mut a6, &mut b6, 5, 200, "5 over IPv6");
     }
-    let mut one = packets(&mut rng, 1, 300);
-    seal_all(la, lb, &mut one);
-    support::send_all(&mut a, &out(lb, &one));
-    check(&mut b, &mut batch, la, &one, "1 from a");
+    exchange(&mut a, &mut b, 1, 300, "1 from a");
     assert_eq!(b.recv_batch(&mut batch).unwrap(), 0, "nothing else waits");
     assert_eq!(b.counters().rx_packets, 44);
 }
