@@ -349,6 +349,12 @@ impl Reg {
             .ok_or(FfiError::BadHandle { what: "rdma_cm_id" })
     }
 
+    fn id_mut(&mut self, id: *mut rdma_cm_id) -> Result<&mut IdEntry, FfiError> {
+        self.ids
+            .get_mut(&(id as usize))
+            .ok_or(FfiError::BadHandle { what: "rdma_cm_id" })
+    }
+
     fn new_channel(&mut self, cm: &RdmaCm) -> Result<*mut rdma_event_channel, FfiError> {
         let ch = cm
             .create_event_channel()
@@ -2440,16 +2446,9 @@ unsafe fn join(
     let (r, sync) = id_ref(id)?;
     // Recorded before the join queues its event (delivered under the registry lock); a
     // second join of the group is refused below and leaves the first one's context.
-    let earlier = {
-        let mut reg = reg();
-        let e = reg
-            .ids
-            .get_mut(&(id as usize))
-            .ok_or(FfiError::BadHandle { what: "rdma_cm_id" })?;
-        e.mcast_ctx.insert(a.ip(), context as usize)
-    };
+    let earlier = reg().id_mut(id)?.mcast_ctx.insert(a.ip(), context as usize);
     if let Err(e) = r.join_multicast(a.ip(), send_only) {
-        if let Some(e) = reg().ids.get_mut(&(id as usize)) {
+        if let Ok(e) = reg().id_mut(id) {
             match earlier {
                 Some(ctx) => e.mcast_ctx.insert(a.ip(), ctx),
                 None => e.mcast_ctx.remove(&a.ip()),
@@ -2545,7 +2544,7 @@ pub unsafe extern "C" fn uroce_rdmacm_rdma_leave_multicast(
             let (r, _) = id_ref(id)?;
             r.leave_multicast(a.ip())
                 .map_err(|e| cm_error("rdma_leave_multicast", &e))?;
-            if let Some(e) = reg().ids.get_mut(&(id as usize)) {
+            if let Ok(e) = reg().id_mut(id) {
                 e.mcast_ctx.remove(&a.ip());
             }
             Ok(())
