@@ -164,21 +164,22 @@ pub unsafe extern "C" fn vctx_create_cq_ex(
             let cqe = c_int::try_from(a.cqe).map_err(|_| FfiError::Invalid("cqe too large"))?;
             let vector =
                 c_int::try_from(a.comp_vector).map_err(|_| FfiError::Invalid("comp_vector"))?;
-            let cq = crate::verbs_api::create_cq(
+            // The parent domain is recorded with the CQ, which counts against its
+            // deallocation (`crate::parent_domain`).
+            let parent_domain = if a.comp_mask & IBV_CQ_INIT_ATTR_MASK_PD != 0 {
+                a.parent_domain
+            } else {
+                std::ptr::null_mut()
+            };
+            crate::verbs_api::create_cq(
                 context,
                 cqe,
                 a.cq_context,
                 a.channel,
                 vector,
                 wc_flags,
-            )?;
-            if a.comp_mask & IBV_CQ_INIT_ATTR_MASK_PD != 0 && !a.parent_domain.is_null() {
-                // Counted against the parent domain's deallocation from here on.
-                if let Some(e) = crate::objects::objects().cqs.get_mut(&(cq as usize)) {
-                    e.parent_domain = a.parent_domain as usize;
-                }
-            }
-            Ok(cq)
+                parent_domain,
+            )
         })())
     })
 }

@@ -9,9 +9,9 @@
 //! `IBV_CQ_INIT_ATTR_MASK_PD`), the registry resolves it to that PD
 //! (`crate::objects::Objects::pd`); the objects keep the parent domain's pointer in their
 //! `pd` field, as the program passed it. `ibv_dealloc_pd` of a parent domain frees it
-//! (`EBUSY` while a QP, MR, SRQ, AH, memory window or extended CQ made through it lives); the protection domain cannot
-//! be deallocated (`EBUSY`) while a parent domain refers to it, nor a thread domain while
-//! a parent domain names it.
+//! (`EBUSY` while a QP, MR, SRQ, AH, memory window or extended CQ made through it lives);
+//! the protection domain cannot be deallocated (`EBUSY`) while a parent domain refers to
+//! it, nor a thread domain while a parent domain names it.
 //!
 //! The custom allocators (`IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS`) and `pd_context` are
 //! accepted and kept, and **never called**: uroce's queues (send and receive queues, CQ

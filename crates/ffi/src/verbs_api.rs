@@ -527,12 +527,24 @@ pub unsafe extern "C" fn uroce_ibv_create_cq(
     comp_vector: c_int,
 ) -> *mut ibv_cq {
     guard(std::ptr::null_mut(), || {
-        ptr_or_null(create_cq(context, cqe, cq_context, channel, comp_vector, 0).map(|c| c.cast()))
+        ptr_or_null(
+            create_cq(
+                context,
+                cqe,
+                cq_context,
+                channel,
+                comp_vector,
+                0,
+                std::ptr::null_mut(),
+            )
+            .map(|c| c.cast()),
+        )
     })
 }
 
 /// The body of `ibv_create_cq` and `ibv_create_cq_ex`: a CQ container (an `ibv_cq_ex`
-/// whose accessors follow `wc_flags`, see [`crate::cq_ex`]).
+/// whose accessors follow `wc_flags`, see [`crate::cq_ex`]), recorded as made in
+/// `parent_domain` (NULL: none), which then cannot be deallocated before it.
 pub(crate) fn create_cq(
     context: *mut ibv_context,
     cqe: c_int,
@@ -540,6 +552,7 @@ pub(crate) fn create_cq(
     channel: *mut ibv_comp_channel,
     comp_vector: c_int,
     wc_flags: u64,
+    parent_domain: *mut ibv_pd,
 ) -> Result<*mut ibv_cq_ex, FfiError> {
     let net = Registry::net(context)?;
     let cqe = u32::try_from(cqe).map_err(|_| FfiError::Invalid("negative cqe"))?;
@@ -599,7 +612,7 @@ pub(crate) fn create_cq(
             h: HandlePtr(h),
             events: Vec::new(),
             channel: channel as usize,
-            parent_domain: 0,
+            parent_domain: parent_domain as usize,
             _net: net,
         },
     );

@@ -873,7 +873,7 @@ impl CmIdRef {
                 extended_transport_type,
                 path,
                 pkey: 0xFFFF,
-                path_mtu: dev.dev.device().active_mtu().enum_value(),
+                path_mtu: own_mtu(&st).enum_value(),
                 retry_count: param.retry_count.min(7),
                 rnr_retry_count: param.rnr_retry_count.min(7),
                 cm_response_timeout: st.cm_response_timeout,
