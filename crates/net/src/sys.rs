@@ -228,12 +228,25 @@ pub(crate) struct OutMessage<'a> {
 /// `sendmmsg(MSG_DONTWAIT)`. Returns how many the kernel took: the first `n` of
 /// `packets`. An error is returned only when not even the first one was taken.
 pub(crate) fn send_batch(fd: BorrowedFd<'_>, packets: &[(SocketAddr, &[u8])]) -> io::Result<usize> {
-    let n = packets.len().min(MAX_BATCH);
+    // As `send_messages`: a few packets get arrays of their size.
+    if packets.len() <= PROBE_BATCH {
+        send_batch_up_to::<PROBE_BATCH>(fd, packets)
+    } else {
+        send_batch_up_to::<MAX_BATCH>(fd, packets)
+    }
+}
+
+/// [`send_batch`] with an array of `N` messages: sends the first `min(len, N)`.
+fn send_batch_up_to<const N: usize>(
+    fd: BorrowedFd<'_>,
+    packets: &[(SocketAddr, &[u8])],
+) -> io::Result<usize> {
+    let n = packets.len().min(N);
     let mut msgs = [OutMessage {
         dst: SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0)),
         bytes: &[],
         segment: 0,
-    }; MAX_BATCH];
+    }; N];
     for (m, (dst, bytes)) in msgs.iter_mut().zip(packets).take(n) {
         *m = OutMessage {
             dst: *dst,
@@ -241,7 +254,7 @@ pub(crate) fn send_batch(fd: BorrowedFd<'_>, packets: &[(SocketAddr, &[u8])]) ->
             segment: 0,
         };
     }
-    send_messages(fd, msgs.get(..n).unwrap_or_default())
+    send_up_to::<N>(fd, msgs.get(..n).unwrap_or_default())
 }
 
 /// Sends up to [`MAX_BATCH`] messages with one `sendmmsg(MSG_DONTWAIT)`; a message with a
