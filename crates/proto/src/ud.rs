@@ -48,7 +48,9 @@
 //! group is an ordinary send whose WR names QPN `0xFFFFFF` and the group's IP address.
 //!
 //! A delivered datagram fills the receive WQE with a 40-byte GRH area followed by the
-//! payload; `byte_len` = 40 + payload. The GRH area is what Linux rxe writes (it copies the
+//! payload; `byte_len` = 40 + payload. The completion's `sl` carries the RoCE packet type
+//! as RoCE HCAs report it ([`roce_packet_type`]: `0xA` for IPv4, `0x9` for IPv6), which
+//! tells the program where the destination address lies in the GRH area. The GRH area is what Linux rxe writes (it copies the
 //! received IP header): for IPv6 the 40-byte IPv6 header as received (version 6, traffic
 //! class, flow label, payload length = the UDP length, next header 17, hop limit, source,
 //! destination); for IPv4 20 zero bytes then the 20-byte IPv4 header as received (0x45,
@@ -373,6 +375,25 @@ impl UdQp {
     }
 }
 
+/// The RoCE packet type a RoCE HCA reports in a UD receive completion's `sl` (the
+/// completion's "flag that indicates if the received frame is an IPv4, IPv6 or RoCE packet",
+/// IBA Annex A17.4.5.1; RoCE has no service level on the wire): bit 3 set for a RoCEv2
+/// (UDP) frame, bits 2:0 the L3 header, 1 = IPv6, 2 = IPv4. Programs read it to find
+/// where the destination address lies in the 40-byte GRH area (UCX's UD transport, for
+/// one, drops every datagram whose GRH destination is not one of its GIDs, and takes the
+/// address family from these bits).
+pub const fn roce_packet_type(from: &Arrival) -> u8 {
+    match (from.src, from.dst) {
+        (IpAddr::V4(_), IpAddr::V4(_)) => ROCE_V2_IPV4,
+        _ => ROCE_V2_IPV6,
+    }
+}
+
+/// [`roce_packet_type`] of a RoCEv2 datagram over IPv4.
+pub const ROCE_V2_IPV4: u8 = 0b1010;
+/// [`roce_packet_type`] of a RoCEv2 datagram over IPv6.
+pub const ROCE_V2_IPV6: u8 = 0b1001;
+
 fn v6(a: IpAddr) -> std::net::Ipv6Addr {
     match a {
         IpAddr::V4(v4) => v4.to_ipv6_mapped(),
@@ -478,6 +499,7 @@ impl Engine for UdQp {
         }
         wc.pkey_index = self.cfg.pkey_index;
         wc.solicited = pkt.bth.solicited;
+        wc.sl = roce_packet_type(from);
         self.push_completion(CqKind::Recv, wc);
     }
 

@@ -529,7 +529,8 @@ fn grh_area_ipv4_is_the_ip_header_rxe_received() {
     assert_eq!(wc.src_qp, 0x11);
     assert_eq!(wc.qp_num, 0x11);
     assert_eq!(wc.wc_flags, WcFlags::GRH);
-    assert_eq!((wc.slid, wc.sl, wc.pkey_index), (0, 0, 0));
+    // The packet type a RoCE HCA reports in `sl`: RoCEv2 over IPv4.
+    assert_eq!((wc.slid, wc.sl, wc.pkey_index), (0, 0xA, 0));
     let grh = m.get(RECV_KEY, RECV_BASE, 40);
     assert_eq!(&grh[..20], &[0u8; 20]);
     assert_eq!(grh[20..], hex(RXE_PINGPONG_IPV4)[..]);
@@ -635,6 +636,8 @@ fn grh_area_ipv6_fields_by_hand() {
     assert_eq!(wc.imm_data, 0xcafe_f00d);
     assert!(wc.solicited);
     assert_eq!(wc.byte_len, 140);
+    // The packet type a RoCE HCA reports in `sl`: RoCEv2 over IPv6.
+    assert_eq!(wc.sl, 0x9);
 }
 
 #[test]
