@@ -40,7 +40,7 @@ use std::os::unix::ffi::OsStrExt as _;
 use std::path::{Path, PathBuf};
 
 use uroce_net::{NetConfig, ADDR_ENV};
-use uroce_verbs::device::{node_guid_for, GID_TABLE_LEN};
+use uroce_verbs::device::{node_guid_for, GID_TABLE_LEN, PORT_RATE_TEXT};
 use uroce_verbs::Gid;
 
 /// Set in the program's environment when the tree is presented.
@@ -134,11 +134,11 @@ pub fn write_ib_device(dir: &Path, f: &Facts) -> io::Result<()> {
         ("hw_rev", "0"),
         ("board_id", "uroce"),
         ("hca_type", "uroce"),
-        // The width and speed the library reports (1X, SDR).
+        // The width and speed the library reports.
         ("ports/1/state", "4: ACTIVE"),
         ("ports/1/phys_state", "5: LinkUp"),
         ("ports/1/link_layer", "Ethernet"),
-        ("ports/1/rate", "2.5 Gb/sec (1X SDR)"),
+        ("ports/1/rate", PORT_RATE_TEXT),
         ("ports/1/lid", "0x0"),
         ("ports/1/sm_lid", "0x0"),
         ("ports/1/sm_sl", "0"),

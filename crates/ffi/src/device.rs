@@ -580,10 +580,8 @@ pub fn port_attr(net: &NetDevice, port: u8) -> Result<ibv_port_attr, FfiError> {
         sm_sl: 0,
         subnet_timeout: 0,
         init_type_reply: 0,
-        // 1X at SDR: a software device has no physical lanes; this is the smallest
-        // well-formed value.
-        active_width: 1,
-        active_speed: 1,
+        active_width: p.active_width,
+        active_speed: p.active_speed,
         // IB PortPhysicalState: 5 = LinkUp, 3 = Disabled.
         phys_state: if active { 5 } else { 3 },
         link_layer: match p.link_layer {

@@ -230,6 +230,12 @@ pub struct PortAttr {
     pub link_layer: LinkLayer,
     /// Maximum message size (same as the device's).
     pub max_msg_sz: u64,
+    /// Link width, encoded as IBA PortInfo's LinkWidthActive (14.2.5.6):
+    /// [`PORT_ACTIVE_WIDTH`].
+    pub active_width: u8,
+    /// Link speed, encoded as IBA PortInfo's LinkSpeedActive (14.2.5.6):
+    /// [`PORT_ACTIVE_SPEED`].
+    pub active_speed: u8,
 }
 
 /// A uroce device (cheap to clone; every clone is the same device).
@@ -358,6 +364,8 @@ impl Device {
             pkey_tbl_len: self.inner.attr.max_pkeys,
             link_layer: LinkLayer::Ethernet,
             max_msg_sz: self.inner.attr.max_msg_sz,
+            active_width: PORT_ACTIVE_WIDTH,
+            active_speed: PORT_ACTIVE_SPEED,
         })
     }
 
@@ -469,6 +477,22 @@ impl fmt::Debug for Device {
 
 /// Length of the GID table (INTEROP-NOTES §8: 1024).
 pub const GID_TABLE_LEN: u32 = 1024;
+
+/// The port's active link width, as IBA PortInfo's LinkWidthActive encodes it
+/// (14.2.5.6: 1 = 1X, 2 = 4X, 4 = 8X, 8 = 12X): 8X.
+///
+/// A software device has no lanes, but programs derive what the port moves from width ×
+/// speed (UCX's lane selection weighs transports by it). 8X at SDR (2.5 Gb/s a lane, 8b/10b)
+/// is 20 Gb/s, about 2 GB/s of data: what uroce moves over loopback on the project's
+/// machines (docs/BENCHMARKS.md: RDMA WRITE of 1 MiB, 1.2 – 2.4 GB/s), and SDR's latency,
+/// which UCX assumes to be 5 µs, is uroce's too. 1X SDR (0.25 GB/s) made UCX prefer TCP.
+pub const PORT_ACTIVE_WIDTH: u8 = 4;
+/// The port's active link speed, as IBA PortInfo's LinkSpeedActive encodes it
+/// (14.2.5.6: 1 = SDR, 2.5 Gb/s a lane): see [`PORT_ACTIVE_WIDTH`].
+pub const PORT_ACTIVE_SPEED: u8 = 1;
+/// The port's rate as the kernel writes it in sysfs `ports/<n>/rate`
+/// ([`PORT_ACTIVE_WIDTH`] × [`PORT_ACTIVE_SPEED`]).
+pub const PORT_RATE_TEXT: &str = "20 Gb/sec (8X SDR)";
 
 /// The node GUID of a device bound to `addr` (see the module docs).
 pub fn node_guid_for(addr: IpAddr) -> u64 {
