@@ -28,6 +28,7 @@ mod devinfo;
 mod perf;
 mod present;
 mod runner;
+mod userns;
 
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Write};

@@ -39,9 +39,13 @@ use std::net::{IpAddr, Ipv4Addr, UdpSocket};
 use std::os::unix::ffi::OsStrExt as _;
 use std::path::{Path, PathBuf};
 
+use std::os::fd::{AsRawFd as _, OwnedFd};
+
 use uroce_net::{NetConfig, ADDR_ENV};
 use uroce_verbs::device::{node_guid_for, GID_TABLE_LEN, PORT_RATE_TEXT};
 use uroce_verbs::Gid;
+
+use crate::userns;
 
 /// Set in the program's environment when the tree is presented.
 pub const PRESENTED_ENV: &str = "UROCE_PRESENTED";
@@ -273,15 +277,47 @@ fn userns_switches() -> String {
     .join(", ")
 }
 
-/// In a namespace just made by `unshare`: maps `uid`/`gid` to themselves, makes every
-/// mount private to it and mounts a tmpfs on `stage`.
-fn enter(flags: libc::c_int, uid: libc::uid_t, gid: libc::gid_t, stage: &Path) -> io::Result<()> {
+/// Enters the namespaces: joins the user namespace `shared` (another `uroce run`
+/// program's, [`userns`]) or makes a new one, then makes the namespaces of `rest` (mount,
+/// and network with `UROCE_NETNS=1`) inside it. Returns whether the user namespace is new.
+fn unshare(shared: Option<&OwnedFd>, rest: libc::c_int) -> io::Result<bool> {
+    let ctx =
+        |what: &'static str| move |e: io::Error| io::Error::new(e.kind(), format!("{what}: {e}"));
+    match shared {
+        Some(ns) => {
+            // SAFETY: setns on a descriptor we own, for a user namespace.
+            check(unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWUSER) })
+                .map_err(ctx("setns"))?;
+            // SAFETY: unshare takes flags only.
+            check(unsafe { libc::unshare(rest) }).map_err(ctx("unshare"))?;
+            Ok(false)
+        }
+        None => {
+            // SAFETY: unshare takes flags only.
+            check(unsafe { libc::unshare(libc::CLONE_NEWUSER | rest) }).map_err(ctx("unshare"))?;
+            Ok(true)
+        }
+    }
+}
+
+/// In the namespaces just entered by [`unshare`]: in a new user namespace, maps
+/// `uid`/`gid` to themselves; makes every mount private to the new mount namespace and
+/// mounts a tmpfs on `stage`.
+fn enter(
+    new_user: bool,
+    flags: libc::c_int,
+    uid: libc::uid_t,
+    gid: libc::gid_t,
+    stage: &Path,
+) -> io::Result<()> {
     let write = |file: &str, text: String| {
         std::fs::write(file, text).map_err(|e| io::Error::new(e.kind(), format!("{file}: {e}")))
     };
-    write("/proc/self/setgroups", "deny".into())?;
-    write("/proc/self/uid_map", format!("{uid} {uid} 1"))?;
-    write("/proc/self/gid_map", format!("{gid} {gid} 1"))?;
+    if new_user {
+        write("/proc/self/setgroups", "deny".into())?;
+        write("/proc/self/uid_map", format!("{uid} {uid} 1"))?;
+        write("/proc/self/gid_map", format!("{gid} {gid} 1"))?;
+    }
     mount(
         None,
         Path::new("/"),
@@ -306,7 +342,6 @@ fn enter(flags: libc::c_int, uid: libc::uid_t, gid: libc::gid_t, stage: &Path) -
 fn loopback_up() -> io::Result<()> {
     // Binding the unspecified address needs no interface up.
     let sock = std::net::UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0))?;
-    use std::os::fd::AsRawFd as _;
     // SAFETY: all-zero bytes are a valid ifreq (a name and a union of integers).
     let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
     for (d, b) in req.ifr_name.iter_mut().zip(b"lo") {
@@ -321,10 +356,16 @@ fn loopback_up() -> io::Result<()> {
     }
 }
 
-/// Runs `unshare` + [`enter`] in a forked child (this process must be single-threaded).
+/// Runs [`unshare`] + [`enter`] in a forked child (this process must be single-threaded).
 /// The child writes the first refused step, in words, to a pipe and exits non-zero; the
 /// error returned here carries those words.
-fn probe(flags: libc::c_int, uid: libc::uid_t, gid: libc::gid_t, stage: &Path) -> io::Result<()> {
+fn probe(
+    shared: Option<&OwnedFd>,
+    flags: libc::c_int,
+    uid: libc::uid_t,
+    gid: libc::gid_t,
+    stage: &Path,
+) -> io::Result<()> {
     use std::io::{Read as _, Write as _};
     use std::os::fd::FromRawFd as _;
     let mut fds = [0; 2];
@@ -345,10 +386,7 @@ fn probe(flags: libc::c_int, uid: libc::uid_t, gid: libc::gid_t, stage: &Path) -
     }
     if pid == 0 {
         drop(rd);
-        // SAFETY: unshare takes flags only.
-        let r = check(unsafe { libc::unshare(flags) })
-            .map_err(|e| io::Error::new(e.kind(), format!("unshare: {e}")))
-            .and_then(|()| enter(flags, uid, gid, stage));
+        let r = unshare(shared, flags).and_then(|new_user| enter(new_user, flags, uid, gid, stage));
         let code = match r {
             Ok(()) => 0,
             Err(e) => {
@@ -403,22 +441,26 @@ fn probe(flags: libc::c_int, uid: libc::uid_t, gid: libc::gid_t, stage: &Path) -
 pub fn present(facts: &Facts, stage: &Path, netns: bool) -> Result<(), String> {
     // SAFETY: getuid/getgid cannot fail.
     let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
-    let flags =
-        libc::CLONE_NEWUSER | libc::CLONE_NEWNS | if netns { libc::CLONE_NEWNET } else { 0 };
+    let flags = libc::CLONE_NEWNS | if netns { libc::CLONE_NEWNET } else { 0 };
+    // The user namespace of this user's other `uroce run` programs, joined when one lives
+    // (held locked until this program is recorded as a member).
+    let registry = userns::Registry::lock(uid).ok();
+    let mut shared = registry.as_ref().and_then(userns::Registry::find);
     // Try the namespace steps in a child first, so that a kernel that allows the namespace
     // but not what follows (an AppArmor restriction, a seccomp filter) leaves this process
-    // as it was.
-    probe(flags, uid, gid, stage)
-        .map_err(|e| format!("no private namespaces here ({e}; {})", userns_switches()))?;
-    // SAFETY: unshare takes flags only.
-    if let Err(e) = check(unsafe { libc::unshare(flags) }) {
-        return Err(format!(
-            "no private namespaces here (unshare: {e}; {})",
-            userns_switches()
-        ));
+    // as it was. A shared namespace that cannot be joined is left for a new one.
+    if shared.is_some() && probe(shared.as_ref(), flags, uid, gid, stage).is_err() {
+        shared = None;
     }
+    if shared.is_none() {
+        probe(None, flags, uid, gid, stage)
+            .map_err(|e| format!("no private namespaces here ({e}; {})", userns_switches()))?;
+    }
+    let new_user = unshare(shared.as_ref(), flags)
+        .map_err(|e| format!("no private namespaces here ({e}; {})", userns_switches()))?;
+    drop(shared);
     let step = || -> io::Result<()> {
-        enter(flags, uid, gid, stage)?;
+        enter(new_user, flags, uid, gid, stage)?;
         let (ib, verbs, devib) = (stage.join("ib"), stage.join("verbs"), stage.join("devib"));
         write_ib_device(&ib.join(&facts.name), facts)?;
         write_verbs_class(&verbs, facts)?;
@@ -438,7 +480,12 @@ pub fn present(facts: &Facts, stage: &Path, netns: bool) -> Result<(), String> {
             &stage.join("dev"),
         )
     };
-    step().map_err(|e| format!("{e} ({})", userns_switches()))
+    step().map_err(|e| format!("{e} ({})", userns_switches()))?;
+    if let Some(r) = registry {
+        // Best effort: unrecorded, the next program makes a namespace of its own.
+        let _ = r.join_as_member();
+    }
+    Ok(())
 }
 
 #[cfg(test)]

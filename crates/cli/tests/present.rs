@@ -305,9 +305,26 @@ fn an_unprivileged_user_gets_the_tree_too() {
         // The other tests already ran unprivileged.
         return;
     }
+    // nobody may not reach the build directory (a clone under root's home or `mktemp -d`
+    // is closed to other users): stage `uroce` and the two libraries beside it in a
+    // directory everyone can read, as an installation would be.
+    let staged = Path::new("/tmp").join(format!("uroce-nobody-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&staged);
+    std::fs::create_dir_all(&staged).expect("staging directory");
+    let built = Path::new(UROCE).parent().expect("uroce's directory");
+    for f in ["uroce", "liburoce_ffi.so", "liburoce_ffi_rdmacm.so"] {
+        std::fs::copy(built.join(f), staged.join(f)).expect("staging copy");
+    }
+    use std::os::unix::fs::PermissionsExt as _;
+    for p in [staged.clone(), staged.join("uroce")] {
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+    let staged_uroce = staged.join("uroce");
     // From root, drop to nobody (65534) with no capabilities, as a user on the host runs.
     let mut c = Command::new("setpriv");
-    c.args(["--reuid=65534", "--regid=65534", "--clear-groups", UROCE, "run", "--"])
+    c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(&staged_uroce)
+        .args(["run", "--"])
         .args([
             "sh",
             "-c",
@@ -317,8 +334,12 @@ fn an_unprivileged_user_gets_the_tree_too() {
         .env("TMPDIR", "/tmp")
         .env_remove("UROCE_PRESENT");
     let o = run(c, LIMIT).expect("setpriv");
+    let _ = std::fs::remove_dir_all(&staged);
     if o.stderr.contains("Permission denied") && !o.status.success() {
-        skip(test, &format!("nobody cannot run {UROCE}: {}", o.stderr));
+        skip(
+            test,
+            &format!("nobody cannot run {}: {}", staged_uroce.display(), o.stderr),
+        );
         return;
     }
     assert_eq!(o.stdout, "65534\nlo\ndev\n", "{:?}\n{}", o.status, o.stderr);
@@ -384,4 +405,47 @@ fn concurrent_first_runs_all_get_the_tree() {
     }
     let _ = std::fs::remove_dir_all(&base);
     assert!(refused.is_empty(), "{}", refused.join("\n"));
+}
+
+#[test]
+fn programs_of_one_user_share_a_user_namespace_and_can_read_each_other() {
+    let test = "programs_of_one_user_share_a_user_namespace_and_can_read_each_other";
+    if !presentable(test) {
+        return;
+    }
+    use std::io::{BufRead as _, BufReader};
+    use std::process::Stdio;
+    // Program A prints its pid and user namespace, then waits. Program B, started by
+    // another `uroce run`, reads A's environment through /proc: the kernel allows that (as
+    // it allows `process_vm_readv`, which UCX's shared-memory transport uses between two
+    // processes of one host) only from the same user namespace.
+    let mut a = uroce_run(
+        "127.0.42.7",
+        &[
+            "sh",
+            "-c",
+            "echo $$; readlink /proc/self/ns/user; exec sleep 20",
+        ],
+    );
+    a.env("UROCE_SHARED_NS_MARK", "a-was-here")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    let mut a = a.spawn().expect("uroce run A");
+    let mut lines = BufReader::new(a.stdout.take().expect("A's stdout")).lines();
+    let pid = lines.next().and_then(Result::ok).unwrap_or_default();
+    let a_ns = lines.next().and_then(Result::ok).unwrap_or_default();
+    let script = format!(
+        "readlink /proc/self/ns/user; tr '\\0' '\\n' < /proc/{pid}/environ | grep '^UROCE_SHARED_NS_MARK='"
+    );
+    let b = run(uroce_run("127.0.42.8", &["sh", "-c", &script]), LIMIT).expect("uroce run B");
+    let _ = a.kill();
+    let _ = a.wait();
+    assert!(a_ns.starts_with("user:["), "A printed {pid:?} {a_ns:?}");
+    assert_eq!(
+        b.stdout,
+        format!("{a_ns}\nUROCE_SHARED_NS_MARK=a-was-here\n"),
+        "{:?}\n{}",
+        b.status,
+        b.stderr
+    );
 }
