@@ -23,6 +23,7 @@ pub fn skip(test: &str, why: &str) {
 }
 
 /// What a finished external process produced.
+#[derive(Debug)]
 pub struct Output {
     /// Exit status.
     pub status: ExitStatus,
