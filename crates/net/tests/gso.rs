@@ -28,7 +28,7 @@ use uroce_wire::opcode::op;
 use uroce_wire::pcap::PcapReader;
 use uroce_wire::{bth, icrc, PacketRepr, Psn, ROCEV2_UDP_PORT};
 
-use support::{LiveCapture, Rng, TempFile};
+use support::{LiveCapture, Rng, TempFile, PROBE};
 
 const TEST: &str = "gso";
 /// Payload of a full packet (RoCE PMTU 4096).
@@ -678,7 +678,12 @@ fn kernel_segments_in_a_private_namespace() {
     assert!(whole.gso_active() && cut.gso_active(), "GSO supported");
     let dst = rx.local_addr();
     let filter = format!("udp dst port {ROCEV2_UDP_PORT}");
-    let live = LiveCapture::start(&filter).unwrap();
+    // Probes go to an address nobody listens on.
+    let prober = std::net::UdpSocket::bind((v4(1), 0)).unwrap();
+    let live = LiveCapture::start_on_probed("lo", &filter, None, &|| {
+        let _ = prober.send_to(PROBE, (v4(200), ROCEV2_UDP_PORT));
+    })
+    .unwrap();
     let mut rng = Rng::new(0x6773_6f09);
     let mut batch = RecvBatch::default();
     // 2 messages of 15 and one of 4 (3 full packets and a short one).
@@ -705,6 +710,7 @@ fn kernel_segments_in_a_private_namespace() {
             let d = link.datagram(&frame).unwrap();
             [d.ip_header, d.udp_header, d.payload].concat()
         })
+        .filter(|dg| Datagram::parse_ip(dg).map_or(true, |d| d.payload != PROBE))
         .collect();
     let per = per_message(FULL, true);
     let messages = n.div_ceil(per);
@@ -911,7 +917,11 @@ fn veth_segments_in_private_namespaces() {
     let per = per_message(SEG, true);
     let messages = n.div_ceil(per);
     let filter = format!("udp dst port {ROCEV2_UDP_PORT}");
-    let live = LiveCapture::start_on("ub0", &filter, Some(peer.pid())).unwrap();
+    let prober = std::net::UdpSocket::bind((a, 0)).unwrap();
+    let live = LiveCapture::start_on_probed("ub0", &filter, Some(peer.pid()), &|| {
+        let _ = prober.send_to(PROBE, dst);
+    })
+    .unwrap();
     let mut rng = Rng::new(0x6773_6f0a);
     let mut sent = Vec::new();
     for round in 0..2 {
@@ -936,6 +946,7 @@ fn veth_segments_in_private_namespaces() {
             let d = link.datagram(&frame).unwrap();
             [d.ip_header, d.udp_header, d.payload].concat()
         })
+        .filter(|dg| Datagram::parse_ip(dg).map_or(true, |d| d.payload != PROBE))
         .collect();
     eprintln!(
         "{TEST}: veth captured {} datagrams for {} packets in {} messages per round",

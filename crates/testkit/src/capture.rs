@@ -15,6 +15,10 @@ pub struct LiveCapture {
     stderr: TempFile,
 }
 
+/// The payload of the datagrams [`LiveCapture::start_on_probed`] sends until the capturer
+/// shows it captures; a test skips them when it reads the capture.
+pub const PROBE: &[u8] = b"uroce-live-capture-probe";
+
 impl LiveCapture {
     /// Starts capturing on the loopback interface with the capture filter `filter` and
     /// waits (at most 30 s) until the capturer reports that it is capturing. `Err` says
@@ -30,6 +34,41 @@ impl LiveCapture {
         interface: &str,
         filter: &str,
         netns_of: Option<u32>,
+    ) -> Result<LiveCapture, String> {
+        LiveCapture::spawn(interface, filter, netns_of, None)
+    }
+
+    /// [`LiveCapture::start_on`] that returns only once a packet is seen captured: the
+    /// capturer reports that it captures before it does, and on a loaded machine it has
+    /// missed the first hundreds of milliseconds after. `probe` must send one datagram
+    /// that `filter` matches, with the payload [`PROBE`]; it is called every 100 ms until
+    /// the capturer prints a packet (at most 30 s). The probes are in the capture.
+    pub fn start_on_probed(
+        interface: &str,
+        filter: &str,
+        netns_of: Option<u32>,
+        probe: &dyn Fn(),
+    ) -> Result<LiveCapture, String> {
+        let summaries = TempFile::new("live-summaries", "txt");
+        let capture = LiveCapture::spawn(interface, filter, netns_of, Some(&summaries))?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::fs::metadata(summaries.path()).map_or(0, |m| m.len()) == 0 {
+            if Instant::now() >= deadline {
+                return Err("the capture saw no probe within 30 s".into());
+            }
+            probe();
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Ok(capture)
+    }
+
+    /// Starts the capturer; with `summaries`, it also prints a line per packet there
+    /// (`-P`, line-buffered).
+    fn spawn(
+        interface: &str,
+        filter: &str,
+        netns_of: Option<u32>,
+        summaries: Option<&TempFile>,
     ) -> Result<LiveCapture, String> {
         let file = TempFile::new("live", "pcap");
         let stderr = TempFile::new("live-stderr", "txt");
@@ -52,8 +91,16 @@ impl LiveCapture {
         ])
         .arg(file.path())
         .stdin(Stdio::null())
-        .stdout(Stdio::null())
         .stderr(err);
+        match summaries {
+            Some(f) => {
+                cmd.args(["-l", "-P"])
+                    .stdout(File::create(f.path()).map_err(|e| e.to_string())?);
+            }
+            None => {
+                cmd.stdout(Stdio::null());
+            }
+        }
         let child = cmd
             .spawn()
             .map_err(|e| format!("cannot start {}: {e}", tshark()))?;

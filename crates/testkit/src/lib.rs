@@ -22,7 +22,7 @@ mod packets;
 mod tools;
 mod tshark;
 
-pub use capture::LiveCapture;
+pub use capture::{LiveCapture, PROBE};
 pub use packets::{hex, random_sample, Rng, Sample};
 pub use tools::{
     have_scapy, have_tshark, probe, python, repo_root, run, run_in_new_netns, script, skip,
