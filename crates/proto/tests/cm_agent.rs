@@ -105,6 +105,7 @@ impl World {
             tid_high: 0x100 + i,
             first_id: 0x1000 * (i + 1),
             max_connections: 64,
+            ..AgentConfig::default()
         };
         World {
             now: Instant::from_nanos(1_000_000_000),

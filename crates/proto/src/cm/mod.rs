@@ -91,6 +91,23 @@ pub struct AgentConfig {
     pub first_id: u32,
     /// The most connections and listeners at once.
     pub max_connections: usize,
+    /// The most connection requests one listener holds unanswered by its application
+    /// (REQ_RCVD, MRA_REQ_SENT); a REQ beyond is dropped and counted
+    /// ([`CmStats::req_over_limit`]), and the peer's CM sends it again after its timeout.
+    pub max_pending_per_listener: usize,
+    /// The most passive connections not yet established (from REQ received to RTU) with
+    /// one peer address: a flood from one host (any number of ports) cannot take a
+    /// listener's whole backlog from others.
+    pub max_unestablished_per_peer: usize,
+    /// The longest wait the agent takes from a peer's message (4.096 µs × 2^t of a REQ's
+    /// response timeouts, an MRA's service timeout, a path's ACK timeout for timewait):
+    /// IBA allows 2^31 (2.4 hours), which would let one REQ hold state for days.
+    pub max_peer_wait: Duration,
+    /// How long a connection request waits for its application to accept, reject or
+    /// delay it, at most (otherwise until the requester's own retries are over: its
+    /// response timeout × (retries + 1)); then it is forgotten, as the requester has given
+    /// up, and a later answer fails with [`CmError::UnknownId`].
+    pub max_unanswered_req: Duration,
 }
 
 impl Default for AgentConfig {
@@ -100,6 +117,11 @@ impl Default for AgentConfig {
             tid_high: 1,
             first_id: 1,
             max_connections: 4096,
+            max_pending_per_listener: 256,
+            max_unestablished_per_peer: 32,
+            // 4.096 µs × 2^24: above the 2^20..2^22 that RDMA-CM and the Linux CM use.
+            max_peer_wait: cm_timeout(24),
+            max_unanswered_req: Duration::from_secs(60),
         }
     }
 }
@@ -331,6 +353,13 @@ pub struct CmStats {
     pub ignored: u64,
     /// MADs sent.
     pub sent: u64,
+    /// REQs dropped because their listener already held
+    /// [`AgentConfig::max_pending_per_listener`] unanswered requests, or their peer
+    /// [`AgentConfig::max_unestablished_per_peer`] unestablished connections.
+    pub req_over_limit: u64,
+    /// Connection requests forgotten unanswered by their application
+    /// ([`AgentConfig::max_unanswered_req`]).
+    pub req_expired: u64,
 }
 
 /// How long a REQ for a service nobody listens to waits for a listener before it is
@@ -361,6 +390,10 @@ struct Conn {
     state: CmState,
     /// Created by a listener for a received REQ.
     passive: bool,
+    /// The listener a passive connection came through.
+    listener: u32,
+    /// A passive connection still unanswered by its application is forgotten then.
+    unanswered_until: Option<Instant>,
     remote: IpAddr,
     remote_comm_id: u32,
     remote_qpn: u32,
@@ -390,10 +423,19 @@ struct Conn {
 }
 
 impl Conn {
+    /// When this passive connection is forgotten if its application has still not
+    /// answered the request (`None` once answered).
+    fn unanswered_deadline(&self) -> Option<Instant> {
+        self.unanswered_until
+            .filter(|_| matches!(self.state, CmState::ReqRcvd | CmState::MraReqSent))
+    }
+
     fn new(state: CmState, remote: IpAddr) -> Conn {
         Conn {
             state,
             passive: false,
+            listener: 0,
+            unanswered_until: None,
             remote,
             remote_comm_id: 0,
             remote_qpn: 0,
@@ -506,6 +548,12 @@ impl CmAgent {
             }
         }
         Err(CmError::NoIdsLeft)
+    }
+
+    /// A wait a peer's message asks for (4.096 µs × 2^`t`), at most
+    /// [`AgentConfig::max_peer_wait`].
+    fn peer_wait(&self, t: u8) -> Duration {
+        cm_timeout(t).min(self.config.max_peer_wait)
     }
 
     fn fresh_tid(&mut self) -> u64 {
@@ -671,8 +719,13 @@ impl CmAgent {
 
     /// Sends an MRA for the REQ or REP received, asking for 4.096 µs × 2^`service_timeout`.
     pub fn delay(&mut self, now: Instant, id: ConnId, service_timeout: u8) -> Result<(), CmError> {
+        let extended = now + self.config.max_unanswered_req;
         let c = self.conns.get_mut(&id.0).ok_or(CmError::UnknownId(id))?;
         c.mra_service_timeout = service_timeout.min(31);
+        // The application asked for time: it has it, as long as for a fresh request.
+        if c.unanswered_until.is_some() {
+            c.unanswered_until = Some(extended);
+        }
         self.command(now, id, CmInput::Delay)
     }
 
@@ -741,7 +794,7 @@ impl CmAgent {
     pub fn poll_timeout(&self) -> Option<Instant> {
         self.conns
             .values()
-            .flat_map(|c| [c.deadline, c.timewait_at])
+            .flat_map(|c| [c.deadline, c.timewait_at, c.unanswered_deadline()])
             .flatten()
             .chain(self.held_reqs.iter().map(|h| h.0))
             .min()
@@ -754,6 +807,17 @@ impl CmAgent {
         self.held_reqs = keep;
         for (_, from, mad) in due {
             self.handle_mad_inner(now, from, &mad, false);
+        }
+        // Requests their application never answered: the requester has given up.
+        let expired: Vec<u32> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.unanswered_deadline().is_some_and(|t| t <= now))
+            .map(|(&id, _)| id)
+            .collect();
+        for id in expired {
+            self.conns.remove(&id);
+            self.stats.req_expired += 1;
         }
         let due: Vec<(u32, CmInput)> = self
             .conns
@@ -1005,6 +1069,28 @@ impl CmAgent {
             );
             return;
         };
+        // Bounded state under a flood of REQs: per listener, what its application has not
+        // answered yet; per peer address, what is not yet established. Dropped, not
+        // rejected: a REJ would go to an address the REQ may have forged, and a real
+        // requester sends its REQ again after its timeout.
+        let (mut pending, mut from_peer) = (0, 0);
+        for c in self.conns.values().filter(|c| c.passive) {
+            let unanswered = matches!(c.state, CmState::ReqRcvd | CmState::MraReqSent);
+            if unanswered && c.listener == listener {
+                pending += 1;
+            }
+            if c.remote == from
+                && (unanswered || matches!(c.state, CmState::RepSent | CmState::MraRepRcvd))
+            {
+                from_peer += 1;
+            }
+        }
+        if pending >= self.config.max_pending_per_listener
+            || from_peer >= self.config.max_unestablished_per_peer
+        {
+            self.stats.req_over_limit += 1;
+            return;
+        }
         let Ok(id) = self.alloc_id() else {
             self.send(
                 from,
@@ -1014,12 +1100,19 @@ impl CmAgent {
         };
         let mut c = Conn::new(CmState::Listen, from);
         c.passive = true;
+        c.listener = listener;
         c.remote_comm_id = req.local_comm_id;
         c.remote_qpn = req.local_qpn;
         c.req_tid = tid;
-        c.timeout = cm_timeout(req.local_cm_response_timeout);
+        c.timeout = self.peer_wait(req.local_cm_response_timeout);
         c.max_retries = req.max_cm_retries;
-        c.timewait = cm_timeout(req.primary_path.local_ack_timeout);
+        c.timewait = self.peer_wait(req.primary_path.local_ack_timeout);
+        // The requester gives up after its response timeout × (retries + 1) (IBA 12.6.5:
+        // Remote CM Response Timeout, Max CM Retries).
+        let requester_waits = self
+            .peer_wait(req.remote_cm_response_timeout)
+            .saturating_mul(u32::from(req.max_cm_retries) + 1);
+        c.unanswered_until = Some(now + requester_waits.min(self.config.max_unanswered_req));
         c.req = Some(*req);
         self.conns.insert(id, c);
         self.apply(now, id, CmInput::RecvReq, ctx);
@@ -1244,7 +1337,9 @@ impl CmAgent {
             Action::ArmRetry => c.deadline = Some(now + c.timeout),
             Action::ExtendTimer => {
                 let service = match ctx.message {
-                    Some(CmMessage::Mra(m)) => cm_timeout(m.service_timeout),
+                    Some(CmMessage::Mra(m)) => {
+                        cm_timeout(m.service_timeout).min(self.config.max_peer_wait)
+                    }
                     _ => Duration::ZERO,
                 };
                 c.deadline = Some(now + service + c.timeout);
