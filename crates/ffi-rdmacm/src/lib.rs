@@ -78,17 +78,24 @@ macro_rules! symver {
 }
 
 /// A forwarder to `uroce_rdmacm_<name>` of uroce's libibverbs (resolved once); `$fail`
-/// with `ENOSYS` when there is none. `C-unwind`: `rdma_get_cm_event` is a cancellation
-/// point that `pthread_cancel` unwinds through.
+/// with `ENOSYS` when there is none. Forwarder and target have one ABI: `"C"` for every
+/// function but those that block in a cancellation point (`rdma_get_cm_event`), which are
+/// `"C-unwind"` on both sides so that `pthread_cancel` unwinds through them.
 macro_rules! forward {
     ($name:ident, $ver:literal, ($($arg:ident: $ty:ty),*) -> $ret:ty, $fail:expr) => {
+        forward!(@abi "C", $name, $ver, ($($arg: $ty),*) -> $ret, $fail);
+    };
+    (unwind $name:ident, $ver:literal, ($($arg:ident: $ty:ty),*) -> $ret:ty, $fail:expr) => {
+        forward!(@abi "C-unwind", $name, $ver, ($($arg: $ty),*) -> $ret, $fail);
+    };
+    (@abi $abi:literal, $name:ident, $ver:literal, ($($arg:ident: $ty:ty),*) -> $ret:ty, $fail:expr) => {
         symver!($name, $ver);
         #[doc = concat!("`", stringify!($name), "`, forwarded to uroce's libibverbs.")]
         ///
         /// # Safety
         /// The C contract of the rdma-core function.
         #[export_name = concat!("urcm_", stringify!($name))]
-        pub unsafe extern "C-unwind" fn $name($($arg: $ty),*) -> $ret {
+        pub unsafe extern $abi fn $name($($arg: $ty),*) -> $ret {
             static PTR: OnceLock<usize> = OnceLock::new();
             let p = *PTR.get_or_init(|| {
                 entry(
@@ -100,9 +107,10 @@ macro_rules! forward {
                 set_errno(libc::ENOSYS);
                 return $fail;
             }
-            // SAFETY: `p` is uroce's entry point of this very signature (uroce-ffi's
-            // `rdmacm` module defines it with these parameter and return types).
-            let f: unsafe extern "C-unwind" fn($($ty),*) -> $ret = unsafe { std::mem::transmute(p) };
+            // SAFETY: `p` is uroce's entry point of this very signature and ABI (uroce-ffi's
+            // `rdmacm` module defines it with these parameter and return types, `extern
+            // "C-unwind"` exactly for the forwarders marked `unwind`).
+            let f: unsafe extern $abi fn($($ty),*) -> $ret = unsafe { std::mem::transmute(p) };
             // SAFETY: forwarded caller contract.
             unsafe { f($($arg),*) }
         }
@@ -153,7 +161,7 @@ pub mod api {
     forward!(rdma_event_str, "RDMACM_1.0", (event: c_int) -> *const c_char, c"UNKNOWN EVENT".as_ptr());
     forward!(rdma_free_devices, "RDMACM_1.0", (list: *mut c_void) -> (), ());
     forward!(rdma_freeaddrinfo, "RDMACM_1.0", (res: *mut c_void) -> (), ());
-    forward!(rdma_get_cm_event, "RDMACM_1.0", (channel: *mut c_void, event: *mut c_void) -> c_int, -1);
+    forward!(unwind rdma_get_cm_event, "RDMACM_1.0", (channel: *mut c_void, event: *mut c_void) -> c_int, -1);
     forward!(rdma_get_devices, "RDMACM_1.0", (num: *mut c_void) -> *mut c_void, std::ptr::null_mut());
     forward!(rdma_get_dst_port, "RDMACM_1.0", (id: *mut c_void) -> u16, 0);
     forward!(rdma_get_request, "RDMACM_1.0", (listen: *mut c_void, id: *mut c_void) -> c_int, -1);
