@@ -257,7 +257,7 @@ fn counters_of_both_sides_after_each_test() {
     // (plus any retransmissions), and each server QP received them.
     for b in [&bs[0], &bs[2]] {
         for (qpn, f) in &b.client_qps {
-            let sent = get(f, "qp_packets_sent") - get(f, "retransmitted_packets");
+            let sent = get(f, "packets_sent") - get(f, "retransmitted_packets");
             assert_eq!(
                 sent,
                 ITERS * per_message,
@@ -267,7 +267,7 @@ fn counters_of_both_sides_after_each_test() {
         }
         for (qpn, f) in &b.server_qps {
             assert!(
-                get(f, "qp_packets_received") >= ITERS * per_message,
+                get(f, "packets_received") >= ITERS * per_message,
                 "{}: server QP {qpn:#x} received too little: {f:?}",
                 b.test
             );
@@ -299,7 +299,7 @@ fn counters_of_both_sides_after_each_test() {
     }
     for (qpn, f) in &bs[1].client_qps {
         assert!(
-            get(f, "qp_packets_received") >= ITERS * per_message,
+            get(f, "packets_received") >= ITERS * per_message,
             "read_lat: client QP {qpn:#x} received too little: {f:?}"
         );
     }

@@ -189,7 +189,7 @@ impl DeviceCounters {
         v.push(("unknown_qpn", self.unknown_qpn));
         v.push(("no_engine", self.no_engine));
         v.push(("mcast_dropped", self.mcast_dropped));
-        v.extend(rc_fields(&self.transport));
+        v.extend(self.transport.fields());
         v
     }
 }
@@ -206,75 +206,8 @@ pub struct QpCounters {
 impl QpCounters {
     /// Every counter as `(name, value)`, for printing.
     pub fn fields(&self) -> Vec<(&'static str, u64)> {
-        rc_fields(&self.transport)
+        self.transport.fields()
     }
-}
-
-fn rc_fields(c: &EngineCounters) -> Vec<(&'static str, u64)> {
-    vec![
-        ("qp_packets_sent", c.packets_sent),
-        ("qp_packets_received", c.packets_received),
-        ("retransmitted_packets", c.retransmitted_packets),
-        ("timeouts", c.timeouts),
-        ("retries", c.retries),
-        ("seq_naks_sent", c.seq_naks_sent),
-        ("seq_naks_received", c.seq_naks_received),
-        ("rnr_naks_sent", c.rnr_naks_sent),
-        ("rnr_naks_received", c.rnr_naks_received),
-        ("error_naks_sent", c.error_naks_sent),
-        ("error_naks_received", c.error_naks_received),
-        ("acks_sent", c.acks_sent),
-        ("acks_received", c.acks_received),
-        ("duplicates_received", c.duplicates_received),
-        ("implicit_naks", c.implicit_naks),
-        ("read_responses_sent", c.read_responses_sent),
-        ("atomic_acks_sent", c.atomic_acks_sent),
-        ("dropped_packets", c.dropped_packets),
-        ("dropped_wrong_state", c.dropped_wrong_state),
-        ("dropped_bad_opcode", c.dropped_bad_opcode),
-        ("dropped_out_of_sequence", c.dropped_out_of_sequence),
-        (
-            "dropped_unexpected_responses",
-            c.dropped_unexpected_responses,
-        ),
-        (
-            "dropped_unmatched_duplicates",
-            c.dropped_unmatched_duplicates,
-        ),
-        ("dropped_responses", c.dropped_responses),
-    ]
-}
-
-fn add_rc(sum: &mut EngineCounters, c: &EngineCounters) {
-    macro_rules! add {
-        ($($f:ident),*) => { $( sum.$f += c.$f; )* };
-    }
-    add!(
-        packets_sent,
-        packets_received,
-        retransmitted_packets,
-        timeouts,
-        retries,
-        seq_naks_sent,
-        seq_naks_received,
-        rnr_naks_sent,
-        rnr_naks_received,
-        error_naks_sent,
-        error_naks_received,
-        acks_sent,
-        acks_received,
-        read_responses_sent,
-        atomic_acks_sent,
-        implicit_naks,
-        duplicates_received,
-        dropped_packets,
-        dropped_wrong_state,
-        dropped_bad_opcode,
-        dropped_out_of_sequence,
-        dropped_unexpected_responses,
-        dropped_unmatched_duplicates,
-        dropped_responses
-    );
 }
 
 /// What the progress lock protects.
@@ -1109,7 +1042,7 @@ impl NetDevice {
                 .lookup_qp(qpn)
                 .and_then(|q| q.engine_counters())
             {
-                add_rc(&mut transport, &c);
+                transport.add(&c);
             }
         }
         DeviceCounters {

@@ -33,8 +33,8 @@ use crate::rc::{CqKind, Env, QpEvent, RtsAttrs};
 use crate::time::Instant;
 use crate::wr::{RecvWr, SendWr, WorkCompletion};
 
+pub use crate::counters::EngineCounters;
 pub use crate::rc::PostError;
-pub use crate::rc::RcCounters as EngineCounters;
 
 /// Where a received packet came from, as the I/O layer saw it: the IP addresses and the
 /// header fields a UDP socket reports. A datagram transport answers `src` and builds the
@@ -56,6 +56,20 @@ pub struct Arrival {
 }
 
 impl Arrival {
+    /// Whether the packet travelled the path of a connected QP: it came from `peer` (the
+    /// address vector's destination) and, when `local` is known, went to `local` (the QP's
+    /// own address). IPv4-mapped IPv6 addresses compare as their IPv4 address.
+    ///
+    /// RC, UC and XRC QPs drop what did not, as IBA's packet validation drops a connected
+    /// QP's packets whose source and destination addresses are not its path's (in RoCEv2
+    /// the path's addresses are the IP header's, Annex A17), and as Linux rxe drops
+    /// packets whose addresses are not its QP's: otherwise anyone who guesses a QPN and a
+    /// PSN could write into registered memory.
+    pub fn on_path(&self, peer: IpAddr, local: Option<IpAddr>) -> bool {
+        self.src.to_canonical() == peer.to_canonical()
+            && local.is_none_or(|l| self.dst.to_canonical() == l.to_canonical())
+    }
+
     /// A packet from `src` to `dst` with the header values Linux sends by default
     /// (traffic class 0, hop limit 64, flow label 0, Identification 0).
     pub const fn new(src: IpAddr, dst: IpAddr) -> Arrival {
@@ -201,5 +215,33 @@ impl<E: Engine + ?Sized> Engine for Box<E> {
     }
     fn poll_event(&mut self) -> Option<QpEvent> {
         (**self).poll_event()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Arrival;
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+    #[test]
+    fn on_path_compares_both_addresses_and_ipv4_mapped_as_ipv4() {
+        let v4 = |d| IpAddr::V4(Ipv4Addr::new(10, 0, 0, d));
+        let mapped = |d| IpAddr::V6(Ipv4Addr::new(10, 0, 0, d).to_ipv6_mapped());
+        let v6 = |d: u16| IpAddr::V6(Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, d));
+        let a = Arrival::new(v4(1), v4(2));
+        assert!(a.on_path(v4(1), Some(v4(2))));
+        assert!(
+            a.on_path(mapped(1), Some(mapped(2))),
+            "GIDs are IPv4-mapped"
+        );
+        assert!(a.on_path(v4(1), None), "local unknown: source only");
+        assert!(!a.on_path(v4(3), Some(v4(2))), "another source");
+        assert!(!a.on_path(v4(1), Some(v4(4))), "another destination");
+        let b = Arrival::new(v6(1), v6(2));
+        assert!(b.on_path(v6(1), Some(v6(2))));
+        assert!(!b.on_path(v6(7), Some(v6(2))));
+        assert!(!b.on_path(v6(1), Some(v6(8))));
+        // An IPv6 address that only shares the low 32 bits is not the IPv4 address.
+        assert!(!b.on_path(IpAddr::V4(Ipv4Addr::new(0, 0, 0, 1)), None));
     }
 }

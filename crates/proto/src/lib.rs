@@ -14,6 +14,7 @@
 
 mod build;
 pub mod cm;
+pub mod counters;
 pub mod engine;
 pub mod memory;
 pub mod qp_state;

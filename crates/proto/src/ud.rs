@@ -31,8 +31,8 @@
 //!
 //! ## Receiving
 //! Packets are accepted in RTR, RTS, SQD and SQE. In order, a packet is dropped and
-//! counted ([`crate::rc::RcCounters`]) when: its DestQP is not ours or its P_Key does not
-//! match ours (`dropped_wrong_state`, as RC); its opcode is not a UD opcode or its headers
+//! counted ([`crate::counters::EngineCounters`]) when: its DestQP is not ours
+//! (`dropped_wrong_state`, as RC); its P_Key does not match ours (`dropped_bad_pkey`); its opcode is not a UD opcode or its headers
 //! are not the opcode's (`dropped_bad_opcode`); the QP state does not receive
 //! (`dropped_wrong_state`); its DETH Q_Key is not the QP's Q_Key (`dropped_bad_qkey`; IBA
 //! 10.2.5: the Q_Key check is what authorises a datagram); its payload is larger than the
@@ -438,10 +438,12 @@ impl Engine for UdQp {
         // A multicast datagram (DestQP 0xFFFFFF) reaches only the UD QPs attached to its
         // group: the caller decides which (see the module doc).
         let multicast = pkt.bth.dest_qp == MULTICAST_QPN && !self.is_gsi();
-        if (pkt.bth.dest_qp != self.cfg.qpn && !multicast)
-            || !pkey_match(pkt.bth.pkey, self.cfg.pkey)
-        {
+        if pkt.bth.dest_qp != self.cfg.qpn && !multicast {
             self.drop_packet(|c| &mut c.dropped_wrong_state);
+            return;
+        }
+        if !pkey_match(pkt.bth.pkey, self.cfg.pkey) {
+            self.drop_packet(|c| &mut c.dropped_bad_pkey);
             return;
         }
         let info = opcode::info(pkt.bth.opcode).filter(|i| {

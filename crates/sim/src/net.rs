@@ -26,8 +26,9 @@
 //!    one random bit anywhere in the IP datagram, each drawn from the seeded RNG.
 //! 4. At delivery time the receiving node does what a host would: parse the IP/UDP
 //!    headers, check the IPv4 header checksum and the (zero) UDP checksum, the port,
-//!    the ICRC, then `PacketRepr::parse`, route by DestQP, check the source address (for a
-//!    connected QP), and call the QP's `handle_packet` with the [`Arrival`]. Every drop is counted in [`Stats`] by reason.
+//!    the ICRC, then `PacketRepr::parse`, route by DestQP and call the QP's `handle_packet`
+//!    with the [`Arrival`] (whether the source is a connected QP's peer is the engine's to
+//!    check, as on a host). Every drop is counted in [`Stats`] by reason.
 //!
 //! A flipped bit is caught by one of these checks except in the fields the ICRC masks
 //! *and* no other check covers: BTH byte 4 (FECN, BECN, reserved bits). Those packets are
@@ -398,8 +399,6 @@ pub struct Stats {
     pub parse: u64,
     /// Drops for an unknown destination node or QP.
     pub unroutable: u64,
-    /// Drops because the source is not the connected QP's peer.
-    pub wrong_source: u64,
     /// `handle_timeout` calls.
     pub timeouts: u64,
     /// Packets injected by the test.
@@ -502,8 +501,6 @@ pub enum SimError {
 
 struct QpSlot<E: Endpoint> {
     ep: E,
-    /// The node a connected QP accepts packets from; `None`: from anyone.
-    peer: Option<usize>,
     completions: Vec<E::Completion>,
     events: Vec<E::Event>,
 }
@@ -775,15 +772,16 @@ impl<E: Endpoint> SimNet<E> {
         Ok(&mut self.node_mut(node)?.xrc)
     }
 
-    /// Registers `ep` on `node`, connected to `peer`: the only node it accepts packets
-    /// from (what it sends goes wherever each packet's [`Transmit::dst`] says; a
-    /// connected engine names its peer's address).
+    /// Registers `ep` on `node`, connected to `peer` (which must exist). What it sends
+    /// goes wherever each packet's [`Transmit::dst`] says (a connected engine names its
+    /// peer's address); what it receives comes from anyone, and a connected engine drops
+    /// what is not from its peer.
     ///
     /// # Errors
     /// [`SimError::UnknownNode`] for either node, [`SimError::DuplicateQp`].
     pub fn add_qp(&mut self, node: usize, peer: usize, ep: E) -> Result<QpId, SimError> {
         self.node(peer)?;
-        self.insert_qp(node, Some(peer), ep)
+        self.insert_qp(node, ep)
     }
 
     /// Registers `ep` on `node`, accepting packets from any node (a UD or GSI QP).
@@ -791,10 +789,10 @@ impl<E: Endpoint> SimNet<E> {
     /// # Errors
     /// [`SimError::UnknownNode`], [`SimError::DuplicateQp`].
     pub fn add_datagram_qp(&mut self, node: usize, ep: E) -> Result<QpId, SimError> {
-        self.insert_qp(node, None, ep)
+        self.insert_qp(node, ep)
     }
 
-    fn insert_qp(&mut self, node: usize, peer: Option<usize>, ep: E) -> Result<QpId, SimError> {
+    fn insert_qp(&mut self, node: usize, ep: E) -> Result<QpId, SimError> {
         let qpn = ep.qpn();
         let id = QpId { node, qpn };
         let n = self.node_mut(node)?;
@@ -805,7 +803,6 @@ impl<E: Endpoint> SimNet<E> {
             qpn,
             QpSlot {
                 ep,
-                peer,
                 completions: Vec::new(),
                 events: Vec::new(),
             },
@@ -1408,7 +1405,6 @@ impl<E: Endpoint> SimNet<E> {
             DropReason::Icrc => &mut self.stats.icrc,
             DropReason::Parse => &mut self.stats.parse,
             DropReason::Unroutable => &mut self.stats.unroutable,
-            DropReason::WrongSource => &mut self.stats.wrong_source,
         };
         *counter += 1;
         self.trace.push(TraceEntry {
@@ -1457,16 +1453,14 @@ impl<E: Endpoint> SimNet<E> {
             return self.drop_packet(&p, DropReason::Parse);
         };
         let qpn = pkt.bth.dest_qp;
-        let peer = {
-            let Some(slot) = self.nodes.get(dst_node).and_then(|n| n.qps.get(&qpn)) else {
-                return self.drop_packet(&p, DropReason::Unroutable);
-            };
-            slot.peer
-        };
-        if let Some(peer) = peer {
-            if self.nodes.get(peer).map(|n| n.addr) != Some(datagram.src) {
-                return self.drop_packet(&p, DropReason::WrongSource);
-            }
+        // Whether the source is the QP's peer is the engine's to check (a host's socket
+        // delivers a datagram from anyone).
+        if !self
+            .nodes
+            .get(dst_node)
+            .is_some_and(|n| n.qps.contains_key(&qpn))
+        {
+            return self.drop_packet(&p, DropReason::Unroutable);
         }
         let arrival = arrival_of(&datagram);
         if p.corrupted {

@@ -75,7 +75,7 @@ impl Pair {
     }
 
     /// A pair with the given configurations (the caller keeps QPNs and PSNs matched;
-    /// each `peer` address is set to the other node's).
+    /// each `peer` address is set to the other node's, each `local` to its own).
     pub fn with_configs(seed: u64, mut a: RcConfig, mut b: RcConfig) -> Pair {
         let mut net = SimNet::new(seed);
         // invariant: two nodes and two distinct QPNs on distinct nodes cannot fail.
@@ -84,6 +84,8 @@ impl Pair {
         let unspecified = std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED);
         a.peer = net.addr(n1).unwrap_or(unspecified);
         b.peer = net.addr(n0).unwrap_or(unspecified);
+        a.local = net.addr(n0).ok();
+        b.local = net.addr(n1).ok();
         let a = net
             .add_qp(n0, n1, RcQp::new(a))
             .unwrap_or(QpId { node: n0, qpn: 0 });

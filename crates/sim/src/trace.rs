@@ -101,8 +101,6 @@ pub enum DropReason {
     /// No node with the destination address (the entry's `dst` is [`NO_NODE`]), or no QP
     /// with the DestQP there.
     Unroutable,
-    /// The source address is not the one the destination QP is connected to.
-    WrongSource,
 }
 
 /// What happened to a packet at one moment.

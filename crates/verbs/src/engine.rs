@@ -590,6 +590,7 @@ fn ud_config(core: &QpCore, inner: &QpInner) -> Option<UdConfig> {
 fn uc_config(core: &QpCore, inner: &QpInner) -> UcConfig {
     let a = &inner.attr;
     let mut cfg = UcConfig::new(core.qpn, a.dest_qp_num, a.ah_attr.dest_ip());
+    cfg.local = path_local_ip(core, inner);
     cfg.pmtu = a.path_mtu;
     cfg.sq_psn = a.sq_psn;
     cfg.rq_psn = a.rq_psn;
@@ -622,7 +623,17 @@ fn rc_config(core: &QpCore, inner: &QpInner) -> RcConfig {
     cfg.use_srq = core.srq.is_some();
     cfg.pkey = pkey(core, inner);
     cfg.peer = a.ah_attr.dest_ip();
+    cfg.local = path_local_ip(core, inner);
     cfg
+}
+
+/// A connected QP's own address: the device GID its address vector's source GID index
+/// names.
+fn path_local_ip(core: &QpCore, inner: &QpInner) -> Option<IpAddr> {
+    core.ctx
+        .device
+        .valid_gid(u32::from(inner.attr.ah_attr.sgid_index))
+        .map(|g| g.to_ip())
 }
 
 /// Applies a state transition to the engine. Returns `true` when the transition was fully

@@ -9,7 +9,7 @@
 //! ```text
 //! counters after write_bw 65536 B:
 //! counters client dev: tx_packets=6400 tx_bytes=6630400 rx_packets=… …
-//! counters client qp 0x11: qp_packets_sent=6400 …
+//! counters client qp 0x11: packets_sent=6400 …
 //! counters server dev: …
 //! counters server qp 0x12: …
 //! ```
@@ -114,7 +114,7 @@ mod tests {
             qps: vec![
                 QpCounterReport {
                     qpn: 0x11,
-                    fields: vec![("qp_packets_sent".into(), 4)],
+                    fields: vec![("packets_sent".into(), 4)],
                 },
                 QpCounterReport {
                     qpn: 0x2a,
@@ -127,7 +127,7 @@ mod tests {
         assert_eq!(
             String::from_utf8(out).unwrap(),
             "counters server dev: tx_packets=5\n\
-             counters server qp 0x11: qp_packets_sent=4\n\
+             counters server qp 0x11: packets_sent=4\n\
              counters server qp 0x2a: all zero\n"
         );
         // The report crosses the out-of-band connection as JSON.

@@ -389,7 +389,7 @@ mod tests {
             device: vec![("tx_packets".into(), 7), ("bad_icrc".into(), 0)],
             qps: vec![crate::perf::counters::QpCounterReport {
                 qpn: 0x12,
-                fields: vec![("qp_packets_received".into(), u64::MAX)],
+                fields: vec![("packets_received".into(), u64::MAX)],
             }],
         };
         a.send(&Msg::GetCounters).unwrap();

@@ -146,6 +146,7 @@ impl RcQp {
                 self.after_progress(now, progress);
                 if self.cfg.rnr_retry != 7 {
                     if self.req.rnr_left == 0 {
+                        self.counters.rnr_retry_exceeded += 1;
                         self.fail_head(WcStatus::RnrRetryExcErr);
                         return;
                     }
@@ -379,6 +380,7 @@ impl RcQp {
     /// Go-back-N from `comp_psn`, or RETRY_EXC_ERR when no retry is left.
     fn retry(&mut self) {
         if self.req.retry_left == 0 {
+            self.counters.retry_exceeded += 1;
             self.fail_head(WcStatus::RetryExcErr);
             return;
         }

@@ -172,8 +172,12 @@ pub struct RcConfig {
     pub use_srq: bool,
     /// P_Key sent and matched (0xFFFF).
     pub pkey: u16,
-    /// The peer's IP address (from the address vector): where every packet goes.
+    /// The peer's IP address (from the address vector): where every packet goes, and
+    /// where every packet the QP accepts must come from.
     pub peer: std::net::IpAddr,
+    /// Our own address on the QP's path (its source GID), when known: every packet the QP
+    /// accepts must be addressed to it. `None`: not checked.
+    pub local: Option<std::net::IpAddr>,
     /// `Rc`, or one of the two halves of XRC (IBA Vol 1 Annex A14), which run the same
     /// engine on the XRC opcodes: `XrcSend` (initiator: requester and completer only; every
     /// request packet carries an XRCETH with its WR's `remote_srqn`) and `XrcRecv` (target:
@@ -186,7 +190,8 @@ pub struct RcConfig {
 impl RcConfig {
     /// Defaults: PMTU 1024, PSNs 0, timeout 14 (≈ 67 ms), retry_cnt 7, rnr_retry 7,
     /// min_rnr_timer 12 (0.64 ms), 16 READ/atomics each way, all remote access, selective
-    /// signalling, 1024 WRs per queue, no SRQ, P_Key 0xFFFF, peer 0.0.0.0.
+    /// signalling, 1024 WRs per queue, no SRQ, P_Key 0xFFFF, peer 0.0.0.0, local address
+    /// unchecked.
     pub fn new(qpn: u32, dest_qpn: u32) -> RcConfig {
         RcConfig {
             qpn,
@@ -207,6 +212,7 @@ impl RcConfig {
             use_srq: false,
             pkey: 0xffff,
             peer: std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+            local: None,
             qp_type: QpType::Rc,
         }
     }
@@ -368,92 +374,7 @@ pub enum PostError {
     InvalidWr(crate::wr::WrError),
 }
 
-/// Per-QP statistics. Every packet handed to [`RcQp::handle_packet`] counts in
-/// `packets_received`; packets that are thrown away count in `dropped_packets` and in one
-/// of the `dropped_*` causes.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct RcCounters {
-    /// Packets emitted by `poll_transmit`.
-    pub packets_sent: u64,
-    /// Packets handed to `handle_packet`.
-    pub packets_received: u64,
-    /// Request packets sent again (PSN already sent before).
-    pub retransmitted_packets: u64,
-    /// Local ACK timeouts that led to a retry or to RETRY_EXC_ERR.
-    pub timeouts: u64,
-    /// Go-back-N retries started (timeouts, sequence NAKs, implicit NAKs).
-    pub retries: u64,
-    /// PSN sequence error NAKs we sent.
-    pub seq_naks_sent: u64,
-    /// PSN sequence error NAKs we received.
-    pub seq_naks_received: u64,
-    /// RNR NAKs we sent.
-    pub rnr_naks_sent: u64,
-    /// RNR NAKs we received.
-    pub rnr_naks_received: u64,
-    /// Other NAKs (invalid request, access, operational) we sent.
-    pub error_naks_sent: u64,
-    /// Other NAKs we received.
-    pub error_naks_received: u64,
-    /// ACKs (syndrome ACK) we sent.
-    pub acks_sent: u64,
-    /// ACKs (syndrome ACK) we received.
-    pub acks_received: u64,
-    /// READ response packets we sent.
-    pub read_responses_sent: u64,
-    /// ATOMIC_ACKNOWLEDGE packets we sent.
-    pub atomic_acks_sent: u64,
-    /// Implicit NAKs: an ACK or response beyond an unanswered READ/atomic.
-    pub implicit_naks: u64,
-    /// Duplicate requests (responder) and late or duplicate responses (completer).
-    pub duplicates_received: u64,
-    /// Packets thrown away, all causes.
-    pub dropped_packets: u64,
-    /// … because the QP state does not accept them (or DestQP / P_Key do not match).
-    pub dropped_wrong_state: u64,
-    /// … because the opcode is not an RC opcode, or headers it needs are missing.
-    pub dropped_bad_opcode: u64,
-    /// … out-of-sequence requests after the sequence NAK was sent.
-    pub dropped_out_of_sequence: u64,
-    /// … responses, ACKs or NAKs for PSNs nothing is waiting for.
-    pub dropped_unexpected_responses: u64,
-    /// … duplicate READ, atomic, ATOMIC WRITE or FLUSH requests no responder resource
-    /// matches (a FLUSH never has one: it is answered with NAK Invalid Request).
-    pub dropped_unmatched_duplicates: u64,
-    /// XRC target: requests whose XRCETH names no XRC SRQ of the QP's domain (each is
-    /// answered with NAK Invalid Request; counted here, not in `dropped_packets`).
-    pub bad_xrc_srqn: u64,
-    /// Responder output (ACKs, responses) discarded because its queue was full.
-    pub dropped_responses: u64,
-    /// Datagram transports (UD, GSI): … because the DETH Q_Key is not the QP's (IBA
-    /// 10.2.5; the port's Q_Key violation counter).
-    pub dropped_bad_qkey: u64,
-    /// Datagram transports: … because no receive WQE was posted (UD has no RNR NAK).
-    pub dropped_no_receive: u64,
-    /// Datagram transports: … because the payload is larger than the path MTU.
-    pub dropped_too_long: u64,
-    /// Datagram transports: … because the receive WQE is smaller than the 40-byte GRH area
-    /// plus the payload (the WQE completes with `LOC_LEN_ERR`).
-    pub dropped_recv_too_small: u64,
-    /// UC: packets of a message being discarded, up to the next FIRST/ONLY: after a PSN
-    /// gap, an opcode out of sequence (a MIDDLE/LAST without its FIRST) or an error in an
-    /// earlier packet of the message.
-    pub dropped_uc_sequence: u64,
-    /// UC: packets with a PSN before the expected one (duplicates or stale packets; never
-    /// executed again).
-    pub dropped_duplicates: u64,
-    /// UC: a SEND's FIRST/ONLY or a WRITE with immediate's last packet found no receive
-    /// WQE (RC answers with an RNR NAK instead).
-    pub dropped_no_recv_wqe: u64,
-    /// UC: WRITE packets refused: the QP lacks remote WRITE access, or the R_Key, bounds
-    /// or permissions do not allow it.
-    pub dropped_remote_access: u64,
-    /// UC: packets violating the length rules: PMTU segmentation, RETH length, a SEND
-    /// longer than its receive WQE.
-    pub dropped_length: u64,
-    /// UC: incoming messages discarded after part of them had been seen.
-    pub messages_dropped: u64,
-}
+pub use crate::counters::EngineCounters as RcCounters;
 
 /// One RC queue pair: requester, completer and responder.
 ///
@@ -612,8 +533,13 @@ impl RcQp {
     /// another DestQP, a P_Key mismatch, an opcode that is not RC, a wrong state.
     pub fn handle_packet(&mut self, now: Instant, pkt: &PacketRepr<'_>, env: &mut Env<'_>) {
         self.counters.packets_received += 1;
-        if pkt.bth.dest_qp != self.cfg.qpn || !pkey_match(pkt.bth.pkey, self.cfg.pkey) {
+        if pkt.bth.dest_qp != self.cfg.qpn {
             self.drop_wrong_state();
+            return;
+        }
+        if !pkey_match(pkt.bth.pkey, self.cfg.pkey) {
+            self.counters.dropped_packets += 1;
+            self.counters.dropped_bad_pkey += 1;
             return;
         }
         let transport = self.cfg.transport();
@@ -1044,10 +970,16 @@ impl crate::engine::Engine for RcQp {
     fn handle_packet(
         &mut self,
         now: Instant,
-        _from: &crate::engine::Arrival,
+        from: &crate::engine::Arrival,
         pkt: &PacketRepr<'_>,
         env: &mut Env<'_>,
     ) {
+        if !from.on_path(self.cfg.peer, self.cfg.local) {
+            self.counters.packets_received += 1;
+            self.counters.dropped_packets += 1;
+            self.counters.dropped_bad_address += 1;
+            return;
+        }
         RcQp::handle_packet(self, now, pkt, env)
     }
 

@@ -88,8 +88,12 @@ pub struct UcConfig {
     pub qpn: u32,
     /// The connected peer's QP number (24 bits): DestQP of everything we send.
     pub dest_qpn: u32,
-    /// The peer's IP address (from the address vector): where every packet goes.
+    /// The peer's IP address (from the address vector): where every packet goes, and
+    /// where every packet the QP accepts must come from.
     pub peer: IpAddr,
+    /// Our own address on the QP's path (its source GID), when known: every packet the QP
+    /// accepts must be addressed to it. `None`: not checked.
+    pub local: Option<IpAddr>,
     /// Path MTU: payload bytes per packet.
     pub pmtu: Pmtu,
     /// First PSN the requester uses.
@@ -112,12 +116,13 @@ pub struct UcConfig {
 
 impl UcConfig {
     /// Defaults: PMTU 1024, PSNs 0, remote WRITE allowed, selective signalling, 1024 WRs
-    /// per queue, no SRQ, P_Key 0xFFFF.
+    /// per queue, no SRQ, P_Key 0xFFFF, local address unchecked.
     pub fn new(qpn: u32, dest_qpn: u32, peer: IpAddr) -> UcConfig {
         UcConfig {
             qpn,
             dest_qpn,
             peer,
+            local: None,
             pmtu: Pmtu::Mtu1024,
             sq_psn: Psn::ZERO,
             rq_psn: Psn::ZERO,
@@ -433,8 +438,12 @@ impl UcQp {
     /// that is not UC, another state) is dropped and counted.
     pub fn handle_packet(&mut self, pkt: &PacketRepr<'_>, env: &mut Env<'_>) {
         self.counters.packets_received += 1;
+        if pkt.bth.dest_qp == self.cfg.qpn && !pkey_match(pkt.bth.pkey, self.cfg.pkey) {
+            self.counters.dropped_packets += 1;
+            self.counters.dropped_bad_pkey += 1;
+            return;
+        }
         if pkt.bth.dest_qp != self.cfg.qpn
-            || !pkey_match(pkt.bth.pkey, self.cfg.pkey)
             || !matches!(
                 self.state,
                 QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
@@ -847,10 +856,16 @@ impl Engine for UcQp {
     fn handle_packet(
         &mut self,
         _now: Instant,
-        _from: &Arrival,
+        from: &Arrival,
         pkt: &PacketRepr<'_>,
         env: &mut Env<'_>,
     ) {
+        if !from.on_path(self.cfg.peer, self.cfg.local) {
+            self.counters.packets_received += 1;
+            self.counters.dropped_packets += 1;
+            self.counters.dropped_bad_address += 1;
+            return;
+        }
         UcQp::handle_packet(self, pkt, env)
     }
 

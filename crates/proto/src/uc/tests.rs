@@ -952,9 +952,10 @@ fn foreign_packets_are_dropped_and_counted() {
             c.packets_received,
             c.dropped_packets,
             c.dropped_wrong_state,
+            c.dropped_bad_pkey,
             c.dropped_bad_opcode
         ),
-        (3, 3, 2, 1)
+        (3, 3, 1, 1, 1)
     );
     p.deliver(Side::B, &pkt);
     assert_eq!(p.completions(Side::B).len(), 1);

@@ -34,7 +34,8 @@ fn packets_that_do_not_belong_are_dropped_and_counted() {
     let mut b = bth_to(QPN_B, op::RC_SEND_ONLY, 0);
     b.pkey = 0x1234;
     feed(&mut p, Side::B, &PacketRepr::new(b, &[]));
-    assert_eq!(p.b.counters().dropped_wrong_state, 2);
+    assert_eq!(p.b.counters().dropped_wrong_state, 1);
+    assert_eq!(p.b.counters().dropped_bad_pkey, 1);
     // A hand-made WRITE_FIRST without its RETH.
     feed(
         &mut p,
@@ -83,7 +84,7 @@ fn packets_that_do_not_belong_are_dropped_and_counted() {
     );
     p.b.set_state(QpState::Rtr);
     feed(&mut p, Side::B, &ack);
-    assert_eq!(p.b.counters().dropped_wrong_state, 5);
+    assert_eq!(p.b.counters().dropped_wrong_state, 4);
 }
 
 #[test]
