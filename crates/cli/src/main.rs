@@ -28,6 +28,7 @@ mod devinfo;
 mod perf;
 mod present;
 mod runner;
+mod stat;
 mod userns;
 
 use std::fs::File;
@@ -99,6 +100,9 @@ enum Command {
     /// Run a quick local `uroce perf` pair and write every packet the client's device
     /// sends and receives to a pcap file (opening the device binds UDP 4791).
     Capture(capture::CaptureArgs),
+    /// The counters of every running uroce device (each process's, also those of programs
+    /// under `uroce run`): device-wide and per QP, drops by reason.
+    Stat(stat::StatArgs),
     /// Run an unmodified verbs / RDMA-CM program on uroce: `uroce run -- rping -s`.
     /// Presents uroce's libibverbs.so.1 and librdmacm.so.1 (found next to this binary or
     /// in UROCE_LIB_DIR) through LD_LIBRARY_PATH and executes the program in its place. Without
@@ -132,6 +136,7 @@ fn run(cli: Cli) -> Result<u8> {
             packet_cmd(&mut stdout, &out, ipv6, pmtu).map(|()| 0)
         }
         Command::Decode { file } => decode_cmd(&mut stdout, &file).map(|()| 0),
+        Command::Stat(a) => stat::stat_cmd(&mut stdout, &a).map(|()| 0),
         Command::Devinfo { addr, verbose } => {
             drop(stdout);
             devinfo::devinfo_cmd(addr, verbose).map(|()| 0)

@@ -6,6 +6,7 @@
 //!   to `/sys/class/net/<ifname>`, the netdev that owns the device's address: `lo` for a
 //!   loopback address), and `ports/1/` with `state`, `phys_state`, `link_layer`, `rate`,
 //!   `lid`, `sm_lid`, `lid_mask_count`, `cap_mask`, `pkeys/0`, `gids/0…1023`,
+//!   `hw_counters/` (rxe's counter names, kept current by the device once it opens),
 //!   `gid_attrs/types/0` and `gid_attrs/ndevs/0` (the populated entry; the kernel fails
 //!   reads of the others' attributes, here they are absent);
 //! * `/sys/class/infiniband_verbs/`: `abi_version` and `uverbs0/` (`ibdev`, `abi_version`,
@@ -152,6 +153,11 @@ pub fn write_ib_device(dir: &Path, f: &Facts) -> io::Result<()> {
         ("ports/1/gid_attrs/types/0", "RoCE v2"),
     ] {
         write(dir, file, text)?;
+    }
+    // The port's counters under rxe's names, zero until the device opens and keeps them
+    // current (`uroce_net::stats`).
+    for (name, _) in uroce_net::stats::RXE_NAMES {
+        write(dir, &format!("ports/1/hw_counters/{name}"), "0")?;
     }
     let zero = gid_text(&Gid::ZERO);
     write(dir, "ports/1/gids/0", &gid_text(&Gid::from_ip(f.addr)))?;

@@ -174,6 +174,7 @@ fn open_net(cfg: NetConfig) -> Result<NetDevice, FfiError> {
     let auto = std::env::var_os(uroce_net::ADDR_ENV).is_none_or(|v| v.is_empty());
     let first = cfg.addr;
     let mut cfg = cfg;
+    cfg.hw_counters = crate::sysfs::hw_counters_dir(&cfg.name);
     let mut last = None;
     for x in 1..=AUTO_ADDRS {
         match NetDevice::open(cfg.clone()) {

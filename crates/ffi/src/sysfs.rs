@@ -81,6 +81,14 @@ pub fn gid_text(g: &Gid) -> String {
         .join(":")
 }
 
+/// Inside `uroce run`'s presentation, the presented `hw_counters` directory of device
+/// `name`'s port, which the device keeps current (`uroce_net::stats`); `None` outside.
+pub fn hw_counters_dir(name: &str) -> Option<std::path::PathBuf> {
+    std::env::var_os(PRESENTED_ENV)
+        .filter(|v| !v.is_empty())
+        .map(|_| format!("{}/ports/1/hw_counters", ibdev_path(name)).into())
+}
+
 /// Inside `uroce run`'s presentation, records the GID the device `name` took in the
 /// presented tree. Failures change nothing (the file keeps the runner's guess) and are
 /// reported under `UROCE_DEBUG`.

@@ -81,6 +81,24 @@ pub struct CmCounters {
     pub events_unclaimed: u64,
 }
 
+impl CmCounters {
+    /// Every counter as `(name, value)`, named `cm_…`, for printing and publishing.
+    pub fn fields(&self) -> Vec<(&'static str, u64)> {
+        let a = &self.agent;
+        vec![
+            ("cm_mads_received", self.mads_received),
+            ("cm_mads_sent", self.mads_sent),
+            ("cm_send_failures", self.send_failures),
+            ("cm_events_unclaimed", self.events_unclaimed),
+            ("cm_malformed", a.malformed),
+            ("cm_unmatched", a.unmatched),
+            ("cm_ignored", a.ignored),
+            ("cm_req_over_limit", a.req_over_limit),
+            ("cm_req_expired", a.req_expired),
+        ]
+    }
+}
+
 /// The CM of one device (see the module documentation).
 pub struct CmService {
     agent: Mutex<CmAgent>,

@@ -63,6 +63,7 @@ use crate::error::NetError;
 use crate::faults::FaultConfig;
 use crate::gsi::Gsi;
 use crate::socket::{IcrcPolicy, OutPacket, RecvBatch, RoceSocket, SocketConfig};
+use crate::stats::{DeviceStat, Publisher, QpStat};
 use crate::CounterSnapshot;
 
 /// The environment variable that chooses a device's address for programs that cannot be
@@ -122,6 +123,12 @@ pub struct NetConfig {
     /// Send trains of equal-size packets with UDP GSO when the kernel supports it (and
     /// neither faults nor a capture need individual packets); default true.
     pub gso: bool,
+    /// Publish the device's counters for `uroce stat` (see [`crate::stats`]); default
+    /// true.
+    pub publish_stats: bool,
+    /// A presented sysfs `hw_counters` directory to keep current (`uroce run` sets it
+    /// through the C library); default none.
+    pub hw_counters: Option<PathBuf>,
 }
 
 impl NetConfig {
@@ -138,6 +145,8 @@ impl NetConfig {
             progress_thread: true,
             icrc: IcrcPolicy::from_env().ok().flatten().unwrap_or_default(),
             gso: true,
+            publish_stats: true,
+            hw_counters: None,
         }
     }
 
@@ -268,6 +277,12 @@ struct DeviceCore {
     icrc: IcrcPolicy,
     /// Multicast datagrams dropped: not for DestQP 0xFFFFFF, or no QP attached.
     mcast_dropped: AtomicU64,
+    /// The socket's counters (read without the progress lock).
+    sock_counters: Arc<crate::Counters>,
+    /// The device's CM, once started (its counters are published with the device's).
+    cm: Mutex<Weak<CmService>>,
+    /// Publishes the counters (see [`crate::stats`]); `None`: not published.
+    publisher: Mutex<Option<Publisher>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -275,6 +290,74 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl DeviceCore {
+    fn counters(&self) -> DeviceCounters {
+        let mut transport = self.ctx.retired_engine_counters();
+        for qpn in self.ctx.qp_numbers() {
+            if let Some(c) = self.ctx.lookup_qp(qpn).and_then(|q| q.engine_counters()) {
+                transport.add(&c);
+            }
+        }
+        DeviceCounters {
+            socket: self.sock_counters.snapshot(),
+            unknown_qpn: self.ctx.counters().unknown_qpn_drops,
+            no_engine: self.no_engine.load(Ordering::Relaxed),
+            mcast_dropped: self.mcast_dropped.load(Ordering::Relaxed),
+            transport,
+        }
+    }
+
+    /// What the device publishes (see [`crate::stats`]).
+    fn stat(&self) -> DeviceStat {
+        let own = |v: Vec<(&'static str, u64)>| -> Vec<(String, u64)> {
+            v.into_iter().map(|(n, v)| (n.to_owned(), v)).collect()
+        };
+        let mut counters = own(self.counters().fields());
+        if let Some(cm) = lock(&self.cm).upgrade() {
+            counters.extend(own(cm.counters().fields()));
+        }
+        let mut qps = Vec::new();
+        for qpn in self.ctx.qp_numbers() {
+            let Some(q) = self.ctx.lookup_qp(qpn) else {
+                continue;
+            };
+            let Some(c) = q.engine_counters() else {
+                continue;
+            };
+            qps.push(QpStat {
+                qpn,
+                qp_type: q.qp_type().name().to_owned(),
+                state: q.state().name().to_owned(),
+                counters: own(c.fields()),
+            });
+        }
+        DeviceStat {
+            pid: std::process::id(),
+            name: self.ctx.device().name().to_owned(),
+            addr: self.ctx.device().addr(),
+            counters,
+            qps,
+        }
+    }
+
+    /// Publishes the counters when due (or `now`, with `force`).
+    fn publish(&self, now: Instant, force: bool) {
+        let mut p = lock(&self.publisher);
+        if let Some(p) = p.as_mut().filter(|p| force || p.due(now)) {
+            let stat = self.stat();
+            p.publish(&stat, now);
+        }
+    }
+
+    /// The last publication (the `hw_counters` keep it), and the published file removed:
+    /// the device closes. Only the first call does anything.
+    fn unpublish(&self) {
+        let taken = lock(&self.publisher).take();
+        if let Some(mut p) = taken {
+            p.publish(&self.stat(), self.now());
+            p.remove();
+        }
+    }
+
     fn now(&self) -> Instant {
         Instant::from_nanos(u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX))
     }
@@ -889,6 +972,10 @@ impl NetDevice {
         // without it, multicast sends follow the routing table).
         let _ = crate::mcast::set_sending_interface(sock.as_fd(), local.ip());
         let sock_fd = sock.as_fd().try_clone_to_owned().map_err(NetError::Io)?;
+        let sock_counters = sock.counters_handle();
+        let publisher = cfg
+            .publish_stats
+            .then(|| Publisher::new(&cfg.name, local.ip(), cfg.hw_counters.clone()));
         let device = Device::new(DeviceConfig::new(cfg.name.clone(), cfg.addr))
             .map_err(|e| NetError::Device(e.to_string()))?;
         let ctx = Context::open(&device).map_err(|e| NetError::Device(e.to_string()))?;
@@ -924,6 +1011,9 @@ impl NetDevice {
             group_fds: Mutex::new(Vec::new()),
             icrc: cfg.icrc,
             mcast_dropped: AtomicU64::new(0),
+            sock_counters,
+            cm: Mutex::new(Weak::new()),
+            publisher: Mutex::new(publisher),
         });
         let transport: Arc<dyn Transport> = Arc::new(DeviceTransport(Arc::downgrade(&shared)));
         if shared.ctx.set_transport(transport).is_err() {
@@ -992,6 +1082,7 @@ impl NetDevice {
             .spawn(move || crate::cm::cm_thread(&s, &gsi, progress.as_deref()))
             .map_err(NetError::Io)?;
         *slot = Some(handle);
+        *lock(&self.shared.cm) = Arc::downgrade(&svc);
         Ok(self.cm.get_or_init(|| svc))
     }
     /// The device's GSI QP (QP1): sends and receives MADs (see [`crate::gsi`]).
@@ -1031,27 +1122,16 @@ impl NetDevice {
         self.shared.step(&mut io, false)
     }
 
-    /// The device's counters now.
+    /// The device's counters now (the transport counters summed over the QPs alive and
+    /// those already destroyed).
     pub fn counters(&self) -> DeviceCounters {
-        let socket = lock(&self.shared.io).sock.counters();
-        let mut transport = EngineCounters::default();
-        for qpn in self.shared.ctx.qp_numbers() {
-            if let Some(c) = self
-                .shared
-                .ctx
-                .lookup_qp(qpn)
-                .and_then(|q| q.engine_counters())
-            {
-                transport.add(&c);
-            }
-        }
-        DeviceCounters {
-            socket,
-            unknown_qpn: self.shared.ctx.counters().unknown_qpn_drops,
-            no_engine: self.shared.no_engine.load(Ordering::Relaxed),
-            mcast_dropped: self.shared.mcast_dropped.load(Ordering::Relaxed),
-            transport,
-        }
+        self.shared.counters()
+    }
+
+    /// Publishes the device's counters now (see [`crate::stats`]); the progress thread
+    /// does so on its own at most every [`crate::stats::PUBLISH_EVERY`].
+    pub fn publish_stats(&self) {
+        self.shared.publish(self.shared.now(), true);
     }
 
     /// One QP's counters, if it exists and has a transport engine.
@@ -1067,6 +1147,7 @@ impl NetDevice {
     pub fn close(mut self) -> Result<(), NetError> {
         self.close_gsi();
         self.stop_thread();
+        self.shared.unpublish();
         let mut io = lock(&self.shared.io);
         let _ = io.sock.flush_held();
         match io.sock.capture_mut() {
@@ -1133,6 +1214,7 @@ impl Drop for NetDevice {
     fn drop(&mut self) {
         self.close_gsi();
         self.stop_thread();
+        self.shared.unpublish();
         if let Ok(mut io) = self.shared.io.lock() {
             if let Some(c) = io.sock.capture_mut() {
                 let _ = c.flush();
@@ -1173,6 +1255,7 @@ fn progress_thread(sh: &DeviceCore) {
         if worked {
             last_work = now;
         }
+        sh.publish(now, false);
         // While traffic flows and no application thread polls, keep stepping for a
         // moment instead of paying a sleep and a wake-up per packet batch.
         if !app_busy && now.saturating_duration_since(last_work) < SPIN_AFTER_WORK {

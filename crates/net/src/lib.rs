@@ -71,6 +71,7 @@ pub mod gsi;
 pub mod ifaddr;
 pub mod mcast;
 pub mod socket;
+pub mod stats;
 #[allow(unsafe_code)]
 mod sys;
 

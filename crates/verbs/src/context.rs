@@ -115,6 +115,10 @@ pub(crate) struct ContextCore {
     unknown_srqn: AtomicU64,
     unknown_key: AtomicU64,
     pub(crate) cq_overruns: AtomicU64,
+    /// The engine counters of the QPs released so far (added when a QP's state goes), so
+    /// that totals count what destroyed QPs saw. Plain `std`: not part of the
+    /// model-checked protocol.
+    pub(crate) retired_engines: std::sync::Mutex<uroce_proto::engine::EngineCounters>,
     next_id: AtomicU64,
     destroy_timeout_us: AtomicU64,
     /// The I/O layer's hook, once installed.
@@ -175,6 +179,7 @@ impl Context {
             unknown_srqn: AtomicU64::new(0),
             unknown_key: AtomicU64::new(0),
             cq_overruns: AtomicU64::new(0),
+            retired_engines: std::sync::Mutex::new(Default::default()),
             next_id: AtomicU64::new(1),
             destroy_timeout_us: AtomicU64::new(
                 u64::try_from(DEFAULT_DESTROY_TIMEOUT.as_micros()).unwrap_or(u64::MAX),
@@ -343,6 +348,16 @@ impl Context {
             self.core.unknown_key.fetch_add(1, Ordering::Relaxed);
         }
         found
+    }
+
+    /// The transport engine counters of every QP of this context released so far, summed
+    /// (a device's totals are these plus its live QPs').
+    pub fn retired_engine_counters(&self) -> uroce_proto::engine::EngineCounters {
+        self.core
+            .retired_engines
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// A snapshot of the counters.

@@ -999,6 +999,14 @@ impl QpCore {
 
 impl Drop for QpCore {
     fn drop(&mut self) {
+        // What the engine counted stays in the context's totals.
+        if let Some(e) = crate::sync::lock(&self.inner).engine.as_ref() {
+            self.ctx
+                .retired_engines
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .add(&e.counters());
+        }
         self.ctx.qps.release(self.qpn);
         if let Some(pd) = &self.pd {
             dec(&pd.children.qps);
