@@ -20,8 +20,8 @@ pub struct StatArgs {
     /// Device counters only, no per-QP sections.
     #[arg(long)]
     pub no_qps: bool,
-    /// Where the devices publish [default: $UROCE_STAT_DIR, else $XDG_RUNTIME_DIR/uroce,
-    /// else <tmp>/uroce-stat-<uid>].
+    /// Where the devices publish (default: `$UROCE_STAT_DIR`, else
+    /// `$XDG_RUNTIME_DIR/uroce`, else `<tmp>/uroce-stat-<uid>`).
     #[arg(long, value_name = "DIR")]
     pub dir: Option<PathBuf>,
 }
