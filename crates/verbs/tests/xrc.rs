@@ -63,10 +63,22 @@ fn pump(qps: &[&QpRef], nodes: &[(&Context, IpAddr)], now: &mut u64) -> usize {
                 let Some((ctx, ip)) = nodes.iter().find(|(_, ip)| *ip == p.dst) else {
                     continue;
                 };
-                let src = nodes
+                // The sender's node: the one with a QP of that number, and when both
+                // nodes have one (each context numbers its QPs alike), the node the packet
+                // does not go to.
+                let holders: Vec<IpAddr> = nodes
                     .iter()
-                    .find(|(c, _)| c.lookup_qp(qp.qp_num()).is_some())
-                    .map_or(*ip, |(_, a)| *a);
+                    .filter(|(c, _)| c.lookup_qp(qp.qp_num()).is_some())
+                    .map(|(_, a)| *a)
+                    .collect();
+                let src = match holders.as_slice() {
+                    [one] => *one,
+                    _ => nodes
+                        .iter()
+                        .map(|(_, a)| *a)
+                        .find(|a| a != ip)
+                        .unwrap_or(*ip),
+                };
                 if let Some(dst_qp) = ctx.qp_for_packet(pkt.bth.dest_qp) {
                     let from = uroce_verbs::Arrival::new(src, *ip);
                     dst_qp.engine_handle_packet(Instant::from_nanos(*now), &from, &pkt);
