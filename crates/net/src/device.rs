@@ -98,6 +98,8 @@ const MAX_PACKET: usize = 4096 + 128;
 const TX_BATCH: usize = 128;
 /// Receive batches per progress step at most (fairness towards transmit and timers).
 const RX_ROUNDS: usize = 4;
+/// Receive batches a step takes at most when a timer is due (the socket drained first).
+const RX_ROUNDS_BEFORE_TIMERS: usize = 64;
 /// Transmit batches per QP per progress step at most.
 const TX_ROUNDS: usize = 16;
 
@@ -414,9 +416,16 @@ impl DeviceCore {
             self.deferred_since.store(0, Ordering::Relaxed);
             work |= self.transmit_all(io, &qpns, now);
         }
-        // 1. Receive.
+        // 1. Receive. When a timer is due, everything already received goes first (an
+        // ACK waiting in the socket after this process was not scheduled must count before
+        // the deadline is judged), up to RX_ROUNDS_BEFORE_TIMERS batches.
         let local_ip = io.sock.local_addr().ip();
-        for _ in 0..RX_ROUNDS {
+        let rounds = if io.timers.values().any(|d| *d <= now) {
+            RX_ROUNDS_BEFORE_TIMERS
+        } else {
+            RX_ROUNDS
+        };
+        for _ in 0..rounds {
             let n = match io.sock.recv_batch(&mut io.rx) {
                 Ok(n) => n,
                 Err(_) => break,

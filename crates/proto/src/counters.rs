@@ -40,6 +40,10 @@ engine_counters! {
     timeouts,
     /// Go-back-N retries started (timeouts, sequence NAKs, implicit NAKs).
     retries,
+    /// Retransmit timeouts that retransmitted without consuming a retry: they fired late
+    /// (this process was not scheduled) or the peer had been heard from since the last one
+    /// (see the RC engine's "Retry counting").
+    timeouts_excused,
     /// Work requests completed with `RETRY_EXC_ERR`: the transport retries ran out.
     retry_exceeded,
     /// Work requests completed with `RNR_RETRY_EXC_ERR`: the RNR retries ran out.

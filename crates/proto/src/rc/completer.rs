@@ -74,11 +74,27 @@ impl RcQp {
             let c = self.req.comp_psn;
             self.req.rewind_to(c);
         }
-        if self.req.rto_deadline.is_some_and(|t| now >= t) {
+        if let Some(deadline) = self.req.rto_deadline.filter(|t| now >= *t) {
             self.req.rto_deadline = None;
+            let heard = std::mem::take(&mut self.req.peer_heard);
             if self.req.in_flight() {
                 self.counters.timeouts += 1;
-                self.retry();
+                // A timeout that fired late says this process was not scheduled, and one
+                // after a packet from the peer says the peer runs: neither says the peer
+                // is gone. Such a timeout retransmits without consuming a retry, at most
+                // `retry_cnt` times between two forward progresses, so a peer that is
+                // really gone still fails after at most 2 × retry_cnt + 1 timeouts (IBA's
+                // Local ACK Timeout is a minimum, C9-140; see the module documentation).
+                let late = local_ack_timeout(self.cfg.timeout)
+                    .is_some_and(|t| now.saturating_duration_since(deadline) > late_margin(t));
+                if (late || heard) && self.req.excused_left > 0 {
+                    self.req.excused_left -= 1;
+                    self.counters.timeouts_excused += 1;
+                    let c = self.req.comp_psn;
+                    self.req.rewind_to(c);
+                } else {
+                    self.retry();
+                }
             }
         }
     }
@@ -357,6 +373,7 @@ impl RcQp {
             return;
         }
         self.req.retry_left = self.cfg.retry_cnt;
+        self.req.excused_left = self.cfg.retry_cnt;
         self.req.rnr_left = self.cfg.rnr_retry;
         self.req.gap_retried = false;
         self.req.nak_retry_psn = None;
@@ -398,4 +415,10 @@ impl RcQp {
         }
         self.enter_err(false);
     }
+}
+
+/// How late a retransmit timer of period `t` may fire and still count as on time: half a
+/// period, and never less than 1 ms (a scheduler's tick: below it every timer is late).
+fn late_margin(t: Duration) -> Duration {
+    (t / 2).max(Duration::from_millis(1))
 }

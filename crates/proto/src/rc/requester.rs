@@ -40,6 +40,11 @@ pub(super) struct Requester {
     pub pkts_since_ackreq: u32,
     /// Timeout / sequence-NAK retries left.
     pub retry_left: u8,
+    /// Timeouts that may still be excused (not consume a retry) because they fired late
+    /// or the peer was heard from since the previous one; reloaded with `retry_left`.
+    pub excused_left: u8,
+    /// A packet from the peer arrived on this QP since the last retransmit timeout.
+    pub peer_heard: bool,
     /// RNR retries left (ignored when `rnr_retry` is 7).
     pub rnr_left: u8,
     /// Retransmit timer.
@@ -65,6 +70,8 @@ impl Requester {
             rd_atomic_outstanding: 0,
             pkts_since_ackreq: 0,
             retry_left: cfg.retry_cnt,
+            excused_left: cfg.retry_cnt,
+            peer_heard: false,
             rnr_left: cfg.rnr_retry,
             rto_deadline: None,
             rnr_deadline: None,

@@ -668,6 +668,26 @@ impl<M: Memory> Pair<M> {
         true
     }
 
+    /// [`Pair::fire_timers`] for a process that was not scheduled: the earliest timer is
+    /// handled `lateness` after its deadline (with every other timer then due).
+    pub fn fire_timers_late(&mut self, lateness: std::time::Duration) -> bool {
+        let next = [self.a.poll_timeout(), self.b.poll_timeout()]
+            .into_iter()
+            .flatten()
+            .min();
+        let Some(next) = next else {
+            return false;
+        };
+        self.now = self.now.max(next + lateness);
+        let now = self.now;
+        for side in [Side::A, Side::B] {
+            if self.qp(side).poll_timeout().is_some_and(|t| t <= now) {
+                self.with_env(side, |qp, env| qp.handle_timeout(now, env));
+            }
+        }
+        true
+    }
+
     /// Runs until nothing moves and no timer runs.
     pub fn run(&mut self) {
         self.run_until(|_| false);

@@ -387,6 +387,108 @@ fn retry_exhausted_and_seven_is_finite() {
 }
 
 #[test]
+fn late_timeouts_are_excused_but_a_gone_peer_still_fails_within_twice_the_retries() {
+    // Every packet of A is lost (the peer is gone) and A's process is never scheduled on
+    // time: each timeout fires a whole period late. The first retry_cnt are excused, then
+    // retry_cnt retries: 2 × retry_cnt + 1 timeouts in all, then RETRY_EXC_ERR.
+    for retry_cnt in [0u8, 3, 7] {
+        let (mut ca, cb) = configs();
+        ca.retry_cnt = retry_cnt;
+        let mut p = Pair::with_configs(ca, cb);
+        p.a.post_send(wr(1, SendOpcode::Send, vec![])).unwrap();
+        p.drop_packets(Side::A, usize::MAX, |_| true);
+        let period = local_ack_timeout(10).unwrap();
+        for _ in 0..1000 {
+            if p.round() {
+                continue;
+            }
+            if !p.fire_timers_late(period) {
+                break;
+            }
+        }
+        let c = p.a.counters();
+        let n = u64::from(retry_cnt);
+        assert_eq!(
+            (c.timeouts, c.timeouts_excused, c.retries),
+            (2 * n + 1, n, n)
+        );
+        assert_eq!(c.retry_exceeded, 1);
+        assert_eq!(p.completions(Side::A)[0].1.status, WcStatus::RetryExcErr);
+    }
+}
+
+#[test]
+fn a_starved_requester_keeps_a_connection_whose_peer_answers_late() {
+    // retry_cnt 2: B receives nothing for four timeouts of A, each of which fired late
+    // (both processes starved), then everything arrives. Counting every timeout would
+    // have failed the SEND at the third; excused, it completes.
+    let (mut ca, cb) = configs();
+    ca.retry_cnt = 2;
+    let mut p = Pair::with_configs(ca, cb);
+    p.b.post_recv(recv(1, vec![])).unwrap();
+    p.a.post_send(wr(1, SendOpcode::Send, vec![])).unwrap();
+    p.hold_to = Some(Side::B);
+    let period = local_ack_timeout(10).unwrap();
+    let mut timeouts = 0;
+    while timeouts < 4 {
+        if p.round() {
+            continue;
+        }
+        assert!(p.fire_timers_late(period));
+        timeouts += 1;
+    }
+    assert_eq!(
+        p.a.state(),
+        QpState::Rts,
+        "still connected after 4 late timeouts"
+    );
+    p.release();
+    p.run();
+    let c = p.a.counters();
+    assert_eq!((c.timeouts, c.timeouts_excused, c.retries), (4, 2, 2));
+    assert_eq!(p.completions(Side::A)[0].1.status, WcStatus::Success);
+    assert_eq!(p.completions(Side::B)[0].1.status, WcStatus::Success);
+}
+
+#[test]
+fn a_timeout_after_hearing_from_the_peer_is_excused() {
+    // A's requests are lost, but B's own SENDs reach A between A's (on-time) timeouts:
+    // the peer runs, so those timeouts do not count; the budget is bounded all the same.
+    let (mut ca, cb) = configs();
+    ca.retry_cnt = 1;
+    let mut p = Pair::with_configs(ca, cb);
+    p.a.post_send(wr(1, SendOpcode::Send, vec![])).unwrap();
+    p.drop_packets(Side::A, usize::MAX, |pkt| {
+        pkt.bth.opcode == uroce_wire::opcode::op::RC_SEND_ONLY
+    });
+    for i in 0..4 {
+        p.a.post_recv(recv(100 + i, vec![])).unwrap();
+    }
+    let mut timeouts = 0;
+    for _ in 0..10_000 {
+        if p.round() {
+            continue;
+        }
+        if p.a.state() != QpState::Rts || !p.fire_timers() {
+            break;
+        }
+        timeouts += 1;
+        // The peer speaks after each of A's timeouts.
+        if timeouts < 4 {
+            p.b.post_send(wr(200 + timeouts, SendOpcode::Send, vec![]))
+                .unwrap();
+        }
+    }
+    let c = p.a.counters();
+    assert_eq!(c.timeouts_excused, 1, "{c:?}");
+    assert_eq!(
+        (c.timeouts, c.retries, c.retry_exceeded),
+        (3, 1, 1),
+        "{c:?}"
+    );
+}
+
+#[test]
 fn forward_progress_reloads_the_retry_counter() {
     // retry_cnt 1 but every message loses its first transmission: each retry is followed
     // by progress, so the counter never runs out.
