@@ -1532,6 +1532,38 @@ impl RoceSocket {
     }
 }
 
+/// How a received datagram of `len` bytes is cut into packets when it may hold at most
+/// `room` of them: `(offset, length, complete)` of each piece, as the receive path lays
+/// them out (`segment`: the GRO segment size the kernel reported; `truncated`: the datagram
+/// was longer than its buffer). For the fuzz targets and tests of the splitting.
+pub fn gro_pieces(
+    len: usize,
+    segment: Option<usize>,
+    truncated: bool,
+    room: usize,
+) -> Vec<(usize, usize, bool)> {
+    let meta = RecvMeta {
+        len,
+        truncated,
+        src: None,
+        segment,
+    };
+    let blank = PacketSlot {
+        datagram: 0,
+        start: 0,
+        len: 0,
+        status: RecvStatus::BadSource,
+        ident: None,
+    };
+    let mut entries = vec![blank; room];
+    let used = split_datagram(&meta, 0, &mut entries);
+    entries
+        .iter()
+        .take(used)
+        .map(|e| (e.start, e.len, e.status != RecvStatus::Truncated))
+        .collect()
+}
+
 /// Lays out the packets of one received datagram (its slot starts at `base` in the
 /// batch's storage) in `entries`: one for an ordinary datagram, one per segment for a
 /// coalesced one (the segment size from the kernel; the last may be shorter), and one

@@ -1,0 +1,5 @@
+//! `cargo fuzz run cm_mad`: see `uroce_fuzzing::cm_mad` for what it drives and the invariants
+//! it asserts, and docs/FUZZING.md for how to run it.
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| uroce_fuzzing::cm_mad(data));
