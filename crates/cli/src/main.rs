@@ -22,13 +22,17 @@
 //!
 //! and `uroce run -- PROGRAM ARGS` ([`runner`]), which runs an unmodified verbs / RDMA-CM
 //! program over uroce's `libibverbs.so.1` and `librdmacm.so.1`.
+#![deny(unsafe_code)]
 
 mod capture;
 mod devinfo;
 mod perf;
+// `unsafe` only in the namespace system calls of the presentation (`uroce run`).
+#[allow(unsafe_code)]
 mod present;
 mod runner;
 mod stat;
+#[allow(unsafe_code)]
 mod userns;
 
 use std::fs::File;

@@ -27,6 +27,8 @@
 //! registered regions with the rights the access needs (the test memory refuses any other
 //! access itself).
 
+#![forbid(unsafe_code)]
+
 pub mod cm;
 pub mod engines;
 pub mod input;

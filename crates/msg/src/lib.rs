@@ -43,6 +43,7 @@
 //! waits), which processes completions when nobody polls and wakes blocked calls and
 //! futures ([`block_on`] runs one without an
 //! executor). Calls from the application also process completions (busy polling).
+#![forbid(unsafe_code)]
 
 pub mod endpoint;
 pub mod error;
