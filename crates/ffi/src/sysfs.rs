@@ -1,5 +1,5 @@
 //! What the library says about the device's place in sysfs, consistent with the tree that
-//! `uroce run` presents (README, "Running programs on uroce"):
+//! `uroce run` presents (docs/RUNNING.md):
 //!
 //! * [`sysfs_path`] (`ibv_get_sysfs_path()`): as rdma-core's — the calling user's
 //!   `SYSFS_PATH` (ignored when the real and effective uid differ), at most

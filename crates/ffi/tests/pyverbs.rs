@@ -24,7 +24,7 @@
 //!
 //! Every skip reason must be known: either [`HARDWARE_ONLY`] (vendor devices, ODP, device
 //! memory, dmabuf, CUDA, huge pages, raw packet QPs, mlx5 clock conversion, tag matching:
-//! listed in the README, "How the C
+//! listed in docs/TESTING.md, "How the C
 //! library is checked") or [`OWED`] (what uroce should do and does not yet; an entry whose
 //! reason no longer appears fails the test, so that the list only shrinks).
 //!
@@ -55,13 +55,13 @@ const PYTHON: &str = "/usr/bin/python3";
 /// The whole suite runs in about a second; this bounds a hang.
 const LIMIT: Duration = Duration::from_secs(300);
 /// Tests that fail or err today, by unittest id, with the reason: the only failures the
-/// test tolerates. Empty: every test that runs passes. Listed in README, "How the C
+/// test tolerates. Empty: every test that runs passes. Listed in docs/TESTING.md, "How the C
 /// library is checked"; an entry that passes again fails the test, so that the list only
 /// shrinks.
 const KNOWN_FAILURES: &[(&str, &str)] = &[];
 /// Skip reasons only hardware (or the host's setup) can lift, by prefix: uroce is a
 /// software RoCE device with no vendor interface, no device memory, no on-demand paging,
-/// no raw Ethernet QPs, no tag-matching offload. Listed in README, "How the C library is checked".
+/// no raw Ethernet QPs, no tag-matching offload. Listed in docs/TESTING.md, "How the C library is checked".
 const HARDWARE_ONLY: &[&str] = &[
     // mlx5 / EFA direct-verbs tests (vendor providers).
     "Can not run the test over non MLX5 device",

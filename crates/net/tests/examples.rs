@@ -1,4 +1,4 @@
-//! The examples run to completion, and the README's RC program is `examples/rc_send.rs`.
+//! The examples run to completion, and docs/RUST-API.md's RC program is `examples/rc_send.rs`.
 //!
 //! Each example runs as its own process when cargo has built it (`cargo test` builds the
 //! examples before running tests; the binary's exit status is checked); when the examples
@@ -84,10 +84,11 @@ fn between<'a>(s: &'a str, begin: &str, end: &str) -> &'a str {
 }
 
 #[test]
-fn the_readme_shows_exactly_the_rc_example() {
+fn the_rust_api_doc_shows_exactly_the_rc_example() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let example = std::fs::read_to_string(root.join("examples/rc_send.rs")).expect("example");
-    let readme = std::fs::read_to_string(root.join("../../README.md")).expect("README");
+    let readme =
+        std::fs::read_to_string(root.join("../../docs/RUST-API.md")).expect("docs/RUST-API.md");
     let code = between(&example, "// README:begin\n", "// README:end");
     let shown = between(
         &readme,
@@ -97,7 +98,7 @@ fn the_readme_shows_exactly_the_rc_example() {
     assert!(code.len() > 500, "the example's marked part is too short");
     assert!(
         shown == code,
-        "README.md's RC program differs from crates/net/examples/rc_send.rs (between the \
-         README markers); copy the example into the README"
+        "docs/RUST-API.md's RC program differs from crates/net/examples/rc_send.rs (between the \
+         README markers); copy the example into docs/RUST-API.md"
     );
 }

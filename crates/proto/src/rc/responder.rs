@@ -360,7 +360,7 @@ impl RcQp {
 
     /// IBA 1.5 FLUSH (Annex A19), in sequence: uroce does not execute it (the C ABI it
     /// follows has no way to post one or to grant `IBV_ACCESS_FLUSH_*`, and persistence is
-    /// impossible on process memory; see the README), so it is an invalid request like
+    /// impossible on process memory; see docs/SUPPORT.md), so it is an invalid request like
     /// any other operation this responder does not support: NAK Invalid Request with the
     /// FLUSH's PSN (the requester completes it with `REM_INV_REQ_ERR`), `QP_REQ_ERR`, QP →
     /// ERR. Nothing is remembered, so a later duplicate of it matches no responder
