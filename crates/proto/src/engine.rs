@@ -29,12 +29,165 @@ use std::net::IpAddr;
 use uroce_wire::PacketRepr;
 
 use crate::qp_state::{QpState, QpType};
-use crate::rc::{CqKind, Env, QpEvent, RtsAttrs};
+use bitflags::bitflags;
+use thiserror::Error;
+use uroce_wire::Psn;
+
+use crate::memory::Memory;
 use crate::time::Instant;
 use crate::wr::{RecvWr, SendWr, WorkCompletion};
 
 pub use crate::counters::EngineCounters;
-pub use crate::rc::PostError;
+
+/// The largest message (IBA: 2^31 bytes).
+pub const MAX_MSG_LEN: u64 = 1 << 31;
+
+bitflags! {
+    /// What remote peers may do on this QP (`qp_access_flags`; the `ibv_access_flags`
+    /// values of the remote bits).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+    pub struct RemoteAccess: u32 {
+        /// RDMA WRITE (and WRITE with immediate).
+        const WRITE = 2;
+        /// RDMA READ.
+        const READ = 4;
+        /// Atomics.
+        const ATOMIC = 8;
+    }
+}
+
+/// The requester attributes an RTR→RTS (or SQD→RTS) transition sets; see
+/// [`Engine::enter_rts`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RtsAttrs {
+    /// First PSN the requester uses.
+    pub sq_psn: Psn,
+    /// Local ACK timeout code (0 = none).
+    pub timeout: u8,
+    /// Retries after timeouts and sequence NAKs (0..=7).
+    pub retry_cnt: u8,
+    /// Retries after RNR NAKs (7 = unlimited).
+    pub rnr_retry: u8,
+    /// Outstanding READ/atomic WRs we may initiate.
+    pub max_rd_atomic: u8,
+}
+
+/// Receive WQEs shared by several QPs (an SRQ). The verbs layer implements it.
+pub trait SharedRecvQueue {
+    /// Takes the next receive WQE, if any.
+    fn take(&mut self) -> Option<RecvWr>;
+}
+
+/// Why an XRCETH's SRQ number was refused (IBA Vol 1 Annex A14).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Error)]
+pub enum XrcSrqError {
+    /// No XRC SRQ has this number.
+    #[error("no XRC SRQ {0}")]
+    Unknown(u32),
+    /// The SRQ exists but belongs to another XRC domain than the target QP.
+    #[error("XRC SRQ {0} belongs to another XRC domain")]
+    OtherDomain(u32),
+}
+
+/// The XRC SRQs an XRC target QP may use: those of its XRC domain, by number. The verbs
+/// layer implements it over its SRQ table; tests over plain maps.
+///
+/// Contract: the engine calls [`XrcSrqs::select`] with the XRCETH SRQ number of every
+/// request packet it executes (and of every READ response it builds) before touching
+/// receive WQEs or memory. After a successful `select`, [`XrcSrqs::take`] takes from
+/// that SRQ, and [`Env::mem`] checks remote accesses against the protection domain of
+/// that SRQ (an XRC target QP has no PD of its own: IBA Annex A14 uses the PD of the XRC
+/// SRQ). The completion of a WQE is emitted as [`CqKind::XrcSrq`] with the SRQ number: it
+/// goes to that SRQ's CQ.
+pub trait XrcSrqs {
+    /// Makes `srqn` the current SRQ; an unknown number or an SRQ of another domain is
+    /// refused (the engine NAKs the request with Invalid Request).
+    fn select(&mut self, srqn: u32) -> Result<(), XrcSrqError>;
+    /// Takes the next receive WQE of the current SRQ, if any.
+    fn take(&mut self) -> Option<RecvWr>;
+}
+
+/// What an engine call may touch besides the QP itself.
+pub struct Env<'a> {
+    /// Local and remote-accessible memory.
+    pub mem: &'a dyn Memory,
+    /// The SRQ of a QP created with `use_srq`.
+    pub srq: Option<&'a mut dyn SharedRecvQueue>,
+    /// XRC target QPs: the SRQs of the QP's XRC domain, by number (see [`XrcSrqs`]).
+    pub xrc: Option<&'a mut dyn XrcSrqs>,
+}
+
+impl<'a> Env<'a> {
+    /// An environment over `mem` without SRQ.
+    pub fn new(mem: &'a dyn Memory) -> Env<'a> {
+        Env {
+            mem,
+            srq: None,
+            xrc: None,
+        }
+    }
+
+    /// An environment over `mem` whose receive WQEs come from `srq`.
+    pub fn with_srq(mem: &'a dyn Memory, srq: &'a mut dyn SharedRecvQueue) -> Env<'a> {
+        Env {
+            mem,
+            srq: Some(srq),
+            xrc: None,
+        }
+    }
+
+    /// An environment for an XRC target QP: receive WQEs (and the protection domain `mem`
+    /// checks against) come from the XRC SRQ each packet names, resolved by `xrc`.
+    pub fn with_xrc(mem: &'a dyn Memory, xrc: &'a mut dyn XrcSrqs) -> Env<'a> {
+        Env {
+            mem,
+            srq: None,
+            xrc: Some(xrc),
+        }
+    }
+}
+
+/// Which completion queue a work completion belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CqKind {
+    /// The send CQ (send WRs).
+    Send,
+    /// The receive CQ (receive WRs).
+    Recv,
+    /// A receive of an XRC target QP: the CQ of the XRC SRQ with this number.
+    XrcSrq(u32),
+}
+
+/// Asynchronous QP events (IBA Vol 1 §11.6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum QpEvent {
+    /// The first request arrived while the QP was in RTR.
+    CommEst,
+    /// In SQD, every send WR that had started has completed.
+    SqDrained,
+    /// An SRQ-attached QP went to ERR: it takes no more WQEs from the SRQ.
+    LastWqeReached,
+    /// The QP went to ERR for an internal reason no completion reports.
+    QpFatal,
+    /// The responder received an invalid request and moved the QP to ERR.
+    QpReqErr,
+    /// The responder detected an access violation and moved the QP to ERR.
+    QpAccessErr,
+}
+
+/// Why a work request was refused.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum PostError {
+    /// The queue holds its maximum of WRs (counting completions not yet polled).
+    #[error("work queue full")]
+    QueueFull,
+    /// WRs cannot be posted in this QP state.
+    #[error("cannot post in QP state {0:?}")]
+    BadState(QpState),
+    /// The WR itself is invalid for this QP.
+    #[error("invalid work request: {0}")]
+    InvalidWr(crate::wr::WrError),
+}
 
 /// Where a received packet came from, as the I/O layer saw it: the IP addresses and the
 /// header fields a UDP socket reports. A datagram transport answers `src` and builds the

@@ -104,9 +104,9 @@ use uroce_wire::{bth, deth, immdt, PacketRepr, Pmtu, Psn, ICRC_LEN, ROCEV2_UDP_P
 
 use crate::build::{build, fill_payload, pkey_match, BuildError};
 use crate::engine::{Arrival, Engine, EngineCounters, Transmit};
+use crate::engine::{CqKind, Env, PostError, QpEvent, RtsAttrs};
 use crate::memory::{scatter, sg_total};
 use crate::qp_state::{QpState, QpType};
-use crate::rc::{CqKind, Env, PostError, QpEvent, RtsAttrs};
 use crate::time::Instant;
 use crate::wr::{
     RecvWr, SendFlags, SendOpcode, SendWr, WcFlags, WcOpcode, WcStatus, WorkCompletion, WrError,

@@ -75,9 +75,9 @@ use uroce_wire::{PacketRepr, Pmtu, Psn};
 
 use crate::build::{build, data_packet, fill_payload, pkey_match, BuildError};
 use crate::engine::{Arrival, Engine, EngineCounters, Transmit};
+use crate::engine::{CqKind, Env, PostError, QpEvent, RemoteAccess, RtsAttrs, MAX_MSG_LEN};
 use crate::memory::{scatter, sg_total, RemoteOp};
 use crate::qp_state::{QpState, QpType};
-use crate::rc::{CqKind, Env, PostError, QpEvent, RemoteAccess, RtsAttrs, MAX_MSG_LEN};
 use crate::time::Instant;
 use crate::wr::{RecvWr, SendOpcode, SendWr, WcOpcode, WcStatus, WorkCompletion, WrError};
 

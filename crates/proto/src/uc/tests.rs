@@ -11,9 +11,9 @@ use uroce_wire::{PacketRepr, Pmtu, Psn};
 
 use super::{UcConfig, UcQp};
 use crate::engine::{Arrival, Engine};
+use crate::engine::{CqKind, Env, PostError, QpEvent, RemoteAccess, RtsAttrs, SharedRecvQueue};
 use crate::qp_state::{QpState, QpType};
 use crate::rc::tests::{bytes, flush_bytes, recv, sge, TestMem, TestSrq, ALL, LOCAL_WRITE};
-use crate::rc::{CqKind, Env, PostError, QpEvent, RemoteAccess, RtsAttrs, SharedRecvQueue};
 use crate::time::Instant;
 use crate::wr::{
     SendFlags, SendOpcode, SendPayload, SendWr, WcFlags, WcOpcode, WcStatus, WorkCompletion,

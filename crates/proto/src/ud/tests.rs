@@ -10,10 +10,10 @@ use uroce_wire::{bth, PacketRepr, Pmtu, Psn};
 
 use super::{UdConfig, UdQp, GRH_LEN, GSI_QKEY};
 use crate::engine::{Arrival, Engine, Transmit};
+use crate::engine::{CqKind, Env, PostError, QpEvent, RtsAttrs};
 use crate::memory::Sge;
 use crate::qp_state::{QpState, QpType};
 use crate::rc::tests::{TestMem, TestSrq, LOCAL_WRITE};
-use crate::rc::{CqKind, Env, PostError, QpEvent, RtsAttrs};
 use crate::time::Instant;
 use crate::wr::{
     RecvWr, SendFlags, SendOpcode, SendPayload, SendWr, UdDest, WcFlags, WcOpcode, WcStatus,
