@@ -19,6 +19,11 @@
 //! and the end the RSS grew by more than 16 MiB and 25 %, the descriptors by more than 8 or
 //! the live QPs by more than 8.
 //!
+//! A watchdog thread measures how late 1 ms sleeps wake (`sched-delay`, the longest per
+//! report): on a loaded machine a device's progress thread can go unscheduled longer than
+//! the requesters' 8 × ACK timeout (`--ack-timeout`, code 14 ≈ 67 ms by default), which an
+//! RC requester cannot tell from a dead peer; a RETRY_EXC_ERR then says so.
+//!
 //! `uroce-soak --seconds 3600` is the hour-long run (`scripts/soak`); the test command runs
 //! it for two minutes (`crates/rdmacm/tests/soak.rs`).
 
@@ -165,6 +170,32 @@ struct Shared {
     stop: AtomicBool,
     /// Messages checked, per stream.
     checked: [AtomicU64; 6],
+    /// The longest a 1 ms sleep of the watchdog thread overran since the last report, µs:
+    /// how long this process could go unscheduled (an RC requester whose peer's progress
+    /// thread is not run for retry_cnt × the ACK timeout ends in RETRY_EXC_ERR, as it would
+    /// with a peer that is gone).
+    sched_delay_us: AtomicU64,
+    /// The RC and XRC requesters' Local ACK Timeout code (`--ack-timeout`).
+    ack_timeout: u8,
+}
+
+/// The Local ACK Timeout code of the RC and XRC streams unless `--ack-timeout` says
+/// otherwise: 14, 4.096 µs × 2^14 ≈ 67 ms, what ibv_rc_pingpong and perftest use. With the
+/// 7 retries that is ≈ 0.5 s a peer may go unheard before RETRY_EXC_ERR; at 12 (17 ms,
+/// 134 ms in all) a loaded 2-core machine starved a device's thread that long.
+const ACK_TIMEOUT: u8 = 14;
+
+/// Measures scheduling delay until told to stop: sleeps 1 ms at a time and records by how
+/// much each sleep overran.
+fn watchdog(sh: &Shared) {
+    // Bounded by `stop`.
+    while !sh.stop.load(Ordering::Relaxed) {
+        let t = Instant::now();
+        std::thread::sleep(Duration::from_millis(1));
+        let over = t.elapsed().saturating_sub(Duration::from_millis(1));
+        sh.sched_delay_us
+            .fetch_max(over.as_micros() as u64, Ordering::Relaxed);
+    }
 }
 
 const NAMES: [&str; 6] = ["rc", "xrc", "uc", "ud", "cm-churn", "qp-churn"];
@@ -176,7 +207,7 @@ fn rc_stream(a: &NetDevice, b: &NetDevice, sh: &Shared) -> Res<()> {
     let (sa, sb) = (Side::new(a, 16 * SLOT)?, Side::new(b, 16 * SLOT)?);
     let (qa, qb) = (sa.qp(QpType::Rc, 16)?, sb.qp(QpType::Rc, 16)?);
     let c = |peer: &NetDevice, qpn| RcConnect {
-        timeout: 12,
+        timeout: sh.ack_timeout,
         ..RcConnect::new(peer.local_addr().ip(), qpn)
     };
     qa.connect_rc(&c(b, qb.qp_num()))
@@ -251,7 +282,7 @@ fn xrc_stream(a: &NetDevice, b: &NetDevice, sh: &Shared) -> Res<()> {
     tgt.connect_rc(&RcConnect::new(a.local_addr().ip(), ini.qp_num()))
         .map_err(|e| e.to_string())?;
     ini.connect_rc(&RcConnect {
-        timeout: 12,
+        timeout: sh.ack_timeout,
         ..RcConnect::new(b.local_addr().ip(), tgt.qp_num())
     })
     .map_err(|e| e.to_string())?;
@@ -469,6 +500,10 @@ fn main() -> std::process::ExitCode {
     let every: u64 = arg(&args, "--report")
         .and_then(|s| s.parse().ok())
         .unwrap_or(60);
+    let ack_timeout: u8 = arg(&args, "--ack-timeout")
+        .and_then(|s| s.parse().ok())
+        .filter(|&t| t < 32)
+        .unwrap_or(ACK_TIMEOUT);
     let addrs = arg(&args, "--addrs");
     let (addr_a, addr_b) = addrs
         .as_deref()
@@ -509,7 +544,13 @@ fn main() -> std::process::ExitCode {
     let sh = Arc::new(Shared {
         stop: AtomicBool::new(false),
         checked: Default::default(),
+        sched_delay_us: AtomicU64::new(0),
+        ack_timeout,
     });
+    let dog = {
+        let sh = sh.clone();
+        std::thread::spawn(move || watchdog(&sh))
+    };
     let cm = Arc::new(cm);
     let mut workers = Vec::new();
     for k in 0..6 {
@@ -534,7 +575,8 @@ fn main() -> std::process::ExitCode {
     let mut samples: Vec<(u64, u64, usize, usize)> = Vec::new();
     let mut last: Vec<u64> = vec![0; 6];
     let mut stalled = None;
-    println!("uroce-soak: {secs} s, faults {faults:?}");
+    let mut worst_delay = 0u64;
+    println!("uroce-soak: {secs} s, faults {faults:?}, RC ACK timeout code {ack_timeout}");
     // Bounded by `secs`.
     while start.elapsed() < Duration::from_secs(secs) && !sh.stop.load(Ordering::Relaxed) {
         std::thread::sleep(
@@ -548,9 +590,12 @@ fn main() -> std::process::ExitCode {
             .map(|c| c.load(Ordering::Relaxed))
             .collect();
         let t = start.elapsed().as_secs();
+        let delay = sh.sched_delay_us.swap(0, Ordering::Relaxed);
+        worst_delay = worst_delay.max(delay);
         println!(
-            "t={t:>5} s rss={rss} KiB fds={fds} qps={} checked: {}",
+            "t={t:>5} s rss={rss} KiB fds={fds} qps={} sched-delay={:.1} ms checked: {}",
             qps(),
+            delay as f64 / 1000.0,
             NAMES
                 .iter()
                 .zip(&now)
@@ -569,6 +614,9 @@ fn main() -> std::process::ExitCode {
         last = now;
     }
     sh.stop.store(true, Ordering::Relaxed);
+    let _ = dog.join();
+    // The window a failure ended in is not reported by the loop above.
+    worst_delay = worst_delay.max(sh.sched_delay_us.load(Ordering::Relaxed));
     let mut failed: Vec<String> = Vec::new();
     for (k, w) in workers.into_iter().enumerate() {
         match w.join() {
@@ -603,6 +651,29 @@ fn main() -> std::process::ExitCode {
         c.0.transport.retransmitted_packets,
         c.1.transport.retransmitted_packets
     );
+    println!(
+        "ACK timeouts {} + {} ({} + {} excused), retries exceeded {} + {}; \
+         longest scheduling delay {:.1} ms (last window {:.1} ms)",
+        c.0.transport.timeouts,
+        c.1.transport.timeouts,
+        c.0.transport.timeouts_excused,
+        c.1.transport.timeouts_excused,
+        c.0.transport.retry_exceeded,
+        c.1.transport.retry_exceeded,
+        worst_delay as f64 / 1000.0,
+        sh.sched_delay_us.load(Ordering::Relaxed) as f64 / 1000.0
+    );
+    // 4.096 µs × 2^t, eight times (the first try and 7 retries).
+    let budget_ms = 8.0 * 4.096e-3 * f64::from(1u32 << ack_timeout.min(31));
+    if failed.iter().any(|f| f.contains("RetryExcErr")) && worst_delay as f64 / 1000.0 >= budget_ms
+    {
+        failed.push(format!(
+            "the process went {:.1} ms unscheduled, longer than the {budget_ms:.0} ms the \
+             requesters wait for an unheard peer (8 × the ACK timeout): a starved peer \
+             thread looks like a dead peer",
+            worst_delay as f64 / 1000.0
+        ));
+    }
     if failed.is_empty() {
         println!("uroce-soak: ok");
         std::process::ExitCode::SUCCESS
