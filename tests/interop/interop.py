@@ -717,6 +717,7 @@ def judge_reject(s, rcs, pcap, server_ip):
 
 
 RETRY_CNT = 7  # what ibv_rc_pingpong sets (and perftest); IBA: 7 retries, then an error
+ACK_TIMEOUT_S = 4.096e-6 * 2 ** 14  # perftest's Local ACK Timeout (code 14, about 67 ms)
 
 
 def judge_vanish(s, rcs, client_out, pcap, client_ip):
@@ -725,16 +726,31 @@ def judge_vanish(s, rcs, client_out, pcap, client_ip):
     request completes with IBV_WC_RETRY_EXC_ERR, perftest exits 1); Linux rxe is known to
     treat retry_cnt 7 as infinite and must still be retransmitting when its time limit
     kills it (more than 1 + 7 times)."""
-    rows = sh("tshark", "-n", "-r", str(pcap), "-Y", f"ip.src == {client_ip} && infiniband.bth.opcode != 17",
-              "-T", "fields", "-e", "infiniband.bth.psn").split()
-    most = max((rows.count(p) for p in set(rows)), default=0)
+    lines = sh("tshark", "-n", "-r", str(pcap), "-Y", f"ip.src == {client_ip} && infiniband.bth.opcode != 17",
+               "-T", "fields", "-e", "infiniband.bth.psn", "-e", "frame.time_epoch").splitlines()
+    sends = {}
+    for line in lines:
+        f = line.split()
+        if len(f) == 2:
+            sends.setdefault(f[0], []).append(float(f[1]))
+    times = max(sends.values(), key=len, default=[])
+    most = len(times)
     verdict = f", a packet sent {most} times"
     rc = rcs.get("client")
     if s.client == "host":
         if rc in (0, "timeout"):
             return verdict, f"uroce client: exit {rc}, expected a failure before its limit"
-        if most != 1 + RETRY_CNT:
-            return verdict, f"uroce sent a packet {most} times with retry_cnt {RETRY_CNT}, expected {1 + RETRY_CNT}"
+        # A retransmit timer that fired late (more than half a period: the host did not
+        # schedule the client, which shares its 2 cores with two guests) is excused by
+        # uroce and does not consume a retry (docs/ARCHITECTURE.md, the RC engine): the
+        # capture shows it as a gap of more than 1.5 periods. Every other send counts.
+        late = sum(1 for a, b in zip(times, times[1:]) if b - a > 1.4 * ACK_TIMEOUT_S)
+        allowed = 1 + RETRY_CNT + min(late, RETRY_CNT)
+        if not 1 + RETRY_CNT <= most <= allowed:
+            return verdict, (f"uroce sent a packet {most} times with retry_cnt {RETRY_CNT} and {late} late "
+                             f"timer(s), expected {1 + RETRY_CNT}" + (f" to {allowed}" if late else ""))
+        if late:
+            verdict += f" ({late} after a late timer)"
         return verdict + " (uroce: retry_cnt 7 = seven retries, then RETRY_EXC_ERR)", None
     if rc not in (124, 143):
         return verdict, f"rxe client: exit {rc}, expected to be still retrying when its limit killed it"

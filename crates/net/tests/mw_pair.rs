@@ -78,8 +78,9 @@ fn pair(n: u8, b_access: AccessFlags) -> (Side, Side) {
             rq_psn: Psn::new(10),
             sq_psn: Psn::new(10),
             min_rnr_timer: 1,
-            timeout: 10,
-            retry_cnt: 2,
+            // 67 ms and the default 7 retries: nothing here is lost, and a shorter budget
+            // failed on a loaded 2-core machine with a starved peer thread.
+            timeout: 14,
             ..RcConnect::new(peer.dev.local_addr().ip(), peer.qp.qp_num())
         };
         me.qp.connect_rc(&c).expect("RESET to RTS");

@@ -66,7 +66,8 @@ fn connect(a: &Side, b: &Side, mtu: Pmtu) {
             rq_psn: Psn::new(100),
             sq_psn: Psn::new(100),
             min_rnr_timer: 1,
-            timeout: 10,
+            // Nothing is lost here: a timeout long enough for a starved peer thread.
+            timeout: 14,
             ..RcConnect::new(peer.dev.local_addr().ip(), peer.qp.qp_num())
         };
         me.qp.connect_rc(&c).expect("RESET to RTS");

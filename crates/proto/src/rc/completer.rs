@@ -374,6 +374,9 @@ impl RcQp {
         }
         self.req.retry_left = self.cfg.retry_cnt;
         self.req.excused_left = self.cfg.retry_cnt;
+        // Progress has been accounted for: only a packet after it excuses a timeout (else
+        // the first timeout after a peer vanishes would be excused by its last ACK).
+        self.req.peer_heard = false;
         self.req.rnr_left = self.cfg.rnr_retry;
         self.req.gap_retried = false;
         self.req.nak_retry_psn = None;

@@ -53,8 +53,9 @@
 //!
 //! A retransmit timeout that fired more than half a period late (at least 1 ms: this
 //! process was not scheduled), or after a packet from the peer arrived on the QP since the
-//! previous timeout (the peer runs), is *excused*: it retransmits without consuming a
-//! retry, at most `retry_cnt` times between two forward progresses (`timeouts_excused`).
+//! previous timeout and since the last forward progress (the peer runs), is *excused*: it
+//! retransmits without consuming a retry, at most `retry_cnt` times between two forward
+//! progresses (`timeouts_excused`).
 //! IBA's Local ACK Timeout is a minimum (the requester waits *at least* that long,
 //! C9-140), and a late timer tells nothing about the peer: on a loaded machine (a CI
 //! runner) the timers of a live connection fire late, and counting them failed live

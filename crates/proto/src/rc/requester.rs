@@ -43,7 +43,8 @@ pub(super) struct Requester {
     /// Timeouts that may still be excused (not consume a retry) because they fired late
     /// or the peer was heard from since the previous one; reloaded with `retry_left`.
     pub excused_left: u8,
-    /// A packet from the peer arrived on this QP since the last retransmit timeout.
+    /// A packet from the peer arrived on this QP since the last retransmit timeout and the
+    /// last forward progress.
     pub peer_heard: bool,
     /// RNR retries left (ignored when `rnr_retry` is 7).
     pub rnr_left: u8,

@@ -451,6 +451,36 @@ fn a_starved_requester_keeps_a_connection_whose_peer_answers_late() {
 }
 
 #[test]
+fn a_peer_that_vanishes_after_answering_gets_exactly_retry_cnt_retries() {
+    // B answers A's first SEND (the ACK is the last thing A hears from it), then vanishes:
+    // the ACK that made progress says nothing about the timeouts after it, so with timers
+    // on time A sends the second SEND 1 + retry_cnt times and fails, as when the peer was
+    // never there (the interop suite's write_peer_vanishes against the kernel's rxe).
+    for retry_cnt in [0u8, 3, 7] {
+        let (mut ca, cb) = configs();
+        ca.retry_cnt = retry_cnt;
+        let mut p = Pair::with_configs(ca, cb);
+        p.b.post_recv(recv(1, vec![])).unwrap();
+        p.a.post_send(wr(1, SendOpcode::Send, vec![])).unwrap();
+        p.run();
+        assert_eq!(p.completions(Side::A)[0].1.status, WcStatus::Success);
+        let before = p.sent(Side::A).len();
+        p.drop_packets(Side::A, usize::MAX, |_| true);
+        p.a.post_send(wr(2, SendOpcode::Send, vec![])).unwrap();
+        p.run();
+        let c = p.a.counters();
+        let n = u64::from(retry_cnt);
+        assert_eq!(
+            (c.timeouts, c.timeouts_excused, c.retries, c.retry_exceeded),
+            (n + 1, 0, n, 1),
+            "retry_cnt {retry_cnt}: {c:?}"
+        );
+        assert_eq!(p.sent(Side::A).len() - before, usize::from(retry_cnt) + 1);
+        assert_eq!(p.completions(Side::A)[0].1.status, WcStatus::RetryExcErr);
+    }
+}
+
+#[test]
 fn a_timeout_after_hearing_from_the_peer_is_excused() {
     // A's requests are lost, but B's own SENDs reach A between A's (on-time) timeouts:
     // the peer runs, so those timeouts do not count; the budget is bounded all the same.
