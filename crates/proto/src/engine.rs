@@ -158,6 +158,60 @@ pub enum CqKind {
     XrcSrq(u32),
 }
 
+/// What an engine has produced for its owner and not yet handed out: work completions in
+/// the order they were generated, asynchronous events, and how many completions of each
+/// work queue are still waiting to be polled. Every engine keeps one; a completion not yet
+/// polled still occupies its work queue's slot (`send_cqes`/`recv_cqes` count against
+/// `max_send_wr`/`max_recv_wr`), as a CQE does on an HCA until the CQ is read.
+#[derive(Debug, Default)]
+pub struct Outbox {
+    completions: std::collections::VecDeque<(CqKind, WorkCompletion)>,
+    send_cqes: usize,
+    recv_cqes: usize,
+    events: std::collections::VecDeque<QpEvent>,
+}
+
+impl Outbox {
+    /// Queues a work completion for the CQ `kind`.
+    pub fn push_completion(&mut self, kind: CqKind, wc: WorkCompletion) {
+        match kind {
+            CqKind::Send => self.send_cqes += 1,
+            CqKind::Recv | CqKind::XrcSrq(_) => self.recv_cqes += 1,
+        }
+        self.completions.push_back((kind, wc));
+    }
+
+    /// The oldest work completion, which then no longer occupies its queue's slot.
+    pub fn pop_completion(&mut self) -> Option<(CqKind, WorkCompletion)> {
+        let c = self.completions.pop_front()?;
+        match c.0 {
+            CqKind::Send => self.send_cqes = self.send_cqes.saturating_sub(1),
+            CqKind::Recv | CqKind::XrcSrq(_) => self.recv_cqes = self.recv_cqes.saturating_sub(1),
+        }
+        Some(c)
+    }
+
+    /// Send completions not yet polled.
+    pub fn send_cqes(&self) -> usize {
+        self.send_cqes
+    }
+
+    /// Receive completions (including XRC SRQ ones) not yet polled.
+    pub fn recv_cqes(&self) -> usize {
+        self.recv_cqes
+    }
+
+    /// Queues an asynchronous event.
+    pub fn push_event(&mut self, event: QpEvent) {
+        self.events.push_back(event);
+    }
+
+    /// The oldest asynchronous event.
+    pub fn pop_event(&mut self) -> Option<QpEvent> {
+        self.events.pop_front()
+    }
+}
+
 /// Asynchronous QP events (IBA Vol 1 §11.6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum QpEvent {

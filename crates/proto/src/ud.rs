@@ -104,7 +104,7 @@ use uroce_wire::{bth, deth, immdt, PacketRepr, Pmtu, Psn, ICRC_LEN, ROCEV2_UDP_P
 
 use crate::build::{build, fill_payload, pkey_match, BuildError};
 use crate::engine::{Arrival, Engine, EngineCounters, Transmit};
-use crate::engine::{CqKind, Env, PostError, QpEvent, RtsAttrs};
+use crate::engine::{CqKind, Env, Outbox, PostError, QpEvent, RtsAttrs};
 use crate::memory::{scatter, sg_total};
 use crate::qp_state::{QpState, QpType};
 use crate::time::Instant;
@@ -198,10 +198,7 @@ pub struct UdQp {
     next_psn: Psn,
     sq: VecDeque<UdSend>,
     rq: VecDeque<RecvWr>,
-    completions: VecDeque<(CqKind, WorkCompletion)>,
-    send_cqes: usize,
-    recv_cqes: usize,
-    events: VecDeque<QpEvent>,
+    outbox: Outbox,
     counters: EngineCounters,
 }
 
@@ -222,10 +219,7 @@ impl UdQp {
             state: QpState::Rtr,
             sq: VecDeque::new(),
             rq: VecDeque::new(),
-            completions: VecDeque::new(),
-            send_cqes: 0,
-            recv_cqes: 0,
-            events: VecDeque::new(),
+            outbox: Outbox::default(),
             counters: EngineCounters::default(),
         }
     }
@@ -248,14 +242,6 @@ impl UdQp {
         }
     }
 
-    fn push_completion(&mut self, kind: CqKind, wc: WorkCompletion) {
-        match kind {
-            CqKind::Send => self.send_cqes += 1,
-            CqKind::Recv | CqKind::XrcSrq(_) => self.recv_cqes += 1,
-        }
-        self.completions.push_back((kind, wc));
-    }
-
     fn drop_packet(&mut self, cause: fn(&mut EngineCounters) -> &mut u64) {
         self.counters.dropped_packets += 1;
         *cause(&mut self.counters) += 1;
@@ -267,13 +253,13 @@ impl UdQp {
         if let Some(wc) =
             crate::build::send_completion(self.cfg.sq_sig_all, qpn, &s.wr, s.len, status)
         {
-            self.push_completion(CqKind::Send, wc);
+            self.outbox.push_completion(CqKind::Send, wc);
         }
     }
 
     fn complete_recv_error(&mut self, wr_id: u64, status: WcStatus) {
         let wc = WorkCompletion::new(wr_id, status, WcOpcode::Recv, self.cfg.qpn);
-        self.push_completion(CqKind::Recv, wc);
+        self.outbox.push_completion(CqKind::Recv, wc);
     }
 
     fn flush_send_queue(&mut self) {
@@ -293,7 +279,7 @@ impl UdQp {
             self.complete_recv_error(wr.wr_id, WcStatus::WrFlushErr);
         }
         if self.cfg.use_srq {
-            self.events.push_back(QpEvent::LastWqeReached);
+            self.outbox.push_event(QpEvent::LastWqeReached);
         }
     }
 
@@ -502,7 +488,7 @@ impl Engine for UdQp {
         wc.pkey_index = self.cfg.pkey_index;
         wc.solicited = pkt.bth.solicited;
         wc.sl = roce_packet_type(from);
-        self.push_completion(CqKind::Recv, wc);
+        self.outbox.push_completion(CqKind::Recv, wc);
     }
 
     fn handle_timeout(&mut self, _now: Instant, _env: &mut Env<'_>) {}
@@ -517,7 +503,7 @@ impl Engine for UdQp {
             return Err(PostError::BadState(self.state));
         }
         let len = self.validate_send(&wr).map_err(PostError::InvalidWr)?;
-        if self.sq.len() + self.send_cqes >= self.cfg.max_send_wr as usize {
+        if self.sq.len() + self.outbox.send_cqes() >= self.cfg.max_send_wr as usize {
             return Err(PostError::QueueFull);
         }
         let s = UdSend { wr, len };
@@ -542,7 +528,7 @@ impl Engine for UdQp {
             self.validate_send(wr)
                 .map_err(|e| (i, PostError::InvalidWr(e)))?;
         }
-        let used = self.sq.len() + self.send_cqes;
+        let used = self.sq.len() + self.outbox.send_cqes();
         let room = (self.cfg.max_send_wr as usize).saturating_sub(used);
         if wrs.len() > room {
             return Err((room, PostError::QueueFull));
@@ -557,7 +543,7 @@ impl Engine for UdQp {
         if self.state == QpState::Reset {
             return Err(PostError::BadState(self.state));
         }
-        if self.rq.len() + self.recv_cqes >= self.cfg.max_recv_wr as usize {
+        if self.rq.len() + self.outbox.recv_cqes() >= self.cfg.max_recv_wr as usize {
             return Err(PostError::QueueFull);
         }
         if self.state == QpState::Err {
@@ -599,7 +585,7 @@ impl Engine for UdQp {
             QpState::Sqd => {
                 if self.state != QpState::Sqd {
                     self.state = QpState::Sqd;
-                    self.events.push_back(QpEvent::SqDrained);
+                    self.outbox.push_event(QpEvent::SqDrained);
                 }
             }
             other => self.state = other,
@@ -672,15 +658,10 @@ impl Engine for UdQp {
     }
 
     fn poll_completion(&mut self) -> Option<(CqKind, WorkCompletion)> {
-        let c = self.completions.pop_front()?;
-        match c.0 {
-            CqKind::Send => self.send_cqes = self.send_cqes.saturating_sub(1),
-            CqKind::Recv | CqKind::XrcSrq(_) => self.recv_cqes = self.recv_cqes.saturating_sub(1),
-        }
-        Some(c)
+        self.outbox.pop_completion()
     }
 
     fn poll_event(&mut self) -> Option<QpEvent> {
-        self.events.pop_front()
+        self.outbox.pop_event()
     }
 }

@@ -100,8 +100,6 @@ mod wqe;
 #[cfg(test)]
 pub(crate) mod tests;
 
-use std::collections::VecDeque;
-
 use uroce_wire::opcode::{self, Transport};
 use uroce_wire::{PacketRepr, Pmtu, Psn};
 
@@ -237,6 +235,7 @@ impl RcConfig {
 // The transport-neutral parts of the engine contract live in `engine`; re-exported here
 // under the paths the layers above have always used.
 pub use crate::counters::EngineCounters as RcCounters;
+use crate::engine::Outbox;
 pub use crate::engine::{
     CqKind, Env, PostError, QpEvent, RemoteAccess, RtsAttrs, SharedRecvQueue, XrcSrqError, XrcSrqs,
     MAX_MSG_LEN,
@@ -255,10 +254,7 @@ pub struct RcQp {
     state: QpState,
     req: Requester,
     resp: Responder,
-    completions: VecDeque<(CqKind, WorkCompletion)>,
-    send_cqes: usize,
-    recv_cqes: usize,
-    events: VecDeque<QpEvent>,
+    outbox: Outbox,
     counters: RcCounters,
     drained_notified: bool,
     comm_est_sent: bool,
@@ -277,10 +273,7 @@ impl RcQp {
             resp: Responder::new(&cfg),
             cfg,
             state: QpState::Rts,
-            completions: VecDeque::new(),
-            send_cqes: 0,
-            recv_cqes: 0,
-            events: VecDeque::new(),
+            outbox: Outbox::default(),
             counters: RcCounters::default(),
             drained_notified: false,
             comm_est_sent: false,
@@ -325,7 +318,7 @@ impl RcQp {
             s => return Err(PostError::BadState(s)),
         }
         let len = validate_send(&wr, &self.cfg)?;
-        if self.req.sq.len() + self.send_cqes >= self.cfg.max_send_wr as usize {
+        if self.req.sq.len() + self.outbox.send_cqes() >= self.cfg.max_send_wr as usize {
             return Err(PostError::QueueFull);
         }
         if self.state == QpState::Err {
@@ -335,7 +328,7 @@ impl RcQp {
                 wr.opcode.wc_opcode(),
                 self.cfg.qpn,
             );
-            self.push_completion(CqKind::Send, wc);
+            self.outbox.push_completion(CqKind::Send, wc);
             return Ok(());
         }
         self.req.sq.push_back(SendWqe::new(wr, len, self.cfg.pmtu));
@@ -355,7 +348,7 @@ impl RcQp {
         for (i, wr) in wrs.iter().enumerate() {
             validate_send(wr, &self.cfg).map_err(|e| (i, e))?;
         }
-        let used = self.req.sq.len() + self.send_cqes;
+        let used = self.req.sq.len() + self.outbox.send_cqes();
         let room = (self.cfg.max_send_wr as usize).saturating_sub(used);
         if wrs.len() > room {
             return Err((room, PostError::QueueFull));
@@ -380,13 +373,13 @@ impl RcQp {
         if self.state == QpState::Reset {
             return Err(PostError::BadState(self.state));
         }
-        if self.resp.rq.len() + self.recv_cqes >= self.cfg.max_recv_wr as usize {
+        if self.resp.rq.len() + self.outbox.recv_cqes() >= self.cfg.max_recv_wr as usize {
             return Err(PostError::QueueFull);
         }
         if self.state == QpState::Err {
             let wc =
                 WorkCompletion::new(wr.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, self.cfg.qpn);
-            self.push_completion(CqKind::Recv, wc);
+            self.outbox.push_completion(CqKind::Recv, wc);
             return Ok(());
         }
         self.resp.rq.push_back(wr);
@@ -523,17 +516,12 @@ impl RcQp {
     /// The next work completion: send completions in send-posting order, receive
     /// completions in receive order.
     pub fn poll_completion(&mut self) -> Option<(CqKind, WorkCompletion)> {
-        let c = self.completions.pop_front()?;
-        match c.0 {
-            CqKind::Send => self.send_cqes = self.send_cqes.saturating_sub(1),
-            CqKind::Recv | CqKind::XrcSrq(_) => self.recv_cqes = self.recv_cqes.saturating_sub(1),
-        }
-        Some(c)
+        self.outbox.pop_completion()
     }
 
     /// The next asynchronous event.
     pub fn poll_event(&mut self) -> Option<QpEvent> {
-        self.events.pop_front()
+        self.outbox.pop_event()
     }
 
     /// Starts the engine in RTR: the responder accepts requests, the requester sends
@@ -618,14 +606,6 @@ impl RcQp {
 
     // ----- shared helpers of the three parts -----
 
-    fn push_completion(&mut self, kind: CqKind, wc: WorkCompletion) {
-        match kind {
-            CqKind::Send => self.send_cqes += 1,
-            CqKind::Recv | CqKind::XrcSrq(_) => self.recv_cqes += 1,
-        }
-        self.completions.push_back((kind, wc));
-    }
-
     fn drop_wrong_state(&mut self) {
         self.counters.dropped_packets += 1;
         self.counters.dropped_wrong_state += 1;
@@ -645,7 +625,7 @@ impl RcQp {
     fn check_drained(&mut self) {
         if self.state == QpState::Sqd && !self.drained_notified && !self.req.has_started_wqe() {
             self.drained_notified = true;
-            self.events.push_back(QpEvent::SqDrained);
+            self.outbox.push_event(QpEvent::SqDrained);
         }
     }
 
@@ -672,7 +652,7 @@ impl RcQp {
         }
         self.resp.cur = None;
         if self.cfg.use_srq || self.cfg.is_xrc_target() {
-            self.events.push_back(QpEvent::LastWqeReached);
+            self.outbox.push_event(QpEvent::LastWqeReached);
         }
         if keep_resp_output && !self.resp.out.is_empty() {
             self.resp.drain_in_err = true;
@@ -695,7 +675,7 @@ impl RcQp {
         if let Some(wc) =
             crate::build::send_completion(self.cfg.sq_sig_all, qpn, &w.wr, w.len, status)
         {
-            self.push_completion(CqKind::Send, wc);
+            self.outbox.push_completion(CqKind::Send, wc);
         }
         if status == WcStatus::Success {
             self.complete_local_heads();
@@ -723,14 +703,14 @@ impl RcQp {
                 0,
                 WcStatus::Success,
             ) {
-                self.push_completion(CqKind::Send, wc);
+                self.outbox.push_completion(CqKind::Send, wc);
             }
         }
     }
 
     fn complete_recv_error(&mut self, wr_id: u64, status: WcStatus) {
         let wc = WorkCompletion::new(wr_id, status, WcOpcode::Recv, self.cfg.qpn);
-        self.push_completion(self.recv_cq_kind(), wc);
+        self.outbox.push_completion(self.recv_cq_kind(), wc);
     }
 
     /// Where receive completions go: the receive CQ, or for an XRC target the CQ of the

@@ -323,7 +323,7 @@ impl RcQp {
         self.resp.sent_psn_nak = false;
         if self.state == QpState::Rtr && !self.comm_est_sent {
             self.comm_est_sent = true;
-            self.events.push_back(QpEvent::CommEst);
+            self.outbox.push_event(QpEvent::CommEst);
         }
         if !self.resp.sequence_ok(info) {
             self.invalid_request(psn, None);
@@ -432,7 +432,7 @@ impl RcQp {
             self.complete_recv_error(wr.wr_id, recv_status);
         }
         if let Some(e) = event {
-            self.events.push_back(e);
+            self.outbox.push_event(e);
         }
         self.enter_err(true);
     }
@@ -536,7 +536,7 @@ impl RcQp {
                 wc.invalidated_rkey = ieth.rkey;
             }
             self.resp.bump_msn();
-            self.push_completion(self.recv_cq_kind(), wc);
+            self.outbox.push_completion(self.recv_cq_kind(), wc);
         }
         if pkt.bth.ack_req {
             self.queue_ack(psn);
@@ -626,7 +626,7 @@ impl RcQp {
             if let Some(wr) = taken {
                 // WRITE with immediate: byte_len is the RETH length (docs/INTEROP-NOTES.md §5).
                 let wc = self.recv_completion(wr.wr_id, WcOpcode::RecvRdmaWithImm, len, pkt);
-                self.push_completion(self.recv_cq_kind(), wc);
+                self.outbox.push_completion(self.recv_cq_kind(), wc);
             }
         }
         if pkt.bth.ack_req {
@@ -981,7 +981,7 @@ impl RcQp {
                             let nak = self.nak(bth.psn, NakCode::RemoteAccessError);
                             self.resp.out.clear();
                             self.resp.out.push_back(nak);
-                            self.events.push_back(QpEvent::QpAccessErr);
+                            self.outbox.push_event(QpEvent::QpAccessErr);
                             self.enter_err(true);
                             self.resp.drain_in_err = true;
                         }

@@ -75,7 +75,7 @@ use uroce_wire::{PacketRepr, Pmtu, Psn};
 
 use crate::build::{build, data_packet, fill_payload, pkey_match, BuildError};
 use crate::engine::{Arrival, Engine, EngineCounters, Transmit};
-use crate::engine::{CqKind, Env, PostError, QpEvent, RemoteAccess, RtsAttrs, MAX_MSG_LEN};
+use crate::engine::{CqKind, Env, Outbox, PostError, QpEvent, RemoteAccess, RtsAttrs, MAX_MSG_LEN};
 use crate::memory::{scatter, sg_total, RemoteOp};
 use crate::qp_state::{QpState, QpType};
 use crate::time::Instant;
@@ -202,10 +202,7 @@ pub struct UcQp {
     cur: Option<InMsg>,
     /// Dropping packets until the next FIRST/ONLY.
     drop_msg: bool,
-    completions: VecDeque<(CqKind, WorkCompletion)>,
-    send_cqes: usize,
-    recv_cqes: usize,
-    events: VecDeque<QpEvent>,
+    outbox: Outbox,
     counters: EngineCounters,
     drained_notified: bool,
     comm_est_sent: bool,
@@ -226,10 +223,7 @@ impl UcQp {
             spare: None,
             cur: None,
             drop_msg: false,
-            completions: VecDeque::new(),
-            send_cqes: 0,
-            recv_cqes: 0,
-            events: VecDeque::new(),
+            outbox: Outbox::default(),
             counters: EngineCounters::default(),
             drained_notified: false,
             comm_est_sent: false,
@@ -273,7 +267,7 @@ impl UcQp {
             s => return Err(PostError::BadState(s)),
         }
         let len = validate_send(&wr)?;
-        if self.sq.len() + self.send_cqes >= self.cfg.max_send_wr as usize {
+        if self.sq.len() + self.outbox.send_cqes() >= self.cfg.max_send_wr as usize {
             return Err(PostError::QueueFull);
         }
         if matches!(self.state, QpState::Sqe | QpState::Err) {
@@ -283,7 +277,7 @@ impl UcQp {
                 wr.opcode.wc_opcode(),
                 self.cfg.qpn,
             );
-            self.push_completion(CqKind::Send, wc);
+            self.outbox.push_completion(CqKind::Send, wc);
             return Ok(());
         }
         // invariant: len ≤ 2^31, so at most 2^23 packets: fits u32.
@@ -310,13 +304,13 @@ impl UcQp {
             return Err(PostError::BadState(self.state));
         }
         let held = usize::from(matches!(self.cur, Some(InMsg::Send { .. })));
-        if self.rq.len() + held + self.recv_cqes >= self.cfg.max_recv_wr as usize {
+        if self.rq.len() + held + self.outbox.recv_cqes() >= self.cfg.max_recv_wr as usize {
             return Err(PostError::QueueFull);
         }
         if self.state == QpState::Err {
             let wc =
                 WorkCompletion::new(wr.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, self.cfg.qpn);
-            self.push_completion(CqKind::Recv, wc);
+            self.outbox.push_completion(CqKind::Recv, wc);
             return Ok(());
         }
         self.rq.push_back(wr);
@@ -461,7 +455,7 @@ impl UcQp {
         };
         if self.state == QpState::Rtr && !self.comm_est_sent {
             self.comm_est_sent = true;
-            self.events.push_back(QpEvent::CommEst);
+            self.outbox.push_event(QpEvent::CommEst);
         }
         let psn = pkt.bth.psn;
         let d = psn.diff(self.epsn);
@@ -559,7 +553,7 @@ impl UcQp {
             let wr_id = wr.wr_id;
             self.cur = None;
             let wc = WorkCompletion::new(wr_id, WcStatus::LocProtErr, WcOpcode::Recv, self.cfg.qpn);
-            self.push_completion(CqKind::Recv, wc);
+            self.outbox.push_completion(CqKind::Recv, wc);
             self.enter_err();
             return Ok(());
         }
@@ -567,7 +561,7 @@ impl UcQp {
         if info.position.ends() {
             if let Some(InMsg::Send { wr, received }) = self.cur.take() {
                 let wc = self.recv_completion(wr.wr_id, WcOpcode::Recv, received, pkt);
-                self.push_completion(CqKind::Recv, wc);
+                self.outbox.push_completion(CqKind::Recv, wc);
             }
         }
         Ok(())
@@ -640,7 +634,7 @@ impl UcQp {
                 // message is not reported.
                 let wr = self.take_recv(env).ok_or(Drop::NoRecvWqe)?;
                 let wc = self.recv_completion(wr.wr_id, WcOpcode::RecvRdmaWithImm, len, pkt);
-                self.push_completion(CqKind::Recv, wc);
+                self.outbox.push_completion(CqKind::Recv, wc);
             }
         }
         Ok(())
@@ -695,14 +689,6 @@ impl UcQp {
         self.counters.dropped_wrong_state += 1;
     }
 
-    fn push_completion(&mut self, kind: CqKind, wc: WorkCompletion) {
-        match kind {
-            CqKind::Send => self.send_cqes += 1,
-            CqKind::Recv | CqKind::XrcSrq(_) => self.recv_cqes += 1,
-        }
-        self.completions.push_back((kind, wc));
-    }
-
     /// Pops the send queue's head and reports it if it is signalled or failed.
     fn complete_send_head(&mut self, status: WcStatus) {
         let Some(w) = self.sq.pop_front() else {
@@ -712,7 +698,7 @@ impl UcQp {
         if let Some(wc) =
             crate::build::send_completion(self.cfg.sq_sig_all, qpn, &w.wr, w.len, status)
         {
-            self.push_completion(CqKind::Send, wc);
+            self.outbox.push_completion(CqKind::Send, wc);
         }
     }
 
@@ -750,11 +736,11 @@ impl UcQp {
         for wr in flushed {
             let wc =
                 WorkCompletion::new(wr.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, self.cfg.qpn);
-            self.push_completion(CqKind::Recv, wc);
+            self.outbox.push_completion(CqKind::Recv, wc);
         }
         self.drop_msg = false;
         if self.cfg.use_srq {
-            self.events.push_back(QpEvent::LastWqeReached);
+            self.outbox.push_event(QpEvent::LastWqeReached);
         }
     }
 
@@ -798,7 +784,7 @@ impl UcQp {
             && self.sq.front().is_none_or(|w| w.next_pkt == 0)
         {
             self.drained_notified = true;
-            self.events.push_back(QpEvent::SqDrained);
+            self.outbox.push_event(QpEvent::SqDrained);
         }
     }
 }
@@ -883,7 +869,7 @@ impl Engine for UcQp {
         for (i, wr) in wrs.iter().enumerate() {
             validate_send(wr).map_err(|e| (i, e))?;
         }
-        let used = self.sq.len() + self.send_cqes;
+        let used = self.sq.len() + self.outbox.send_cqes();
         let room = (self.cfg.max_send_wr as usize).saturating_sub(used);
         if wrs.len() > room {
             return Err((room, PostError::QueueFull));
@@ -917,15 +903,10 @@ impl Engine for UcQp {
     }
 
     fn poll_completion(&mut self) -> Option<(CqKind, WorkCompletion)> {
-        let c = self.completions.pop_front()?;
-        match c.0 {
-            CqKind::Send => self.send_cqes = self.send_cqes.saturating_sub(1),
-            CqKind::Recv | CqKind::XrcSrq(_) => self.recv_cqes = self.recv_cqes.saturating_sub(1),
-        }
-        Some(c)
+        self.outbox.pop_completion()
     }
 
     fn poll_event(&mut self) -> Option<QpEvent> {
-        self.events.pop_front()
+        self.outbox.pop_event()
     }
 }
