@@ -22,6 +22,7 @@
 
 use std::time::Duration;
 
+use uroce_proto::engine::Engine;
 use uroce_proto::rc::{CqKind, PostError, RcConfig, RcQp};
 use uroce_proto::wr::{RecvWr, SendWr, WorkCompletion};
 use uroce_wire::Psn;

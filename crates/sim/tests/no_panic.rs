@@ -13,6 +13,7 @@
 use std::collections::HashSet;
 
 use proptest::prelude::*;
+use uroce_proto::engine::{Arrival, Engine, Transmit};
 use uroce_proto::qp_state::QpState;
 use uroce_proto::rc::{CqKind, Env, RcConfig, RcQp};
 use uroce_proto::time::Instant;
@@ -290,7 +291,10 @@ impl Rig {
     fn bytes(&mut self, b: &[u8]) {
         if let Ok(p) = PacketRepr::parse(b) {
             let mut env = Env::new(&self.mem);
-            self.qp.handle_packet(self.now, &p, &mut env);
+            // From the QP's peer: the engine's own address check is not what this fuzzes.
+            let peer = self.qp.config().peer;
+            let from = Arrival::new(peer, peer);
+            self.qp.handle_packet(self.now, &from, &p, &mut env);
         }
         self.drain();
     }
@@ -320,7 +324,9 @@ impl Rig {
     fn transmit(&mut self, n: u8) {
         for _ in 0..n {
             let mut env = Env::new(&self.mem);
-            let Some(len) = self.qp.poll_transmit(self.now, &mut env, &mut self.buf) else {
+            let Some(Transmit { len, .. }) =
+                self.qp.poll_transmit(self.now, &mut env, &mut self.buf)
+            else {
                 break;
             };
             assert!(

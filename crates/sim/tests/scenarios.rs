@@ -8,6 +8,7 @@
 
 use std::time::Duration;
 
+use uroce_proto::engine::Engine;
 use uroce_proto::qp_state::QpState;
 use uroce_proto::rc::{CqKind, QpEvent, RcConfig, RemoteAccess};
 use uroce_proto::time::{local_ack_timeout, Instant};

@@ -34,6 +34,7 @@ use std::time::{Duration, Instant as WallClock};
 
 use rand::{Rng, RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use uroce_proto::engine::Engine;
 use uroce_proto::qp_state::QpState;
 use uroce_proto::rc::{CqKind, RcConfig};
 use uroce_proto::time::Instant;

@@ -9,6 +9,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use uroce_proto::engine::Engine;
 use uroce_proto::qp_state::{QpState, QpType};
 use uroce_proto::rc::{CqKind, QpEvent, RcConfig, RcQp};
 use uroce_proto::wr::{RecvWr, SendFlags, SendOpcode, SendWr, WcOpcode, WcStatus};

@@ -2,11 +2,11 @@
 //!
 //! [`RcQp`] implements the IBA reliable-connected transport (IBA Vol 1 ch. 9, §9.7) for one
 //! QP. It owns no socket, clock or thread: the caller feeds it work requests
-//! ([`RcQp::post_send`], [`RcQp::post_recv`]), received packets ([`RcQp::handle_packet`],
-//! already parsed and ICRC-checked) and the time ([`RcQp::handle_timeout`]), and drains
-//! its outputs: packets ([`RcQp::poll_transmit`], built one at a time into the caller's
-//! buffer), the next timer deadline ([`RcQp::poll_timeout`]), work completions
-//! ([`RcQp::poll_completion`]) and asynchronous events ([`RcQp::poll_event`]). Memory is
+//! ([`Engine::post_send`], [`Engine::post_recv`]), received packets ([`Engine::handle_packet`],
+//! already parsed and ICRC-checked) and the time ([`Engine::handle_timeout`]), and drains
+//! its outputs: packets ([`Engine::poll_transmit`], built one at a time into the caller's
+//! buffer), the next timer deadline ([`Engine::poll_timeout`]), work completions
+//! ([`Engine::poll_completion`]) and asynchronous events ([`Engine::poll_event`]). Memory is
 //! reached only through [`crate::memory::Memory`] (in [`Env`]), so the same engine runs over
 //! the verbs layer's registered regions and over test buffers.
 //!
@@ -28,13 +28,13 @@
 //!   responder resources without re-execution), opcode sequence, access rights, receive WQE
 //!   (RNR NAK when none), length checks, R_Key checks through `Memory`, execution,
 //!   completion, coalesced acknowledgement. READ responses are generated from memory at
-//!   transmit time, one packet per [`RcQp::poll_transmit`] call.
+//!   transmit time, one packet per [`Engine::poll_transmit`] call.
 //!
-//! [`RcQp::poll_transmit`] sends responder output (ACKs, NAKs, READ responses, atomic
+//! [`Engine::poll_transmit`] sends responder output (ACKs, NAKs, READ responses, atomic
 //! ACKs) before new requests.
 //!
 //! ## Timers
-//! Two deadlines, both reported by [`RcQp::poll_timeout`]:
+//! Two deadlines, both reported by [`Engine::poll_timeout`]:
 //! * the **retransmit timer** (local ACK timeout, [`crate::time::local_ack_timeout`] of
 //!   `timeout`; `0` = never): armed when a request packet is sent and none is pending,
 //!   re-armed on every forward progress while PSNs are unacknowledged, disarmed when all
@@ -85,7 +85,7 @@
 //!   so that earlier requests complete normally at the requester, as they would at a
 //!   responder that processes requests strictly one after another.
 //! * LOCAL_INV / BIND_MW (local operations) are not executed here: the verbs layer owns
-//!   memory windows and regions. [`RcQp::post_send`] refuses them.
+//!   memory windows and regions. [`Engine::post_send`] refuses them.
 //! * P_Key check as rxe: low 15 bits equal and non-zero, membership bit on either side.
 //!
 //! Nothing here panics on packet contents: header presence, lengths and PSNs are checked
@@ -235,11 +235,11 @@ impl RcConfig {
 // The transport-neutral parts of the engine contract live in `engine`; re-exported here
 // under the paths the layers above have always used.
 pub use crate::counters::EngineCounters as RcCounters;
-use crate::engine::Outbox;
 pub use crate::engine::{
     CqKind, Env, PostError, QpEvent, RemoteAccess, RtsAttrs, SharedRecvQueue, XrcSrqError, XrcSrqs,
     MAX_MSG_LEN,
 };
+use crate::engine::{Engine, Outbox};
 
 /// One RC queue pair: requester, completer and responder.
 ///
@@ -280,117 +280,16 @@ impl RcQp {
         }
     }
 
-    /// Our QP number.
-    pub fn qpn(&self) -> u32 {
-        self.cfg.qpn
-    }
-
     /// The configuration.
     pub fn config(&self) -> &RcConfig {
         &self.cfg
-    }
-
-    /// The current state.
-    pub fn state(&self) -> QpState {
-        self.state
-    }
-
-    /// Statistics.
-    pub fn counters(&self) -> &RcCounters {
-        &self.counters
-    }
-
-    /// Queues a send WR. In RTS it is sent in order; in SQD it waits until the QP returns
-    /// to RTS; in ERR it is accepted and completed at once with `WR_FLUSH_ERR`.
-    ///
-    /// Errors: `BadState` in RESET, INIT, RTR, SQE; `QueueFull` when `max_send_wr` WRs are
-    /// queued or completed but not yet polled; `InvalidWr` for an opcode an RC QP does not
-    /// execute (LOCAL_INV, BIND_MW), a message longer than 2^31 bytes, a READ longer than
-    /// 2^22 PSNs, inline data for READ/atomic, an atomic whose local buffer is not 8 bytes
-    /// or whose remote address is not 8-byte aligned, an ATOMIC WRITE whose payload is not
-    /// 8 bytes or on an XRC QP, READ/atomic/ATOMIC WRITE with `max_rd_atomic == 0`, FLUSH.
-    pub fn post_send(&mut self, wr: SendWr) -> Result<(), PostError> {
-        if self.cfg.is_xrc_target() {
-            return Err(PostError::InvalidWr(WrError::NoSendQueue));
-        }
-        match self.state {
-            QpState::Rts | QpState::Sqd | QpState::Err => {}
-            s => return Err(PostError::BadState(s)),
-        }
-        let len = validate_send(&wr, &self.cfg)?;
-        if self.req.sq.len() + self.outbox.send_cqes() >= self.cfg.max_send_wr as usize {
-            return Err(PostError::QueueFull);
-        }
-        if self.state == QpState::Err {
-            let wc = WorkCompletion::new(
-                wr.wr_id,
-                WcStatus::WrFlushErr,
-                wr.opcode.wc_opcode(),
-                self.cfg.qpn,
-            );
-            self.outbox.push_completion(CqKind::Send, wc);
-            return Ok(());
-        }
-        self.req.sq.push_back(SendWqe::new(wr, len, self.cfg.pmtu));
-        Ok(())
-    }
-
-    /// Whether [`RcQp::post_send`] would accept every WR of `wrs` now, in order, with the
-    /// same checks; queues nothing. `Err((i, e))`: WR `i` would be refused with `e`.
-    pub fn check_send_list(&self, wrs: &[SendWr]) -> Result<(), (usize, PostError)> {
-        if self.cfg.is_xrc_target() {
-            return Err((0, PostError::InvalidWr(WrError::NoSendQueue)));
-        }
-        match self.state {
-            QpState::Rts | QpState::Sqd | QpState::Err => {}
-            s => return Err((0, PostError::BadState(s))),
-        }
-        for (i, wr) in wrs.iter().enumerate() {
-            validate_send(wr, &self.cfg).map_err(|e| (i, e))?;
-        }
-        let used = self.req.sq.len() + self.outbox.send_cqes();
-        let room = (self.cfg.max_send_wr as usize).saturating_sub(used);
-        if wrs.len() > room {
-            return Err((room, PostError::QueueFull));
-        }
-        Ok(())
-    }
-
-    /// Queues a receive WR. In ERR it is accepted and completed at once with
-    /// `WR_FLUSH_ERR`.
-    ///
-    /// Errors: `BadState` in RESET; `QueueFull` at `max_recv_wr` (counting completions not
-    /// yet polled); `InvalidWr` on a QP that takes its receive WQEs from an SRQ.
-    pub fn post_recv(&mut self, wr: RecvWr) -> Result<(), PostError> {
-        match self.cfg.qp_type {
-            QpType::XrcSend => return Err(PostError::InvalidWr(WrError::NoRecvQueue)),
-            QpType::XrcRecv => return Err(PostError::InvalidWr(WrError::UsesSrq)),
-            _ => {}
-        }
-        if self.cfg.use_srq {
-            return Err(PostError::InvalidWr(WrError::UsesSrq));
-        }
-        if self.state == QpState::Reset {
-            return Err(PostError::BadState(self.state));
-        }
-        if self.resp.rq.len() + self.outbox.recv_cqes() >= self.cfg.max_recv_wr as usize {
-            return Err(PostError::QueueFull);
-        }
-        if self.state == QpState::Err {
-            let wc =
-                WorkCompletion::new(wr.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, self.cfg.qpn);
-            self.outbox.push_completion(CqKind::Recv, wc);
-            return Ok(());
-        }
-        self.resp.rq.push_back(wr);
-        Ok(())
     }
 
     /// A packet addressed to this QP (dest_qp == qpn), already parsed and ICRC-checked by
     /// the caller. Request packets go to the responder (states RTR, RTS, SQD), responses,
     /// ACKs and NAKs to the completer (RTS, SQD). Everything else is dropped and counted:
     /// another DestQP, a P_Key mismatch, an opcode that is not RC, a wrong state.
-    pub fn handle_packet(&mut self, now: Instant, pkt: &PacketRepr<'_>, env: &mut Env<'_>) {
+    fn receive(&mut self, now: Instant, pkt: &PacketRepr<'_>, env: &mut Env<'_>) {
         self.counters.packets_received += 1;
         if pkt.bth.dest_qp != self.cfg.qpn {
             self.drop_wrong_state();
@@ -434,26 +333,12 @@ impl RcQp {
         self.check_drained();
     }
 
-    /// Call when `now >= poll_timeout()`: fires the RNR and retransmit timers that are due.
-    pub fn handle_timeout(&mut self, now: Instant, _env: &mut Env<'_>) {
-        if !matches!(self.state, QpState::Rts | QpState::Sqd) {
-            return;
-        }
-        self.completer_timeout(now);
-        self.check_drained();
-    }
-
     /// Emits the next packet (BTH..ICRC with the 4 ICRC bytes zero: the I/O layer seals it)
     /// into `buf`, returns its length; `None` when nothing is ready. `buf` must hold at
     /// least 4096 + 64 bytes (a smaller one makes packets that do not fit wait). Packet
     /// order: responses/ACKs first, then requests, except that a lone positive ACK lets
     /// one request message go first (`Responder::ack_may_wait`).
-    pub fn poll_transmit(
-        &mut self,
-        now: Instant,
-        env: &mut Env<'_>,
-        buf: &mut [u8],
-    ) -> Option<usize> {
+    fn emit(&mut self, now: Instant, env: &mut Env<'_>, buf: &mut [u8]) -> Option<usize> {
         let n = match self.state {
             QpState::Err if self.resp.drain_in_err => {
                 let n = self.responder_poll(env, buf);
@@ -501,31 +386,8 @@ impl RcQp {
         n
     }
 
-    /// Earliest deadline the engine wants [`RcQp::handle_timeout`] to be called at
-    /// (retransmit timer, RNR wait); `None` when no timer runs.
-    pub fn poll_timeout(&self) -> Option<Instant> {
-        if !matches!(self.state, QpState::Rts | QpState::Sqd) {
-            return None;
-        }
-        match (self.req.rto_deadline, self.req.rnr_deadline) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
-    }
-
-    /// The next work completion: send completions in send-posting order, receive
-    /// completions in receive order.
-    pub fn poll_completion(&mut self) -> Option<(CqKind, WorkCompletion)> {
-        self.outbox.pop_completion()
-    }
-
-    /// The next asynchronous event.
-    pub fn poll_event(&mut self) -> Option<QpEvent> {
-        self.outbox.pop_event()
-    }
-
     /// Starts the engine in RTR: the responder accepts requests, the requester sends
-    /// nothing until [`RcQp::enter_rts`] (the verbs layer builds the engine at the
+    /// nothing until [`Engine::enter_rts`] (the verbs layer builds the engine at the
     /// INIT→RTR transition, when the responder attributes are known).
     pub fn new_rtr(cfg: RcConfig) -> RcQp {
         let mut qp = RcQp::new(cfg);
@@ -533,75 +395,11 @@ impl RcQp {
         qp
     }
 
-    /// RTR→RTS with the requester attributes that transition sets (`sq_psn`, `timeout`,
-    /// `retry_cnt`, `rnr_retry`, `max_rd_atomic`). From RTR the requester starts afresh at
-    /// `sq_psn`; from SQD only the timer and retry attributes change (a new `sq_psn` is
-    /// ignored: PSNs are already in use). In any other state nothing happens.
-    pub fn enter_rts(&mut self, rts: RtsAttrs) {
-        match self.state {
-            QpState::Rtr => {
-                self.cfg.sq_psn = rts.sq_psn;
-                self.apply_rts_attrs(&rts);
-                self.req = Requester::new(&self.cfg);
-                self.state = QpState::Rts;
-            }
-            QpState::Sqd | QpState::Rts => {
-                self.apply_rts_attrs(&rts);
-                self.state = QpState::Rts;
-            }
-            _ => {}
-        }
-    }
-
     fn apply_rts_attrs(&mut self, rts: &RtsAttrs) {
         self.cfg.timeout = rts.timeout;
         self.cfg.retry_cnt = rts.retry_cnt.min(7);
         self.cfg.rnr_retry = rts.rnr_retry.min(7);
         self.cfg.max_rd_atomic = rts.max_rd_atomic;
-    }
-
-    /// Application-driven state change (modify_qp). Transition legality is the caller's
-    /// business (see [`crate::qp_state`]); this applies the engine side effects:
-    /// * ERR (or SQE, which RC does not use): everything outstanding is flushed with
-    ///   `WR_FLUSH_ERR`, send queue in posting order, then the receive queue; an
-    ///   SRQ-attached QP raises `LastWqeReached`. Nothing is transmitted any more.
-    /// * RESET: queues, timers and PSN state are discarded without completions and
-    ///   re-initialised from the configuration (completions already generated stay).
-    /// * SQD: no new send WR starts; `SqDrained` is raised once every started WR has
-    ///   completed. RTS again resumes.
-    /// * INIT, RTR, RTS: the state is set (RTR: the responder runs, the requester does not;
-    ///   the first request raises `CommEst`).
-    ///
-    /// From ERR only RESET leaves (other targets are ignored).
-    pub fn set_state(&mut self, to: QpState) {
-        match to {
-            QpState::Err | QpState::Sqe => self.enter_err(false),
-            QpState::Reset => {
-                self.req = Requester::new(&self.cfg);
-                self.resp = Responder::new(&self.cfg);
-                self.state = QpState::Reset;
-                self.drained_notified = false;
-                self.comm_est_sent = false;
-            }
-            _ if self.state == QpState::Err => {}
-            QpState::Sqd => {
-                self.state = QpState::Sqd;
-                self.drained_notified = false;
-                self.check_drained();
-            }
-            other => self.state = other,
-        }
-    }
-
-    /// True when nothing is queued, in flight, or waiting to be sent/acknowledged in either
-    /// direction: the send queue is empty, no responder output is pending and no timer
-    /// runs. Posted receive WRs, a partially received incoming message (the peer's send
-    /// queue is busy then) and completions not yet polled do not count.
-    pub fn is_idle(&self) -> bool {
-        self.req.sq.is_empty()
-            && self.resp.out.is_empty()
-            && self.req.rto_deadline.is_none()
-            && self.req.rnr_deadline.is_none()
     }
 
     // ----- shared helpers of the three parts -----
@@ -787,7 +585,8 @@ fn validate_send(wr: &SendWr, cfg: &RcConfig) -> Result<u64, PostError> {
     Ok(len)
 }
 
-impl crate::engine::Engine for RcQp {
+impl Engine for RcQp {
+    /// Our QP number.
     fn qpn(&self) -> u32 {
         self.cfg.qpn
     }
@@ -799,20 +598,37 @@ impl crate::engine::Engine for RcQp {
         }
     }
 
+    /// The current state.
     fn state(&self) -> QpState {
         self.state
     }
 
+    /// Statistics.
     fn counters(&self) -> RcCounters {
         self.counters.clone()
     }
 
+    /// True when nothing is queued, in flight, or waiting to be sent/acknowledged in either
+    /// direction: the send queue is empty, no responder output is pending and no timer
+    /// runs. Posted receive WRs, a partially received incoming message (the peer's send
+    /// queue is busy then) and completions not yet polled do not count.
     fn is_idle(&self) -> bool {
-        RcQp::is_idle(self)
+        self.req.sq.is_empty()
+            && self.resp.out.is_empty()
+            && self.req.rto_deadline.is_none()
+            && self.req.rnr_deadline.is_none()
     }
 
+    /// Earliest deadline the engine wants [`Engine::handle_timeout`] to be called at
+    /// (retransmit timer, RNR wait); `None` when no timer runs.
     fn poll_timeout(&self) -> Option<Instant> {
-        RcQp::poll_timeout(self)
+        if !matches!(self.state, QpState::Rts | QpState::Sqd) {
+            return None;
+        }
+        match (self.req.rto_deadline, self.req.rnr_deadline) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     fn handle_packet(
@@ -828,31 +644,155 @@ impl crate::engine::Engine for RcQp {
             self.counters.dropped_bad_address += 1;
             return;
         }
-        RcQp::handle_packet(self, now, pkt, env)
+        self.receive(now, pkt, env)
     }
 
-    fn handle_timeout(&mut self, now: Instant, env: &mut Env<'_>) {
-        RcQp::handle_timeout(self, now, env)
+    /// Call when `now >= poll_timeout()`: fires the RNR and retransmit timers that are due.
+    fn handle_timeout(&mut self, now: Instant, _env: &mut Env<'_>) {
+        if !matches!(self.state, QpState::Rts | QpState::Sqd) {
+            return;
+        }
+        self.completer_timeout(now);
+        self.check_drained();
     }
 
+    /// Queues a send WR. In RTS it is sent in order; in SQD it waits until the QP returns
+    /// to RTS; in ERR it is accepted and completed at once with `WR_FLUSH_ERR`.
+    ///
+    /// Errors: `BadState` in RESET, INIT, RTR, SQE; `QueueFull` when `max_send_wr` WRs are
+    /// queued or completed but not yet polled; `InvalidWr` for an opcode an RC QP does not
+    /// execute (LOCAL_INV, BIND_MW), a message longer than 2^31 bytes, a READ longer than
+    /// 2^22 PSNs, inline data for READ/atomic, an atomic whose local buffer is not 8 bytes
+    /// or whose remote address is not 8-byte aligned, an ATOMIC WRITE whose payload is not
+    /// 8 bytes or on an XRC QP, READ/atomic/ATOMIC WRITE with `max_rd_atomic == 0`, FLUSH.
     fn post_send(&mut self, wr: SendWr) -> Result<(), PostError> {
-        RcQp::post_send(self, wr)
+        if self.cfg.is_xrc_target() {
+            return Err(PostError::InvalidWr(WrError::NoSendQueue));
+        }
+        match self.state {
+            QpState::Rts | QpState::Sqd | QpState::Err => {}
+            s => return Err(PostError::BadState(s)),
+        }
+        let len = validate_send(&wr, &self.cfg)?;
+        if self.req.sq.len() + self.outbox.send_cqes() >= self.cfg.max_send_wr as usize {
+            return Err(PostError::QueueFull);
+        }
+        if self.state == QpState::Err {
+            let wc = WorkCompletion::new(
+                wr.wr_id,
+                WcStatus::WrFlushErr,
+                wr.opcode.wc_opcode(),
+                self.cfg.qpn,
+            );
+            self.outbox.push_completion(CqKind::Send, wc);
+            return Ok(());
+        }
+        self.req.sq.push_back(SendWqe::new(wr, len, self.cfg.pmtu));
+        Ok(())
     }
 
+    /// Whether [`Engine::post_send`] would accept every WR of `wrs` now, in order, with the
+    /// same checks; queues nothing. `Err((i, e))`: WR `i` would be refused with `e`.
     fn check_send_list(&self, wrs: &[SendWr]) -> Result<(), (usize, PostError)> {
-        RcQp::check_send_list(self, wrs)
+        if self.cfg.is_xrc_target() {
+            return Err((0, PostError::InvalidWr(WrError::NoSendQueue)));
+        }
+        match self.state {
+            QpState::Rts | QpState::Sqd | QpState::Err => {}
+            s => return Err((0, PostError::BadState(s))),
+        }
+        for (i, wr) in wrs.iter().enumerate() {
+            validate_send(wr, &self.cfg).map_err(|e| (i, e))?;
+        }
+        let used = self.req.sq.len() + self.outbox.send_cqes();
+        let room = (self.cfg.max_send_wr as usize).saturating_sub(used);
+        if wrs.len() > room {
+            return Err((room, PostError::QueueFull));
+        }
+        Ok(())
     }
 
+    /// Queues a receive WR. In ERR it is accepted and completed at once with
+    /// `WR_FLUSH_ERR`.
+    ///
+    /// Errors: `BadState` in RESET; `QueueFull` at `max_recv_wr` (counting completions not
+    /// yet polled); `InvalidWr` on a QP that takes its receive WQEs from an SRQ.
     fn post_recv(&mut self, wr: RecvWr) -> Result<(), PostError> {
-        RcQp::post_recv(self, wr)
+        match self.cfg.qp_type {
+            QpType::XrcSend => return Err(PostError::InvalidWr(WrError::NoRecvQueue)),
+            QpType::XrcRecv => return Err(PostError::InvalidWr(WrError::UsesSrq)),
+            _ => {}
+        }
+        if self.cfg.use_srq {
+            return Err(PostError::InvalidWr(WrError::UsesSrq));
+        }
+        if self.state == QpState::Reset {
+            return Err(PostError::BadState(self.state));
+        }
+        if self.resp.rq.len() + self.outbox.recv_cqes() >= self.cfg.max_recv_wr as usize {
+            return Err(PostError::QueueFull);
+        }
+        if self.state == QpState::Err {
+            let wc =
+                WorkCompletion::new(wr.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, self.cfg.qpn);
+            self.outbox.push_completion(CqKind::Recv, wc);
+            return Ok(());
+        }
+        self.resp.rq.push_back(wr);
+        Ok(())
     }
 
+    /// RTR→RTS with the requester attributes that transition sets (`sq_psn`, `timeout`,
+    /// `retry_cnt`, `rnr_retry`, `max_rd_atomic`). From RTR the requester starts afresh at
+    /// `sq_psn`; from SQD only the timer and retry attributes change (a new `sq_psn` is
+    /// ignored: PSNs are already in use). In any other state nothing happens.
     fn enter_rts(&mut self, rts: RtsAttrs) {
-        RcQp::enter_rts(self, rts)
+        match self.state {
+            QpState::Rtr => {
+                self.cfg.sq_psn = rts.sq_psn;
+                self.apply_rts_attrs(&rts);
+                self.req = Requester::new(&self.cfg);
+                self.state = QpState::Rts;
+            }
+            QpState::Sqd | QpState::Rts => {
+                self.apply_rts_attrs(&rts);
+                self.state = QpState::Rts;
+            }
+            _ => {}
+        }
     }
 
+    /// Application-driven state change (modify_qp). Transition legality is the caller's
+    /// business (see [`crate::qp_state`]); this applies the engine side effects:
+    /// * ERR (or SQE, which RC does not use): everything outstanding is flushed with
+    ///   `WR_FLUSH_ERR`, send queue in posting order, then the receive queue; an
+    ///   SRQ-attached QP raises `LastWqeReached`. Nothing is transmitted any more.
+    /// * RESET: queues, timers and PSN state are discarded without completions and
+    ///   re-initialised from the configuration (completions already generated stay).
+    /// * SQD: no new send WR starts; `SqDrained` is raised once every started WR has
+    ///   completed. RTS again resumes.
+    /// * INIT, RTR, RTS: the state is set (RTR: the responder runs, the requester does not;
+    ///   the first request raises `CommEst`).
+    ///
+    /// From ERR only RESET leaves (other targets are ignored).
     fn set_state(&mut self, to: QpState) {
-        RcQp::set_state(self, to)
+        match to {
+            QpState::Err | QpState::Sqe => self.enter_err(false),
+            QpState::Reset => {
+                self.req = Requester::new(&self.cfg);
+                self.resp = Responder::new(&self.cfg);
+                self.state = QpState::Reset;
+                self.drained_notified = false;
+                self.comm_est_sent = false;
+            }
+            _ if self.state == QpState::Err => {}
+            QpState::Sqd => {
+                self.state = QpState::Sqd;
+                self.drained_notified = false;
+                self.check_drained();
+            }
+            other => self.state = other,
+        }
     }
 
     fn poll_transmit(
@@ -861,18 +801,21 @@ impl crate::engine::Engine for RcQp {
         env: &mut Env<'_>,
         buf: &mut [u8],
     ) -> Option<crate::engine::Transmit> {
-        let len = RcQp::poll_transmit(self, now, env, buf)?;
+        let len = self.emit(now, env, buf)?;
         Some(crate::engine::Transmit {
             len,
             dst: self.cfg.peer,
         })
     }
 
+    /// The next work completion: send completions in send-posting order, receive
+    /// completions in receive order.
     fn poll_completion(&mut self) -> Option<(CqKind, WorkCompletion)> {
-        RcQp::poll_completion(self)
+        self.outbox.pop_completion()
     }
 
+    /// The next asynchronous event.
     fn poll_event(&mut self) -> Option<QpEvent> {
-        RcQp::poll_event(self)
+        self.outbox.pop_event()
     }
 }

@@ -18,7 +18,7 @@
 //! moves the QP to SQE. PSNs are consecutive per packet; AckReq
 //! is never set; nothing is acknowledged, retransmitted or timed (no timers at all). A
 //! send WR completes (if signalled) as soon as its last packet has been emitted by
-//! [`UcQp::poll_transmit`].
+//! [`Engine::poll_transmit`].
 //!
 //! A send WR whose local SGEs cannot be read completes with `LOC_PROT_ERR` and moves the
 //! QP to **SQE** (IBA 10.3.1: UC and UD QPs have the Send Queue Error state): the rest of
@@ -231,7 +231,7 @@ impl UcQp {
     }
 
     /// Starts the engine in RTR: the responder accepts packets, the requester sends
-    /// nothing until [`UcQp::enter_rts`] (the verbs layer builds the engine at the
+    /// nothing until [`Engine::enter_rts`] (the verbs layer builds the engine at the
     /// INIT→RTR transition).
     pub fn new_rtr(cfg: UcConfig) -> UcQp {
         let mut qp = UcQp::new(cfg);
@@ -244,141 +244,10 @@ impl UcQp {
         &self.cfg
     }
 
-    /// Statistics.
-    pub fn counters(&self) -> &EngineCounters {
-        &self.counters
-    }
-
-    /// The current state.
-    pub fn state(&self) -> QpState {
-        self.state
-    }
-
-    /// Queues a send WR: sent in order in RTS, held in SQD until RTS, flushed at once with
-    /// `WR_FLUSH_ERR` in SQE and ERR.
-    ///
-    /// Errors: `BadState` in RESET, INIT, RTR; `QueueFull` when `max_send_wr` WRs are
-    /// queued or completed but not yet polled; `InvalidWr` for READ, atomics, SEND with
-    /// invalidate and the other opcodes UC does not carry (`OpcodeNotSupported`), a
-    /// BIND_MW without its bind (`MissingBind`), a message longer than 2^31 bytes.
-    pub fn post_send(&mut self, wr: SendWr) -> Result<(), PostError> {
-        match self.state {
-            QpState::Rts | QpState::Sqd | QpState::Sqe | QpState::Err => {}
-            s => return Err(PostError::BadState(s)),
-        }
-        let len = validate_send(&wr)?;
-        if self.sq.len() + self.outbox.send_cqes() >= self.cfg.max_send_wr as usize {
-            return Err(PostError::QueueFull);
-        }
-        if matches!(self.state, QpState::Sqe | QpState::Err) {
-            let wc = WorkCompletion::new(
-                wr.wr_id,
-                WcStatus::WrFlushErr,
-                wr.opcode.wc_opcode(),
-                self.cfg.qpn,
-            );
-            self.outbox.push_completion(CqKind::Send, wc);
-            return Ok(());
-        }
-        // invariant: len ≤ 2^31, so at most 2^23 packets: fits u32.
-        let npkts = u32::try_from(self.cfg.pmtu.packets_for(len)).unwrap_or(u32::MAX);
-        self.sq.push_back(SendWqe {
-            wr,
-            len,
-            npkts,
-            next_pkt: 0,
-            first_psn: Psn::ZERO,
-        });
-        Ok(())
-    }
-
-    /// Queues a receive WR; in ERR it is completed at once with `WR_FLUSH_ERR`.
-    ///
-    /// Errors: `BadState` in RESET; `QueueFull` at `max_recv_wr` (counting completions not
-    /// yet polled); `InvalidWr(UsesSrq)` on a QP that takes its receive WQEs from an SRQ.
-    pub fn post_recv(&mut self, wr: RecvWr) -> Result<(), PostError> {
-        if self.cfg.use_srq {
-            return Err(PostError::InvalidWr(WrError::UsesSrq));
-        }
-        if self.state == QpState::Reset {
-            return Err(PostError::BadState(self.state));
-        }
-        let held = usize::from(matches!(self.cur, Some(InMsg::Send { .. })));
-        if self.rq.len() + held + self.outbox.recv_cqes() >= self.cfg.max_recv_wr as usize {
-            return Err(PostError::QueueFull);
-        }
-        if self.state == QpState::Err {
-            let wc =
-                WorkCompletion::new(wr.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, self.cfg.qpn);
-            self.outbox.push_completion(CqKind::Recv, wc);
-            return Ok(());
-        }
-        self.rq.push_back(wr);
-        Ok(())
-    }
-
-    /// RTR→RTS: the requester starts at `rts.sq_psn` (the other attributes are RC's). From
-    /// SQD or SQE the QP returns to RTS and PSNs continue. Otherwise nothing happens.
-    pub fn enter_rts(&mut self, rts: RtsAttrs) {
-        match self.state {
-            QpState::Rtr => {
-                self.cfg.sq_psn = rts.sq_psn;
-                self.next_psn = rts.sq_psn;
-                self.state = QpState::Rts;
-            }
-            QpState::Rts | QpState::Sqd | QpState::Sqe => self.state = QpState::Rts,
-            _ => {}
-        }
-    }
-
-    /// Application-driven state change (legality is the caller's business, see
-    /// [`crate::qp_state`]):
-    /// * ERR: the send queue is flushed with `WR_FLUSH_ERR` in posting order, then the
-    ///   receive WQE held by a message in progress and the receive queue; an SRQ-attached
-    ///   QP raises `LastWqeReached`. Nothing is sent or received any more.
-    /// * SQE: the send queue is flushed; the receive side keeps working.
-    /// * RESET: queues and PSN state are discarded without completions and re-initialised
-    ///   from the configuration (completions already generated stay).
-    /// * SQD: no new send WR starts (one part-way through is finished); `SqDrained` is
-    ///   raised once none is in progress.
-    /// * INIT, RTR, RTS: the state is set.
-    ///
-    /// From ERR only RESET leaves (other targets are ignored).
-    pub fn set_state(&mut self, to: QpState) {
-        match to {
-            QpState::Err => self.enter_err(),
-            QpState::Reset => {
-                self.sq.clear();
-                self.rq.clear();
-                self.spare = None;
-                self.cur = None;
-                self.drop_msg = false;
-                self.next_psn = self.cfg.sq_psn;
-                self.epsn = self.cfg.rq_psn;
-                self.state = QpState::Reset;
-                self.drained_notified = false;
-                self.comm_est_sent = false;
-            }
-            _ if self.state == QpState::Err => {}
-            QpState::Sqe => self.enter_sqe(None),
-            QpState::Sqd => {
-                self.state = QpState::Sqd;
-                self.drained_notified = false;
-                self.check_drained();
-            }
-            other => self.state = other,
-        }
-    }
-
-    /// True when no send WR is queued (UC has nothing in flight and no timers).
-    pub fn is_idle(&self) -> bool {
-        self.sq.is_empty()
-    }
-
     /// Emits the next packet of the send queue's head WR into `buf` (at least 4096 + 64
     /// bytes) and returns its length; `None` when nothing is ready. The WR completes when
     /// its last packet is emitted.
-    pub fn poll_transmit(&mut self, env: &mut Env<'_>, buf: &mut [u8]) -> Option<usize> {
+    fn emit(&mut self, env: &mut Env<'_>, buf: &mut [u8]) -> Option<usize> {
         if !matches!(self.state, QpState::Rts | QpState::Sqd) {
             return None;
         }
@@ -430,7 +299,7 @@ impl UcQp {
     /// A packet addressed to this QP, parsed and ICRC-checked by the caller. Accepted in
     /// RTR, RTS, SQD and SQE; everything else (another DestQP, a P_Key mismatch, an opcode
     /// that is not UC, another state) is dropped and counted.
-    pub fn handle_packet(&mut self, pkt: &PacketRepr<'_>, env: &mut Env<'_>) {
+    fn receive(&mut self, pkt: &PacketRepr<'_>, env: &mut Env<'_>) {
         self.counters.packets_received += 1;
         if pkt.bth.dest_qp == self.cfg.qpn && !pkey_match(pkt.bth.pkey, self.cfg.pkey) {
             self.counters.dropped_packets += 1;
@@ -831,8 +700,9 @@ impl Engine for UcQp {
         self.counters.clone()
     }
 
+    /// True when no send WR is queued (UC has nothing in flight and no timers).
     fn is_idle(&self) -> bool {
-        UcQp::is_idle(self)
+        self.sq.is_empty()
     }
 
     fn poll_timeout(&self) -> Option<Instant> {
@@ -852,13 +722,47 @@ impl Engine for UcQp {
             self.counters.dropped_bad_address += 1;
             return;
         }
-        UcQp::handle_packet(self, pkt, env)
+        self.receive(pkt, env)
     }
 
     fn handle_timeout(&mut self, _now: Instant, _env: &mut Env<'_>) {}
 
+    /// Queues a send WR: sent in order in RTS, held in SQD until RTS, flushed at once with
+    /// `WR_FLUSH_ERR` in SQE and ERR.
+    ///
+    /// Errors: `BadState` in RESET, INIT, RTR; `QueueFull` when `max_send_wr` WRs are
+    /// queued or completed but not yet polled; `InvalidWr` for READ, atomics, SEND with
+    /// invalidate and the other opcodes UC does not carry (`OpcodeNotSupported`), a
+    /// BIND_MW without its bind (`MissingBind`), a message longer than 2^31 bytes.
     fn post_send(&mut self, wr: SendWr) -> Result<(), PostError> {
-        UcQp::post_send(self, wr)
+        match self.state {
+            QpState::Rts | QpState::Sqd | QpState::Sqe | QpState::Err => {}
+            s => return Err(PostError::BadState(s)),
+        }
+        let len = validate_send(&wr)?;
+        if self.sq.len() + self.outbox.send_cqes() >= self.cfg.max_send_wr as usize {
+            return Err(PostError::QueueFull);
+        }
+        if matches!(self.state, QpState::Sqe | QpState::Err) {
+            let wc = WorkCompletion::new(
+                wr.wr_id,
+                WcStatus::WrFlushErr,
+                wr.opcode.wc_opcode(),
+                self.cfg.qpn,
+            );
+            self.outbox.push_completion(CqKind::Send, wc);
+            return Ok(());
+        }
+        // invariant: len ≤ 2^31, so at most 2^23 packets: fits u32.
+        let npkts = u32::try_from(self.cfg.pmtu.packets_for(len)).unwrap_or(u32::MAX);
+        self.sq.push_back(SendWqe {
+            wr,
+            len,
+            npkts,
+            next_pkt: 0,
+            first_psn: Psn::ZERO,
+        });
+        Ok(())
     }
 
     fn check_send_list(&self, wrs: &[SendWr]) -> Result<(), (usize, PostError)> {
@@ -877,16 +781,82 @@ impl Engine for UcQp {
         Ok(())
     }
 
+    /// Queues a receive WR; in ERR it is completed at once with `WR_FLUSH_ERR`.
+    ///
+    /// Errors: `BadState` in RESET; `QueueFull` at `max_recv_wr` (counting completions not
+    /// yet polled); `InvalidWr(UsesSrq)` on a QP that takes its receive WQEs from an SRQ.
     fn post_recv(&mut self, wr: RecvWr) -> Result<(), PostError> {
-        UcQp::post_recv(self, wr)
+        if self.cfg.use_srq {
+            return Err(PostError::InvalidWr(WrError::UsesSrq));
+        }
+        if self.state == QpState::Reset {
+            return Err(PostError::BadState(self.state));
+        }
+        let held = usize::from(matches!(self.cur, Some(InMsg::Send { .. })));
+        if self.rq.len() + held + self.outbox.recv_cqes() >= self.cfg.max_recv_wr as usize {
+            return Err(PostError::QueueFull);
+        }
+        if self.state == QpState::Err {
+            let wc =
+                WorkCompletion::new(wr.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, self.cfg.qpn);
+            self.outbox.push_completion(CqKind::Recv, wc);
+            return Ok(());
+        }
+        self.rq.push_back(wr);
+        Ok(())
     }
 
+    /// RTR→RTS: the requester starts at `rts.sq_psn` (the other attributes are RC's). From
+    /// SQD or SQE the QP returns to RTS and PSNs continue. Otherwise nothing happens.
     fn enter_rts(&mut self, rts: RtsAttrs) {
-        UcQp::enter_rts(self, rts)
+        match self.state {
+            QpState::Rtr => {
+                self.cfg.sq_psn = rts.sq_psn;
+                self.next_psn = rts.sq_psn;
+                self.state = QpState::Rts;
+            }
+            QpState::Rts | QpState::Sqd | QpState::Sqe => self.state = QpState::Rts,
+            _ => {}
+        }
     }
 
+    /// Application-driven state change (legality is the caller's business, see
+    /// [`crate::qp_state`]):
+    /// * ERR: the send queue is flushed with `WR_FLUSH_ERR` in posting order, then the
+    ///   receive WQE held by a message in progress and the receive queue; an SRQ-attached
+    ///   QP raises `LastWqeReached`. Nothing is sent or received any more.
+    /// * SQE: the send queue is flushed; the receive side keeps working.
+    /// * RESET: queues and PSN state are discarded without completions and re-initialised
+    ///   from the configuration (completions already generated stay).
+    /// * SQD: no new send WR starts (one part-way through is finished); `SqDrained` is
+    ///   raised once none is in progress.
+    /// * INIT, RTR, RTS: the state is set.
+    ///
+    /// From ERR only RESET leaves (other targets are ignored).
     fn set_state(&mut self, to: QpState) {
-        UcQp::set_state(self, to)
+        match to {
+            QpState::Err => self.enter_err(),
+            QpState::Reset => {
+                self.sq.clear();
+                self.rq.clear();
+                self.spare = None;
+                self.cur = None;
+                self.drop_msg = false;
+                self.next_psn = self.cfg.sq_psn;
+                self.epsn = self.cfg.rq_psn;
+                self.state = QpState::Reset;
+                self.drained_notified = false;
+                self.comm_est_sent = false;
+            }
+            _ if self.state == QpState::Err => {}
+            QpState::Sqe => self.enter_sqe(None),
+            QpState::Sqd => {
+                self.state = QpState::Sqd;
+                self.drained_notified = false;
+                self.check_drained();
+            }
+            other => self.state = other,
+        }
     }
 
     fn poll_transmit(
@@ -895,7 +865,7 @@ impl Engine for UcQp {
         env: &mut Env<'_>,
         buf: &mut [u8],
     ) -> Option<Transmit> {
-        let len = UcQp::poll_transmit(self, env, buf)?;
+        let len = self.emit(env, buf)?;
         Some(Transmit {
             len,
             dst: self.cfg.peer,

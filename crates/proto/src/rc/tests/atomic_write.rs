@@ -34,7 +34,7 @@ fn pair(b_access: u32) -> Pair {
 /// syndrome, payload length).
 fn feed(p: &mut Pair, side: Side, pkt: &PacketRepr<'_>) -> Vec<(u8, u32, Option<Syndrome>, usize)> {
     let now = p.now;
-    p.with_env(side, |qp, env| qp.handle_packet(now, pkt, env));
+    p.with_env(side, |qp, env| qp.receive(now, pkt, env));
     p.drain(side)
         .iter()
         .map(|x| (x.opcode, x.psn.value(), x.syndrome, x.payload_len))
@@ -428,7 +428,7 @@ fn malformed_requests_and_responses() {
     let mut buf = vec![0u8; 4160];
     let now = p.now;
     assert!(p
-        .with_env(Side::A, |qp, env| qp.poll_transmit(now, env, &mut buf))
+        .with_env(Side::A, |qp, env| qp.emit(now, env, &mut buf))
         .is_some());
     let resp_bth = bth::Repr {
         dest_qp: QPN_A,

@@ -12,7 +12,7 @@ use crate::wr::{SendOpcode, SendPayload, WcOpcode, WcStatus, WrError};
 /// Hands `pkt` to B and returns what B transmits in answer.
 fn feed_b(p: &mut Pair, pkt: &PacketRepr<'_>) -> Vec<(u8, Psn, Option<Syndrome>)> {
     let now = p.now;
-    p.with_env(Side::B, |qp, env| qp.handle_packet(now, pkt, env));
+    p.with_env(Side::B, |qp, env| qp.receive(now, pkt, env));
     feed_b_poll(p)
 }
 
@@ -406,11 +406,7 @@ fn set_state_err_flushes_in_posting_order() {
     assert!(p.a.poll_timeout().is_none());
     let mut buf = vec![0u8; 4160];
     assert!(p
-        .with_env(Side::A, |qp, env| qp.poll_transmit(
-            Instant::ZERO,
-            env,
-            &mut buf
-        ))
+        .with_env(Side::A, |qp, env| qp.emit(Instant::ZERO, env, &mut buf))
         .is_none());
     // ERR → RESET discards without completions; the QP can run again.
     p.a.post_send(wr(9, SendOpcode::Send, vec![])).unwrap();
@@ -483,14 +479,12 @@ fn read_response_fails_when_the_region_vanishes() {
         .unwrap();
         let mut buf = vec![0u8; 4160];
         let n = p
-            .with_env(Side::A, |qp, env| {
-                qp.poll_transmit(Instant::ZERO, env, &mut buf)
-            })
+            .with_env(Side::A, |qp, env| qp.emit(Instant::ZERO, env, &mut buf))
             .unwrap();
         let bytes = buf[..n].to_vec();
         let req = PacketRepr::parse(&bytes).unwrap();
         let now = p.now;
-        p.with_env(Side::B, |qp, env| qp.handle_packet(now, &req, env));
+        p.with_env(Side::B, |qp, env| qp.receive(now, &req, env));
         // B accepted the READ; its region may be invalidated before the responses are built.
         if vanish {
             p.mem_b.invalidate_remote(2).unwrap();
@@ -532,11 +526,7 @@ fn small_transmit_buffer_holds_the_packet_back() {
         .unwrap();
     let mut small = vec![0u8; 100];
     assert!(p
-        .with_env(Side::A, |qp, env| qp.poll_transmit(
-            Instant::ZERO,
-            env,
-            &mut small
-        ))
+        .with_env(Side::A, |qp, env| qp.emit(Instant::ZERO, env, &mut small))
         .is_none());
     assert_eq!(p.a.counters().packets_sent, 0);
     assert!(p.a.poll_timeout().is_none(), "nothing was sent, no timer");

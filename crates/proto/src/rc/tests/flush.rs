@@ -23,7 +23,7 @@ fn feed_flush(p: &mut Pair, psn: u32) {
         })
     );
     let now = p.now;
-    p.with_env(Side::B, |qp, env| qp.handle_packet(now, &pkt, env));
+    p.with_env(Side::B, |qp, env| qp.receive(now, &pkt, env));
 }
 
 /// Everything B transmits now: (opcode, PSN, AETH syndrome, MSN).

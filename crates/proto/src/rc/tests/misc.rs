@@ -10,7 +10,7 @@ use crate::wr::{SendOpcode, WcStatus};
 
 fn feed(p: &mut Pair, side: Side, pkt: &PacketRepr<'_>) {
     let now = p.now;
-    p.with_env(side, |qp, env| qp.handle_packet(now, pkt, env));
+    p.with_env(side, |qp, env| qp.receive(now, pkt, env));
 }
 
 #[test]
@@ -135,9 +135,7 @@ fn sqd_finishes_started_wrs_then_raises_sq_drained() {
     // Start WR 0 only.
     let mut buf = vec![0u8; 4160];
     let n = p
-        .with_env(Side::A, |qp, env| {
-            qp.poll_transmit(Instant::ZERO, env, &mut buf)
-        })
+        .with_env(Side::A, |qp, env| qp.emit(Instant::ZERO, env, &mut buf))
         .unwrap();
     let first = buf[..n].to_vec();
     p.a.set_state(QpState::Sqd);
@@ -363,8 +361,7 @@ fn hostile_packets_never_panic() {
             }
             let now = p.now;
             for _ in 0..8 {
-                let Some(n) = p.with_env(side, |qp, env| qp.poll_transmit(now, env, &mut buf))
-                else {
+                let Some(n) = p.with_env(side, |qp, env| qp.emit(now, env, &mut buf)) else {
                     break;
                 };
                 let out = PacketRepr::parse(&buf[..n]).expect("engine output parses");

@@ -20,6 +20,7 @@ use uroce_wire::aeth::Syndrome;
 use uroce_wire::{bth, PacketRepr, Pmtu, Psn};
 
 use super::{CqKind, Env, QpEvent, RcConfig, RcQp, SharedRecvQueue};
+pub(crate) use crate::engine::Engine;
 use crate::memory::{
     AtomicOp, LocalAccessError, Memory, MwBind, MwError, RemoteAccessError, RemoteOp, Sge,
 };
@@ -605,7 +606,7 @@ impl<M: Memory> Pair<M> {
         pkt.check_pmtu(pmtu)
             .expect("segmentation follows the PMTU rules");
         let now = self.now;
-        self.with_env(to, |qp, env| qp.handle_packet(now, &pkt, env));
+        self.with_env(to, |qp, env| qp.receive(now, &pkt, env));
     }
 
     /// Lets held packets go.
@@ -622,7 +623,7 @@ impl<M: Memory> Pair<M> {
         for side in [Side::A, Side::B] {
             for _ in 0..self.burst {
                 let mut buf = std::mem::take(&mut self.buf);
-                let n = self.with_env(side, |qp, env| qp.poll_transmit(now, env, &mut buf));
+                let n = self.with_env(side, |qp, env| qp.emit(now, env, &mut buf));
                 self.buf = buf;
                 match n {
                     Some(n) => {
@@ -813,8 +814,7 @@ impl<M: Memory> Pair<M> {
         let mut buf = vec![0u8; 4096 + 64];
         let mut out = Vec::new();
         for _ in 0..1024 {
-            let Some(n) = self.with_env(side, |qp, env| qp.poll_transmit(now, env, &mut buf))
-            else {
+            let Some(n) = self.with_env(side, |qp, env| qp.emit(now, env, &mut buf)) else {
                 break;
             };
             let r = PacketRepr::parse(&buf[..n]).expect("engine output parses");
