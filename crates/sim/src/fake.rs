@@ -1,6 +1,8 @@
-//! A small go-back-N endpoint used to test the simulator itself (before and independently
+//! A small go-back-N engine used to test the simulator itself (before and independently
 //! of the real RC engine): SEND_ONLY packets whose payload encodes their PSN, cumulative
-//! ACKs, a fixed retransmission timeout. Exactly-once in-order delivery through a lossy,
+//! ACKs, a fixed retransmission timeout. It implements `Engine` like the real ones, with
+//! only what the simulator drives: it sends `total` messages by itself, so it refuses
+//! posted work requests, and its completions carry the message number as `wr_id`. Exactly-once in-order delivery through a lossy,
 //! duplicating, reordering, corrupting link proves that the link model and the receive
 //! checks behave.
 
@@ -9,11 +11,61 @@ use std::time::Duration;
 
 use std::net::{IpAddr, Ipv4Addr};
 
-use uroce_proto::engine::{Arrival, Transmit};
+use uroce_proto::engine::{Arrival, CqKind, Engine, Env, QpEvent, Transmit};
 use uroce_proto::time::Instant;
+use uroce_proto::wr::{WcOpcode, WcStatus, WorkCompletion};
 use uroce_wire::{aeth, bth, opcode::op, PacketRepr, Psn};
 
-use crate::net::{Endpoint, NodeEnv};
+/// The `Engine` methods a test fake that sends by itself has no use for: an RC QP in RTS
+/// that refuses posted work requests, ignores state changes and counts nothing.
+macro_rules! fake_engine_commands {
+    () => {
+        fn qp_type(&self) -> uroce_proto::qp_state::QpType {
+            uroce_proto::qp_state::QpType::Rc
+        }
+
+        fn state(&self) -> uroce_proto::qp_state::QpState {
+            uroce_proto::qp_state::QpState::Rts
+        }
+
+        fn counters(&self) -> uroce_proto::counters::EngineCounters {
+            uroce_proto::counters::EngineCounters::default()
+        }
+
+        fn post_send(
+            &mut self,
+            _wr: uroce_proto::wr::SendWr,
+        ) -> Result<(), uroce_proto::engine::PostError> {
+            Err(uroce_proto::engine::PostError::BadState(
+                uroce_proto::qp_state::QpState::Rts,
+            ))
+        }
+
+        fn check_send_list(
+            &self,
+            _wrs: &[uroce_proto::wr::SendWr],
+        ) -> Result<(), (usize, uroce_proto::engine::PostError)> {
+            Err((
+                0,
+                uroce_proto::engine::PostError::BadState(uroce_proto::qp_state::QpState::Rts),
+            ))
+        }
+
+        fn post_recv(
+            &mut self,
+            _wr: uroce_proto::wr::RecvWr,
+        ) -> Result<(), uroce_proto::engine::PostError> {
+            Err(uroce_proto::engine::PostError::BadState(
+                uroce_proto::qp_state::QpState::Rts,
+            ))
+        }
+
+        fn enter_rts(&mut self, _rts: uroce_proto::engine::RtsAttrs) {}
+
+        fn set_state(&mut self, _to: uroce_proto::qp_state::QpState) {}
+    };
+}
+pub(crate) use fake_engine_commands;
 
 /// What the fake reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,6 +74,21 @@ pub(crate) enum FakeCompletion {
     Sent(u32),
     /// Message `n` arrived (in order, first time).
     Received(u32),
+}
+
+impl FakeCompletion {
+    /// The work completion the fake's `poll_completion` reports for it (on the send or
+    /// receive CQ, `wr_id` = the message number).
+    pub(crate) fn wc(self, qpn: u32) -> (CqKind, WorkCompletion) {
+        let (kind, n, opcode) = match self {
+            FakeCompletion::Sent(n) => (CqKind::Send, n, WcOpcode::Send),
+            FakeCompletion::Received(n) => (CqKind::Recv, n, WcOpcode::Recv),
+        };
+        (
+            kind,
+            WorkCompletion::new(u64::from(n), WcStatus::Success, opcode, qpn),
+        )
+    }
 }
 
 /// Misbehaviours to provoke the simulator's error paths.
@@ -109,10 +176,7 @@ impl Fake {
     }
 }
 
-impl Endpoint for Fake {
-    type Completion = FakeCompletion;
-    type Event = ();
-
+impl Engine for Fake {
     fn qpn(&self) -> u32 {
         self.qpn
     }
@@ -122,7 +186,7 @@ impl Endpoint for Fake {
         now: Instant,
         from: &Arrival,
         pkt: &PacketRepr<'_>,
-        _env: &mut NodeEnv<'_>,
+        _env: &mut Env<'_>,
     ) {
         self.arrivals.push(*from);
         let psn = pkt.bth.psn.value();
@@ -155,7 +219,7 @@ impl Endpoint for Fake {
         }
     }
 
-    fn handle_timeout(&mut self, now: Instant, _env: &mut NodeEnv<'_>) {
+    fn handle_timeout(&mut self, now: Instant, _env: &mut Env<'_>) {
         if self.quirk == Quirk::StuckTimer {
             return;
         }
@@ -166,7 +230,7 @@ impl Endpoint for Fake {
     fn poll_transmit(
         &mut self,
         now: Instant,
-        _env: &mut NodeEnv<'_>,
+        _env: &mut Env<'_>,
         buf: &mut [u8],
     ) -> Option<Transmit> {
         let dst = self.peer;
@@ -210,13 +274,16 @@ impl Endpoint for Fake {
         self.deadline
     }
 
-    fn poll_completion(&mut self) -> Option<FakeCompletion> {
-        self.completions.pop_front()
+    fn poll_completion(&mut self) -> Option<(CqKind, WorkCompletion)> {
+        let qpn = self.qpn;
+        self.completions.pop_front().map(|c| c.wc(qpn))
     }
 
-    fn poll_event(&mut self) -> Option<()> {
+    fn poll_event(&mut self) -> Option<QpEvent> {
         None
     }
+
+    fake_engine_commands!();
 
     fn is_idle(&self) -> bool {
         self.acked == self.total && self.ack_due.is_none() && self.deadline.is_none()

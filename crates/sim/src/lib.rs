@@ -26,4 +26,4 @@ pub mod trace;
 mod fake;
 
 pub use memory::{Access, RegionHandle, TestMemory};
-pub use net::{Endpoint, LinkConfig, NodeEnv, QpId, SimError, SimNet, SimXrc, Stats, Verdict};
+pub use net::{LinkConfig, NodeEnv, QpId, SimError, SimNet, SimXrc, Stats, Verdict};

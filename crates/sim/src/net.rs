@@ -2,16 +2,17 @@
 //!
 //! Nodes have an IP address (`127.0.0.x` from [`SimNet::add_node`], `fd00::x` from
 //! [`SimNet::add_node_v6`]; nothing ever leaves the process), a [`TestMemory`] and a shared
-//! receive queue ([`SimSrq`]). QPs (anything implementing [`Endpoint`], which every
-//! `uroce_proto::engine::Engine` does) are registered per node by QPN, either connected to a
+//! receive queue ([`SimSrq`]). QPs (any `uroce_proto::engine::Engine`: the real engines,
+//! `Box<dyn Engine>`, and the simulator's own test fakes) are registered per node by QPN, either connected to a
 //! peer node ([`SimNet::add_qp`]: packets from any other address are dropped, as a
 //! connected QP's checks would) or open to any sender ([`SimNet::add_datagram_qp`], for
 //! UD and GSI). Every direction between two nodes is a link with its own [`LinkConfig`]
 //! (loss, duplication, reordering, bit corruption, delay) and an optional packet filter
 //! for scenario tests.
 //!
-//! Routing is per packet, as on a real network: each [`Transmit`] goes to the node whose
-//! address is its `dst` (whatever the QP was registered with), and the receiving QP gets
+//! Routing is per packet, as on a real network: each
+//! [`Transmit`](uroce_proto::engine::Transmit) goes to the node whose address is its `dst`
+//! (whatever the QP was registered with), and the receiving QP gets
 //! an [`Arrival`] with the real source and destination addresses and the IP header's
 //! traffic class, hop limit and flow label.
 //!
@@ -50,7 +51,7 @@ use std::time::Duration;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use thiserror::Error;
-use uroce_proto::engine::{Arrival, Engine, Transmit};
+use uroce_proto::engine::{Arrival, Engine};
 use uroce_proto::rc::{CqKind, Env, QpEvent, SharedRecvQueue, XrcSrqError, XrcSrqs};
 use uroce_proto::time::Instant;
 use uroce_proto::wr::{RecvWr, WorkCompletion};
@@ -63,49 +64,6 @@ use crate::trace::{DropReason, Micros, PacketSummary, Trace, TraceEntry, TraceEv
 /// Size of the buffer handed to `poll_transmit`: the engine contract's minimum,
 /// 4096 + 64 bytes, so that an engine that needs more is caught.
 pub const TRANSMIT_BUF_LEN: usize = 4096 + 64;
-
-/// What a QP engine offers the simulator: the shape of `uroce_proto::engine::Engine` with
-/// the node's environment in place of the engine environment and completion/event types
-/// of its own. Every `Engine` (`RcQp`, `Box<dyn Engine>`, …) implements it through the
-/// blanket implementation below; unit tests implement it for small fakes.
-pub trait Endpoint {
-    /// A completion as the engine reports it.
-    type Completion: Clone + fmt::Debug;
-    /// An asynchronous event as the engine reports it.
-    type Event: Clone + fmt::Debug;
-
-    /// The QP number packets are routed by.
-    fn qpn(&self) -> u32;
-    /// A packet addressed to this QP, already ICRC-checked and parsed, with the addresses
-    /// it came from and went to.
-    fn handle_packet(
-        &mut self,
-        now: Instant,
-        from: &Arrival,
-        pkt: &PacketRepr<'_>,
-        env: &mut NodeEnv<'_>,
-    );
-    /// Called when `now >= poll_timeout()`.
-    fn handle_timeout(&mut self, now: Instant, env: &mut NodeEnv<'_>);
-    /// The next packet (BTH..ICRC, ICRC bytes zero) into `buf`; its length and where it
-    /// goes.
-    fn poll_transmit(
-        &mut self,
-        now: Instant,
-        env: &mut NodeEnv<'_>,
-        buf: &mut [u8],
-    ) -> Option<Transmit>;
-    /// The earliest deadline the engine wants `handle_timeout` at.
-    fn poll_timeout(&self) -> Option<Instant>;
-    /// The next completion.
-    fn poll_completion(&mut self) -> Option<Self::Completion>;
-    /// The next asynchronous event.
-    fn poll_event(&mut self) -> Option<Self::Event>;
-    /// True when the engine has nothing queued, in flight or unacknowledged.
-    fn is_idle(&self) -> bool {
-        true
-    }
-}
 
 impl SharedRecvQueue for SimSrq {
     fn take(&mut self) -> Option<RecvWr> {
@@ -178,54 +136,6 @@ impl XrcSrqs for SimXrc {
     fn take(&mut self) -> Option<RecvWr> {
         let srqn = self.current?;
         self.srqs.get_mut(&srqn).and_then(|(_, q)| q.take())
-    }
-}
-
-impl<E: Engine> Endpoint for E {
-    type Completion = (CqKind, WorkCompletion);
-    type Event = QpEvent;
-
-    fn qpn(&self) -> u32 {
-        Engine::qpn(self)
-    }
-
-    fn handle_packet(
-        &mut self,
-        now: Instant,
-        from: &Arrival,
-        pkt: &PacketRepr<'_>,
-        node: &mut NodeEnv<'_>,
-    ) {
-        Engine::handle_packet(self, now, from, pkt, &mut engine_env(node));
-    }
-
-    fn handle_timeout(&mut self, now: Instant, node: &mut NodeEnv<'_>) {
-        Engine::handle_timeout(self, now, &mut engine_env(node));
-    }
-
-    fn poll_transmit(
-        &mut self,
-        now: Instant,
-        node: &mut NodeEnv<'_>,
-        buf: &mut [u8],
-    ) -> Option<Transmit> {
-        Engine::poll_transmit(self, now, &mut engine_env(node), buf)
-    }
-
-    fn poll_timeout(&self) -> Option<Instant> {
-        Engine::poll_timeout(self)
-    }
-
-    fn poll_completion(&mut self) -> Option<(CqKind, WorkCompletion)> {
-        Engine::poll_completion(self)
-    }
-
-    fn poll_event(&mut self) -> Option<QpEvent> {
-        Engine::poll_event(self)
-    }
-
-    fn is_idle(&self) -> bool {
-        Engine::is_idle(self)
     }
 }
 
@@ -499,13 +409,13 @@ pub enum SimError {
     DuplicateAddr(IpAddr),
 }
 
-struct QpSlot<E: Endpoint> {
+struct QpSlot<E: Engine> {
     ep: E,
-    completions: Vec<E::Completion>,
-    events: Vec<E::Event>,
+    completions: Vec<(CqKind, WorkCompletion)>,
+    events: Vec<QpEvent>,
 }
 
-struct Node<E: Endpoint> {
+struct Node<E: Engine> {
     addr: IpAddr,
     mem: TestMemory,
     srq: SimSrq,
@@ -576,7 +486,7 @@ enum Next {
 }
 
 /// A simulated network of engines of type `E`.
-pub struct SimNet<E: Endpoint> {
+pub struct SimNet<E: Engine> {
     now: Instant,
     rng: ChaCha8Rng,
     seed: u64,
@@ -594,7 +504,7 @@ pub struct SimNet<E: Endpoint> {
     strict: bool,
 }
 
-impl<E: Endpoint> fmt::Debug for SimNet<E> {
+impl<E: Engine> fmt::Debug for SimNet<E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SimNet")
             .field("now", &self.now)
@@ -606,7 +516,7 @@ impl<E: Endpoint> fmt::Debug for SimNet<E> {
     }
 }
 
-impl<E: Endpoint> SimNet<E> {
+impl<E: Engine> SimNet<E> {
     /// An empty network at virtual time zero whose randomness comes from `seed`.
     pub fn new(seed: u64) -> SimNet<E> {
         SimNet {
@@ -773,7 +683,7 @@ impl<E: Endpoint> SimNet<E> {
     }
 
     /// Registers `ep` on `node`, connected to `peer` (which must exist). What it sends
-    /// goes wherever each packet's [`Transmit::dst`] says (a connected engine names its
+    /// goes wherever each packet's [`Transmit::dst`](uroce_proto::engine::Transmit::dst) says (a connected engine names its
     /// peer's address); what it receives comes from anyone, and a connected engine drops
     /// what is not from its peer.
     ///
@@ -868,7 +778,7 @@ impl<E: Endpoint> SimNet<E> {
     ///
     /// # Errors
     /// [`SimError::UnknownQp`].
-    pub fn completions(&self, qp: QpId) -> Result<&[E::Completion], SimError> {
+    pub fn completions(&self, qp: QpId) -> Result<&[(CqKind, WorkCompletion)], SimError> {
         Ok(&self.slot(qp)?.completions)
     }
 
@@ -876,7 +786,10 @@ impl<E: Endpoint> SimNet<E> {
     ///
     /// # Errors
     /// [`SimError::UnknownQp`].
-    pub fn take_completions(&mut self, qp: QpId) -> Result<Vec<E::Completion>, SimError> {
+    pub fn take_completions(
+        &mut self,
+        qp: QpId,
+    ) -> Result<Vec<(CqKind, WorkCompletion)>, SimError> {
         Ok(std::mem::take(&mut self.slot_mut(qp)?.completions))
     }
 
@@ -884,7 +797,10 @@ impl<E: Endpoint> SimNet<E> {
     ///
     /// # Errors
     /// [`SimError::UnknownQp`].
-    pub fn completions_mut(&mut self, qp: QpId) -> Result<&mut Vec<E::Completion>, SimError> {
+    pub fn completions_mut(
+        &mut self,
+        qp: QpId,
+    ) -> Result<&mut Vec<(CqKind, WorkCompletion)>, SimError> {
         Ok(&mut self.slot_mut(qp)?.completions)
     }
 
@@ -892,7 +808,7 @@ impl<E: Endpoint> SimNet<E> {
     ///
     /// # Errors
     /// [`SimError::UnknownQp`].
-    pub fn events(&self, qp: QpId) -> Result<&[E::Event], SimError> {
+    pub fn events(&self, qp: QpId) -> Result<&[QpEvent], SimError> {
         Ok(&self.slot(qp)?.events)
     }
 
@@ -900,7 +816,7 @@ impl<E: Endpoint> SimNet<E> {
     ///
     /// # Errors
     /// [`SimError::UnknownQp`].
-    pub fn take_events(&mut self, qp: QpId) -> Result<Vec<E::Event>, SimError> {
+    pub fn take_events(&mut self, qp: QpId) -> Result<Vec<QpEvent>, SimError> {
         Ok(std::mem::take(&mut self.slot_mut(qp)?.events))
     }
 
@@ -1140,7 +1056,8 @@ impl<E: Endpoint> SimNet<E> {
                 } = node;
                 let slot = qps.get_mut(&qp.qpn).ok_or(SimError::UnknownQp(qp))?;
                 let mut env = NodeEnv { mem, srq, xrc };
-                slot.ep.poll_transmit(now, &mut env, &mut buf)
+                slot.ep
+                    .poll_transmit(now, &mut engine_env(&mut env), &mut buf)
             };
             let result = match sent {
                 None => {
@@ -1393,7 +1310,9 @@ impl<E: Endpoint> SimNet<E> {
         }
         self.timer_streak = Some((qp, now, fires));
         self.stats.timeouts += 1;
-        self.with_qp(qp, |ep, env, now| ep.handle_timeout(now, env))
+        self.with_qp(qp, |ep, env, now| {
+            ep.handle_timeout(now, &mut engine_env(env))
+        })
     }
 
     fn drop_packet(&mut self, p: &InFlight, reason: DropReason) {
@@ -1484,7 +1403,8 @@ impl<E: Endpoint> SimNet<E> {
         } = node;
         if let Some(slot) = qps.get_mut(&qpn) {
             let mut env = NodeEnv { mem, srq, xrc };
-            slot.ep.handle_packet(now, &arrival, &pkt, &mut env);
+            slot.ep
+                .handle_packet(now, &arrival, &pkt, &mut engine_env(&mut env));
         }
     }
 

@@ -6,7 +6,8 @@ use uroce_wire::opcode::op;
 use uroce_wire::{bth, Psn};
 
 use super::*;
-use crate::fake::{Fake, FakeCompletion, Quirk};
+use crate::fake::{fake_engine_commands, Fake, FakeCompletion, Quirk};
+use uroce_proto::engine::Transmit;
 
 const SEC: Duration = Duration::from_secs(1);
 
@@ -34,8 +35,12 @@ fn all_done(total: u32, qa: QpId, qb: QpId) -> impl Fn(&SimNet<Fake>) -> bool {
 
 /// Every message exactly once, in order, on both sides.
 fn assert_exactly_once(net: &SimNet<Fake>, total: u32, qa: QpId, qb: QpId) {
-    let sent: Vec<_> = (0..total).map(FakeCompletion::Sent).collect();
-    let recv: Vec<_> = (0..total).map(FakeCompletion::Received).collect();
+    let sent: Vec<_> = (0..total)
+        .map(|n| FakeCompletion::Sent(n).wc(0x10))
+        .collect();
+    let recv: Vec<_> = (0..total)
+        .map(|n| FakeCompletion::Received(n).wc(0x20))
+        .collect();
     assert_eq!(
         net.completions(qa).unwrap(),
         &sent[..],
@@ -90,9 +95,8 @@ impl Scatter {
     }
 }
 
-impl Endpoint for Scatter {
-    type Completion = ();
-    type Event = ();
+impl Engine for Scatter {
+    fake_engine_commands!();
 
     fn qpn(&self) -> u32 {
         self.qpn
@@ -102,16 +106,16 @@ impl Endpoint for Scatter {
         _now: Instant,
         from: &Arrival,
         pkt: &PacketRepr<'_>,
-        _env: &mut NodeEnv<'_>,
+        _env: &mut Env<'_>,
     ) {
         assert_eq!(pkt.bth.dest_qp, self.qpn);
         self.arrivals.push(*from);
     }
-    fn handle_timeout(&mut self, _now: Instant, _env: &mut NodeEnv<'_>) {}
+    fn handle_timeout(&mut self, _now: Instant, _env: &mut Env<'_>) {}
     fn poll_transmit(
         &mut self,
         _now: Instant,
-        _env: &mut NodeEnv<'_>,
+        _env: &mut Env<'_>,
         buf: &mut [u8],
     ) -> Option<Transmit> {
         let (dst, dest_qp) = self.targets.pop_front()?;
@@ -124,11 +128,14 @@ impl Endpoint for Scatter {
     fn poll_timeout(&self) -> Option<Instant> {
         None
     }
-    fn poll_completion(&mut self) -> Option<()> {
+    fn poll_completion(&mut self) -> Option<(CqKind, WorkCompletion)> {
         None
     }
-    fn poll_event(&mut self) -> Option<()> {
+    fn poll_event(&mut self) -> Option<QpEvent> {
         None
+    }
+    fn is_idle(&self) -> bool {
+        true
     }
 }
 

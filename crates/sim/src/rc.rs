@@ -1,5 +1,4 @@
-//! The RC engine (`uroce_proto::rc::RcQp`, an `Engine` and so an
-//! [`Endpoint`](crate::Endpoint)) on the simulated network, and [`Pair`]: two nodes with
+//! The RC engine (`uroce_proto::rc::RcQp`, an `Engine`) on the simulated network, and [`Pair`]: two nodes with
 //! one connected RC QP each, the harness the engine's tests use.
 //!
 //! ```
