@@ -72,6 +72,30 @@ pub struct RtsAttrs {
     pub max_rd_atomic: u8,
 }
 
+/// The attributes `ibv_modify_qp` may change while the QP has an engine (RTR→RTS,
+/// RTS→RTS, SQD→SQD, SQD→RTS: the optional attributes of IBA Vol 1 §11.2.4.2's state
+/// table), as they are after the change; see [`Engine::reconfigure`]. A transport ignores
+/// what it has no use for: datagram QPs the path, access and RNR timer, connected QPs the
+/// Q_Key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LiveAttrs {
+    /// Remote access the responder allows (`IBV_QP_ACCESS_FLAGS`).
+    pub access: RemoteAccess,
+    /// The RNR NAK timer code the responder advertises.
+    pub min_rnr_timer: u8,
+    /// The peer's address (the address vector's destination GID); packets from any other
+    /// address are dropped.
+    pub peer: IpAddr,
+    /// The QP's own address (the address vector's source GID), when known.
+    pub local: Option<IpAddr>,
+    /// The QP's P_Key index and the P_Key it names.
+    pub pkey_index: u16,
+    /// The P_Key at `pkey_index`.
+    pub pkey: u16,
+    /// Datagram QPs: the Q_Key.
+    pub qkey: u32,
+}
+
 /// Receive WQEs shared by several QPs (an SRQ). The verbs layer implements it.
 pub trait SharedRecvQueue {
     /// Takes the next receive WQE, if any.
@@ -346,6 +370,11 @@ pub trait Engine: fmt::Debug + Send {
     fn enter_rts(&mut self, rts: RtsAttrs);
     /// Application-driven state change (ERR flushes, RESET discards, SQD drains).
     fn set_state(&mut self, to: QpState);
+    /// Takes the attributes a modify changed while the engine runs (access flags, the RNR
+    /// timer, the path in SQD, the P_Key, a datagram QP's Q_Key): from the next packet on,
+    /// the engine checks and answers with these. The layer above calls it after every
+    /// modify of a QP that has an engine, before the transition itself.
+    fn reconfigure(&mut self, attrs: &LiveAttrs);
 
     /// Writes the next packet into `buf` (at least 4096 + 64 bytes) and says where it
     /// goes; `None` when nothing is ready.
@@ -408,6 +437,9 @@ impl<E: Engine + ?Sized> Engine for Box<E> {
     }
     fn set_state(&mut self, to: QpState) {
         (**self).set_state(to)
+    }
+    fn reconfigure(&mut self, attrs: &LiveAttrs) {
+        (**self).reconfigure(attrs)
     }
     fn poll_transmit(
         &mut self,

@@ -103,7 +103,7 @@ use uroce_wire::opcode::{self, Operation, Transport};
 use uroce_wire::{bth, deth, immdt, PacketRepr, Pmtu, Psn, ICRC_LEN, ROCEV2_UDP_PORT};
 
 use crate::build::{build, fill_payload, pkey_match, BuildError};
-use crate::engine::{Arrival, Engine, EngineCounters, Transmit};
+use crate::engine::{Arrival, Engine, EngineCounters, LiveAttrs, Transmit};
 use crate::engine::{CqKind, Env, Outbox, PostError, QpEvent, RtsAttrs};
 use crate::memory::{scatter, sg_total};
 use crate::qp_state::{QpState, QpType};
@@ -590,6 +590,15 @@ impl Engine for UdQp {
             }
             other => self.state = other,
         }
+    }
+
+    fn reconfigure(&mut self, attrs: &LiveAttrs) {
+        // The GSI QP's Q_Key is fixed (IBA 13.5.3, 0x80010000).
+        if !self.is_gsi() {
+            self.cfg.qkey = attrs.qkey;
+        }
+        self.cfg.pkey = attrs.pkey;
+        self.cfg.pkey_index = attrs.pkey_index;
     }
 
     fn poll_transmit(

@@ -63,6 +63,8 @@ macro_rules! fake_engine_commands {
         fn enter_rts(&mut self, _rts: uroce_proto::engine::RtsAttrs) {}
 
         fn set_state(&mut self, _to: uroce_proto::qp_state::QpState) {}
+
+        fn reconfigure(&mut self, _attrs: &uroce_proto::engine::LiveAttrs) {}
     };
 }
 pub(crate) use fake_engine_commands;

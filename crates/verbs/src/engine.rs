@@ -34,6 +34,7 @@ use std::net::IpAddr;
 use std::sync::Arc as StdArc;
 
 use uroce_proto::engine::Engine;
+use uroce_proto::engine::LiveAttrs;
 pub use uroce_proto::engine::{Arrival, EngineCounters};
 use uroce_proto::memory::{
     AtomicOp, LocalAccessError, Memory, RemoteAccessError, RemoteOp as ProtoRemoteOp,
@@ -634,6 +635,28 @@ fn path_local_ip(core: &QpCore, inner: &QpInner) -> Option<IpAddr> {
         .device
         .valid_gid(u32::from(inner.attr.ah_attr.sgid_index))
         .map(|g| g.to_ip())
+}
+
+/// Hands a running engine the attributes a modify may change after RTR (access flags, RNR
+/// timer, the path, P_Key, Q_Key), as the QP's attributes now hold them; called by
+/// `modify` after every modify of a QP with an engine, before the transition (so that an
+/// SQD→RTS with a new address vector resumes on the new path). Without it a modify that
+/// revoked remote WRITE access in RTS→RTS would have left the responder executing WRITEs.
+pub(crate) fn reconfigure_engine(core: &Arc<QpCore>, inner: &mut QpInner) {
+    if inner.engine.is_none() {
+        return;
+    }
+    let a = &inner.attr;
+    let attrs = LiveAttrs {
+        access: RemoteAccess::from_bits_truncate(a.qp_access_flags.bits()),
+        min_rnr_timer: a.min_rnr_timer,
+        peer: a.ah_attr.dest_ip(),
+        local: path_local_ip(core, inner),
+        pkey_index: a.pkey_index,
+        pkey: pkey(core, inner),
+        qkey: a.qkey,
+    };
+    with_engine(core, inner, |e, _| e.reconfigure(&attrs));
 }
 
 /// Applies a state transition to the engine. Returns `true` when the transition was fully

@@ -1208,6 +1208,7 @@ impl QpRef {
         core.check_values(attr, mask)?;
         // Every check passed: apply.
         inner.attr.apply(attr, mask);
+        crate::engine::reconfigure_engine(core, &mut inner);
         if next != cur && crate::engine::modify_engine(core, &mut inner, cur, next) {
             return Ok(());
         }

@@ -239,7 +239,7 @@ pub use crate::engine::{
     CqKind, Env, PostError, QpEvent, RemoteAccess, RtsAttrs, SharedRecvQueue, XrcSrqError, XrcSrqs,
     MAX_MSG_LEN,
 };
-use crate::engine::{Engine, Outbox};
+use crate::engine::{Engine, LiveAttrs, Outbox};
 
 /// One RC queue pair: requester, completer and responder.
 ///
@@ -793,6 +793,14 @@ impl Engine for RcQp {
             }
             other => self.state = other,
         }
+    }
+
+    fn reconfigure(&mut self, attrs: &LiveAttrs) {
+        self.cfg.access = attrs.access;
+        self.cfg.min_rnr_timer = attrs.min_rnr_timer;
+        self.cfg.peer = attrs.peer;
+        self.cfg.local = attrs.local;
+        self.cfg.pkey = attrs.pkey;
     }
 
     fn poll_transmit(

@@ -74,7 +74,7 @@ use uroce_wire::opcode::{self, OpcodeInfo, Operation, Transport};
 use uroce_wire::{PacketRepr, Pmtu, Psn};
 
 use crate::build::{build, data_packet, fill_payload, pkey_match, BuildError};
-use crate::engine::{Arrival, Engine, EngineCounters, Transmit};
+use crate::engine::{Arrival, Engine, EngineCounters, LiveAttrs, Transmit};
 use crate::engine::{CqKind, Env, Outbox, PostError, QpEvent, RemoteAccess, RtsAttrs, MAX_MSG_LEN};
 use crate::memory::{scatter, sg_total, RemoteOp};
 use crate::qp_state::{QpState, QpType};
@@ -857,6 +857,13 @@ impl Engine for UcQp {
             }
             other => self.state = other,
         }
+    }
+
+    fn reconfigure(&mut self, attrs: &LiveAttrs) {
+        self.cfg.access = attrs.access;
+        self.cfg.peer = attrs.peer;
+        self.cfg.local = attrs.local;
+        self.cfg.pkey = attrs.pkey;
     }
 
     fn poll_transmit(

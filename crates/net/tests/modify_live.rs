@@ -1,0 +1,167 @@
+//! Modifies of a running QP reach its transport engine: the attributes IBA lets
+//! `ibv_modify_qp` change after RTR (access flags in RTS→RTS, the address vector in
+//! SQD→SQD; IBA Vol 1 §11.2.4.2's state table) take effect on the next packet. Two (and
+//! three) devices on loopback, real sockets.
+
+#[path = "support/pair.rs"]
+mod pair;
+
+use std::time::{Duration, Instant};
+
+use pair::{connect, wait, ConnectOpts, Side, SideConfig};
+use uroce_verbs::{
+    AccessFlags, AttrMask, QpAttr, QpState, RcConnect, RdmaInfo, SendFlags, SendOpcode, SendWr,
+    WcStatus,
+};
+
+const LIMIT: Duration = Duration::from_secs(10);
+
+fn write(from: &Side, to: &Side, wr_id: u64, byte: u8) -> WcStatus {
+    from.mr.block().fill(0, 32, byte).expect("fill");
+    let wr = SendWr {
+        wr_id,
+        opcode: SendOpcode::RdmaWrite,
+        flags: SendFlags::SIGNALED,
+        sg_list: vec![from.sge(0, 32)],
+        rdma: RdmaInfo {
+            remote_addr: to.va(0),
+            rkey: to.mr.rkey(),
+        },
+        ..SendWr::default()
+    };
+    from.qp.post_send(wr).expect("post");
+    let wc = wait(&from.send_cq, 1, LIMIT, "the WRITE");
+    assert_eq!(wc[0].wr_id, wr_id);
+    wc[0].status
+}
+
+#[test]
+fn revoking_remote_write_in_rts_refuses_the_next_write() {
+    let a = Side::open(&SideConfig::new("127.0.63.1", "uroce0"));
+    let b = Side::open(&SideConfig::new("127.0.63.2", "uroce1"));
+    let o = ConnectOpts {
+        timeout: 14,
+        ..ConnectOpts::default()
+    };
+    connect(&a, &b, &o);
+    assert_eq!(write(&a, &b, 1, 0x11), WcStatus::Success);
+    assert_eq!(b.mr.block().to_vec().expect("read")[..32], [0x11; 32]);
+
+    // RTS→RTS: B now allows remote READ only.
+    let attr = QpAttr {
+        qp_state: QpState::Rts,
+        qp_access_flags: AccessFlags::REMOTE_READ,
+        ..QpAttr::default()
+    };
+    b.qp.modify(&attr, AttrMask::STATE | AttrMask::ACCESS_FLAGS)
+        .expect("modify RTS->RTS");
+    // A QP not enabled for remote WRITE answers NAK Invalid Request (as rxe does; an
+    // R_Key violation would be a Remote Access Error).
+    assert_eq!(write(&a, &b, 2, 0x22), WcStatus::RemInvReqErr);
+    assert_eq!(
+        b.mr.block().to_vec().expect("read")[..32],
+        [0x11; 32],
+        "the WRITE after the revocation landed"
+    );
+    a.close();
+    b.close();
+}
+
+#[test]
+fn a_new_address_vector_in_sqd_moves_the_connection_to_the_new_path() {
+    // A and C number their QPs alike (one QP each), so C's QP can stand in for A's at
+    // another address: the same peer QP reached over a new path, as after a failover.
+    let a = Side::open(&SideConfig::new("127.0.63.11", "uroce0"));
+    let b = Side::open(&SideConfig::new("127.0.63.12", "uroce1"));
+    let c = Side::open(&SideConfig::new("127.0.63.13", "uroce2"));
+    assert_eq!(
+        a.qp.qp_num(),
+        c.qp.qp_num(),
+        "the test needs C's QP to have A's number"
+    );
+    let o = ConnectOpts {
+        timeout: 14,
+        ..ConnectOpts::default()
+    };
+    connect(&a, &b, &o);
+    assert_eq!(write(&a, &b, 1, 0x11), WcStatus::Success);
+
+    // B: RTS → SQD (nothing in flight: drained at once) → SQD with C's address → RTS.
+    let sqd = QpAttr {
+        qp_state: QpState::Sqd,
+        ..QpAttr::default()
+    };
+    b.qp.modify(&sqd, AttrMask::STATE).expect("RTS->SQD");
+    let start = Instant::now();
+    while b.qp.query().0.sq_draining {
+        assert!(start.elapsed() < LIMIT, "B's send queue did not drain");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let (to_c, _) = RcConnect::new(c.ip(), c.qp.qp_num()).rtr_attr();
+    let path = QpAttr {
+        qp_state: QpState::Sqd,
+        ah_attr: to_c.ah_attr,
+        ..QpAttr::default()
+    };
+    b.qp.modify(&path, AttrMask::STATE | AttrMask::AV)
+        .expect("SQD->SQD with a new address vector");
+    let rts = QpAttr {
+        qp_state: QpState::Rts,
+        ..QpAttr::default()
+    };
+    b.qp.modify(&rts, AttrMask::STATE).expect("SQD->RTS");
+
+    // C's QP continues A's side of the connection: its first PSN is the one B expects
+    // next (A sent one single-packet WRITE).
+    let c_opts = ConnectOpts {
+        start_psn: o.start_psn + 1,
+        ..o
+    };
+    // Only C's QP is taken through RTR/RTS here; B's stays where it is.
+    let (init, mask) = RcConnect::new(b.ip(), b.qp.qp_num()).init_attr();
+    c.qp.modify(&init, mask).expect("C to INIT");
+    let conn = RcConnect {
+        rq_psn: uroce_wire::psn::Psn::new(c_opts.start_psn),
+        sq_psn: uroce_wire::psn::Psn::new(c_opts.start_psn),
+        timeout: c_opts.timeout,
+        ..RcConnect::new(b.ip(), b.qp.qp_num())
+    };
+    let (rtr, mask) = conn.rtr_attr();
+    c.qp.modify(&rtr, mask).expect("C to RTR");
+    let (rts, mask) = conn.rts_attr();
+    c.qp.modify(&rts, mask).expect("C to RTS");
+
+    // C's WRITE executes on B; before the change it would have been dropped as coming
+    // from an address that is not B's peer.
+    assert_eq!(write(&c, &b, 2, 0x33), WcStatus::Success);
+    assert_eq!(b.mr.block().to_vec().expect("read")[..32], [0x33; 32]);
+    // A's packets now come from off the path: dropped and counted, memory untouched.
+    let dropped = |s: &Side| {
+        s.dev
+            .qp_counters(s.qp.qp_num())
+            .map_or(0, |c| c.transport.dropped_bad_address)
+    };
+    assert_eq!(dropped(&b), 0);
+    a.mr.block().fill(0, 32, 0x44).expect("fill");
+    let wr = SendWr {
+        wr_id: 3,
+        opcode: SendOpcode::RdmaWrite,
+        flags: SendFlags::SIGNALED,
+        sg_list: vec![a.sge(0, 32)],
+        rdma: RdmaInfo {
+            remote_addr: b.va(0),
+            rkey: b.mr.rkey(),
+        },
+        ..SendWr::default()
+    };
+    a.qp.post_send(wr).expect("post");
+    let start = Instant::now();
+    while dropped(&b) == 0 {
+        assert!(start.elapsed() < LIMIT, "A's WRITE was not dropped");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert_eq!(b.mr.block().to_vec().expect("read")[..32], [0x33; 32]);
+    a.close();
+    b.close();
+    c.close();
+}
