@@ -19,6 +19,8 @@ Needs root, /dev/net/tun, bridges and network namespaces, qemu-system-x86_64, ts
 dumpcap. When they are missing it says so in one line and exits 1 under CI=true (0, loudly
 skipped, otherwise). Environment: UROCE_INTEROP_WORK (cache, default /var/tmp/uroce-interop),
 UROCE_INTEROP_LIB (the library to test, default target/release/liburoce_ffi.so),
+UROCE_INTEROP_UROCE (the uroce binary, default target/release/uroce; the test command points
+both at target/debug),
 UROCE_INTEROP_ACCEL=auto|kvm|tcg, UROCE_INTEROP_VERBOSE=1 (echo guest consoles).
 """
 
