@@ -12,7 +12,25 @@ fn read(path: &str) -> String {
 
 #[test]
 fn forwarders_and_targets_agree_on_unwinding() {
-    let targets = read("../ffi/src/rdmacm.rs");
+    // The targets: every file of uroce-ffi's rdmacm module tree.
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../ffi/src/rdmacm");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "rs"))
+        .collect();
+    files.sort();
+    assert!(
+        files.len() > 1,
+        "no rdmacm module files in {}",
+        dir.display()
+    );
+    let targets: String = files
+        .iter()
+        .map(|f| std::fs::read_to_string(f).unwrap_or_else(|e| panic!("{}: {e}", f.display())))
+        .collect::<Vec<_>>()
+        .join("\n");
     let mut target_abi = std::collections::BTreeMap::new();
     for line in targets.lines() {
         let Some(at) = line.find("fn uroce_rdmacm_") else {
