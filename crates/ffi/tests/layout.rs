@@ -1,10 +1,12 @@
-//! Proves that `uroce_ffi::abi` has the layout of the installed `<infiniband/verbs.h>`:
-//! a C program generated from the table below prints `sizeof`/`_Alignof` of every type,
+//! Proves that `uroce_ffi::abi` has the layout of the installed `<infiniband/verbs.h>`, and
+//! `uroce_ffi::rdmacm`'s C types that of `<rdma/rdma_cma.h>`: for each header a C program
+//! generated from a table below prints `sizeof`/`_Alignof` of every type,
 //! `offsetof`/`sizeof` of every field and the value of every constant, and each number is
 //! compared with Rust's `size_of`/`align_of`/`offset_of!` for the same item.
 //!
-//! Adding a field to the check means adding one line to [`table`]. Needs a C compiler
-//! (`$CC`, else `cc`) and the header (Debian package `libibverbs-dev`); without them the
+//! Adding a field to the check means adding one line to [`table`] (or [`rdmacm_table`]).
+//! Needs a C compiler (`$CC`, else `cc`) and the headers (Debian packages `libibverbs-dev`,
+//! `librdmacm-dev`); without them the
 //! test is skipped, or fails under `UROCE_REQUIRE_TOOLS=1`.
 
 use std::fmt::Write as _;
@@ -457,10 +459,58 @@ fn device_ex_table() -> Vec<Check> {
 }
 
 /// The C program: one `printf` of two numbers per table line, in table order.
-fn c_source(table: &[Check]) -> String {
-    let mut s = String::from(
-        "#include <stdio.h>\n#include <stddef.h>\n#include <infiniband/verbs.h>\n\
-         int main(void)\n{\n",
+/// The C types and constants of `<rdma/rdma_cma.h>` (rdma-core 44) that uroce's RDMA-CM
+/// (`uroce_ffi::rdmacm`) mirrors.
+fn rdmacm_table() -> Vec<Check> {
+    use uroce_ffi::rdmacm::*;
+    let mut t = Vec::new();
+    t.push(ty!(struct rdma_event_channel));
+    t.extend(fields! {struct rdma_event_channel; fd});
+    t.push(ty!(struct rdma_ib_addr));
+    t.extend(fields! {struct rdma_ib_addr; sgid, dgid, pkey});
+    t.push(ty!(struct rdma_addr));
+    t.push(field!(struct rdma_addr, src => "src_storage"));
+    t.push(field!(struct rdma_addr, dst => "dst_storage"));
+    t.push(field!(struct rdma_addr, ibaddr => "addr.ibaddr"));
+    t.push(ty!(struct rdma_route));
+    t.extend(fields! {struct rdma_route; addr, path_rec, num_paths});
+    t.push(ty!(struct rdma_cm_id));
+    t.extend(fields! {struct rdma_cm_id;
+        verbs, channel, context, qp, route, ps, port_num, event, send_cq_channel, send_cq,
+        recv_cq_channel, recv_cq, srq, pd, qp_type
+    });
+    t.push(ty!(struct rdma_conn_param));
+    t.extend(fields! {struct rdma_conn_param;
+        private_data, private_data_len, responder_resources, initiator_depth, flow_control,
+        retry_count, rnr_retry_count, srq, qp_num
+    });
+    t.push(ty!(struct rdma_ud_param));
+    t.extend(fields! {struct rdma_ud_param; private_data, private_data_len, ah_attr, qp_num, qkey});
+    t.push(ty!(struct rdma_cm_event));
+    t.extend(
+        fields! {struct rdma_cm_event; id, listen_id, event, status, param, param.conn, param.ud},
+    );
+    t.push(ty!(struct rdma_addrinfo));
+    t.extend(fields! {struct rdma_addrinfo;
+        ai_flags, ai_family, ai_qp_type, ai_port_space, ai_src_len, ai_dst_len, ai_src_addr,
+        ai_dst_addr, ai_src_canonname, ai_dst_canonname, ai_route_len, ai_route,
+        ai_connect_len, ai_connect, ai_next
+    });
+    t.push(ty!(struct rdma_cm_join_mc_attr_ex));
+    t.extend(fields! {struct rdma_cm_join_mc_attr_ex; comp_mask, join_flags, addr});
+    t.push(ty!(struct ibv_ece));
+    t.extend(fields! {struct ibv_ece; vendor_id, options, comp_mask});
+    t.extend(consts! {
+        RDMA_PS_TCP, RDMA_PS_UDP, RDMA_PS_IB, RAI_PASSIVE, RDMA_CM_JOIN_MC_ATTR_ADDRESS,
+        RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS, RDMA_MC_JOIN_FLAG_FULLMEMBER,
+        RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER
+    });
+    t
+}
+
+fn c_source(table: &[Check], header: &str) -> String {
+    let mut s = format!(
+        "#include <stdio.h>\n#include <stddef.h>\n#include <{header}>\nint main(void)\n{{\n"
     );
     for (i, c) in table.iter().enumerate() {
         // `writeln!` into a String cannot fail.
@@ -485,26 +535,46 @@ fn c_source(table: &[Check]) -> String {
 
 #[test]
 fn abi_layout_matches_installed_verbs_h() {
-    const TEST: &str = "abi_layout_matches_installed_verbs_h";
+    check_layout(
+        "abi_layout_matches_installed_verbs_h",
+        "infiniband/verbs.h",
+        "libibverbs-dev",
+        &table(),
+    );
+}
+
+#[test]
+fn rdmacm_layout_matches_installed_rdma_cma_h() {
+    check_layout(
+        "rdmacm_layout_matches_installed_rdma_cma_h",
+        "rdma/rdma_cma.h",
+        "librdmacm-dev",
+        &rdmacm_table(),
+    );
+}
+
+/// Compiles the C program for `table` against `<header>`, runs it and compares every
+/// number with Rust's; skips (fails under `UROCE_REQUIRE_TOOLS=1`) without a C compiler
+/// or the header (Debian package `package`).
+fn check_layout(test: &str, header: &str, package: &str, table: &[Check]) {
     let probe = TempFile::new("ffi-probe", "bin");
     if let Err(e) = compile_source(
-        "#include <infiniband/verbs.h>\nint main(void) { return 0; }\n",
+        &format!("#include <{header}>\nint main(void) {{ return 0; }}\n"),
         &probe,
         &[],
     ) {
         skip(
-            TEST,
+            test,
             &format!(
-                "cannot compile against <infiniband/verbs.h> (install a C compiler and the \
-                 Debian package libibverbs-dev): {e}"
+                "cannot compile against <{header}> (install a C compiler and the Debian \
+                 package {package}): {e}"
             ),
         );
         return;
     }
 
-    let table = table();
     let exe = TempFile::new("ffi-layout", "bin");
-    if let Err(e) = compile_source(&c_source(&table), &exe, &[]) {
+    if let Err(e) = compile_source(&c_source(table, header), &exe, &[]) {
         panic!("the generated layout program does not compile (a C name is wrong?): {e}");
     }
     let rows = run_numbered(&exe, table.len());
@@ -549,10 +619,10 @@ fn abi_layout_matches_installed_verbs_h() {
     });
     assert!(
         errors.is_empty(),
-        "{} of {} checks differ from <infiniband/verbs.h>:\n{}",
+        "{} of {} checks differ from <{header}>:\n{}",
         errors.len(),
         table.len(),
         errors.join("\n")
     );
-    eprintln!("layout: {types} types, {fields} fields, {consts} constants match the header");
+    eprintln!("layout: {types} types, {fields} fields, {consts} constants match <{header}>");
 }

@@ -1,5 +1,5 @@
 //! The C types and constants of `<rdma/rdma_cma.h>` (rdma-core 44), checked by
-//! `tests/rdmacm_layout.rs`.
+//! `tests/layout.rs` (`rdmacm_layout_matches_installed_rdma_cma_h`).
 
 use super::*;
 
