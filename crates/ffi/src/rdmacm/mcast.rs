@@ -2,26 +2,6 @@
 
 use super::*;
 
-/// `struct rdma_cm_join_mc_attr_ex`.
-#[repr(C)]
-pub struct rdma_cm_join_mc_attr_ex {
-    /// `RDMA_CM_JOIN_MC_ATTR_*`.
-    pub comp_mask: u32,
-    /// `RDMA_MC_JOIN_FLAG_*`.
-    pub join_flags: u32,
-    /// The group's address.
-    pub addr: *mut libc::sockaddr,
-}
-
-/// `RDMA_CM_JOIN_MC_ATTR_ADDRESS`.
-pub const RDMA_CM_JOIN_MC_ATTR_ADDRESS: u32 = 1;
-/// `RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS`.
-pub const RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS: u32 = 2;
-/// `RDMA_MC_JOIN_FLAG_FULLMEMBER`.
-pub const RDMA_MC_JOIN_FLAG_FULLMEMBER: u32 = 0;
-/// `RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER`.
-pub const RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER: u32 = 1;
-
 /// Joins `addr` for `id`; a synchronous id waits for the MULTICAST_JOIN event (kept as
 /// `id->event`, as librdmacm's).
 ///

@@ -32,7 +32,6 @@ use crate::objects::{qp_ref, zeroed, CBox};
 /// How long a synchronous id waits for the event of a call.
 pub const SYNC_TIMEOUT: Duration = Duration::from_secs(30);
 
-mod abi;
 mod conn;
 mod ep;
 mod id;
@@ -40,7 +39,7 @@ mod mcast;
 mod options;
 mod qp;
 
-pub use abi::*;
+pub use crate::abi::rdmacm::*;
 pub use conn::*;
 pub use ep::*;
 pub use id::*;

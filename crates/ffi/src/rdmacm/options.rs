@@ -3,17 +3,6 @@
 
 use super::*;
 
-/// `struct ibv_ece` (`<infiniband/verbs.h>`): enhanced connection establishment options.
-#[repr(C)]
-pub struct ibv_ece {
-    /// The provider's IEEE OUI; 0: no ECE.
-    pub vendor_id: u32,
-    /// Vendor-specific options.
-    pub options: u32,
-    /// Reserved (0).
-    pub comp_mask: u32,
-}
-
 /// The checks rdma-core's ECE calls make: an id of this library without a QP of its own
 /// (ECE is for external QPs) and a non-NULL `ece`.
 pub(super) fn ece_id(

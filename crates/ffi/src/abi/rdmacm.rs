@@ -1,7 +1,13 @@
-//! The C types and constants of `<rdma/rdma_cma.h>` (rdma-core 44), checked by
-//! `tests/layout.rs` (`rdmacm_layout_matches_installed_rdma_cma_h`).
+//! `#[repr(C)]` mirrors of the `<rdma/rdma_cma.h>` (rdma-core 44) types and constants that
+//! uroce's RDMA-CM (`crate::rdmacm`) hands to C, checked by `tests/layout.rs`
+//! (`rdmacm_layout_matches_installed_rdma_cma_h`).
 
-use super::*;
+use core::ffi::{c_char, c_int, c_void};
+
+use super::verbs::{
+    ibv_ah_attr, ibv_comp_channel, ibv_context, ibv_cq, ibv_gid, ibv_pd, ibv_qp, ibv_qp_type,
+    ibv_srq,
+};
 
 /// `struct rdma_event_channel`.
 #[repr(C)]
@@ -189,3 +195,23 @@ pub const RDMA_PS_UDP: c_int = 0x0111;
 pub const RDMA_PS_IB: c_int = 0x013F;
 /// `RAI_PASSIVE`.
 pub const RAI_PASSIVE: c_int = 1;
+
+/// `struct rdma_cm_join_mc_attr_ex`.
+#[repr(C)]
+pub struct rdma_cm_join_mc_attr_ex {
+    /// `RDMA_CM_JOIN_MC_ATTR_*`.
+    pub comp_mask: u32,
+    /// `RDMA_MC_JOIN_FLAG_*`.
+    pub join_flags: u32,
+    /// The group's address.
+    pub addr: *mut libc::sockaddr,
+}
+
+/// `RDMA_CM_JOIN_MC_ATTR_ADDRESS`.
+pub const RDMA_CM_JOIN_MC_ATTR_ADDRESS: u32 = 1;
+/// `RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS`.
+pub const RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS: u32 = 2;
+/// `RDMA_MC_JOIN_FLAG_FULLMEMBER`.
+pub const RDMA_MC_JOIN_FLAG_FULLMEMBER: u32 = 0;
+/// `RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER`.
+pub const RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER: u32 = 1;

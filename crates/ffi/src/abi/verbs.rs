@@ -1822,3 +1822,14 @@ const _: () = {
     assert!(offset_of!(ibv_qp_ex, wr_atomic_write) == 344);
     assert!(size_of::<ibv_data_buf>() == 16);
 };
+
+/// `struct ibv_ece` (`<infiniband/verbs.h>`): enhanced connection establishment options.
+#[repr(C)]
+pub struct ibv_ece {
+    /// The provider's IEEE OUI; 0: no ECE.
+    pub vendor_id: u32,
+    /// Vendor-specific options.
+    pub options: u32,
+    /// Reserved (0).
+    pub comp_mask: u32,
+}
