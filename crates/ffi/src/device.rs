@@ -179,7 +179,7 @@ fn open_net(cfg: NetConfig) -> Result<NetDevice, FfiError> {
     for x in 1..=AUTO_ADDRS {
         match NetDevice::open(cfg.clone()) {
             Ok(n) => return Ok(n),
-            Err(uroce_net::NetError::Bind { addr, source })
+            Err(uroce_net::NetError::Socket(uroce_net::SocketError::Bind { addr, source }))
                 if auto && source.kind() == std::io::ErrorKind::AddrInUse =>
             {
                 last = Some(format!(
@@ -189,7 +189,7 @@ fn open_net(cfg: NetConfig) -> Result<NetDevice, FfiError> {
                 ));
                 cfg.addr = std::net::IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, x + 1));
             }
-            Err(uroce_net::NetError::Bind { addr, source }) => {
+            Err(uroce_net::NetError::Socket(uroce_net::SocketError::Bind { addr, source })) => {
                 let why = match source.kind() {
                     std::io::ErrorKind::AddrInUse => format!(
                         "UDP port {} on {} is taken by another process (another uroce \

@@ -65,6 +65,7 @@ use crate::gsi::Gsi;
 use crate::socket::{IcrcPolicy, OutPacket, RecvBatch, RoceSocket, SocketConfig};
 use crate::stats::{DeviceStat, Publisher, QpStat};
 use crate::CounterSnapshot;
+use uroce_socket::SocketError;
 
 /// The environment variable that chooses a device's address for programs that cannot be
 /// changed ([`NetConfig::from_env`]).
@@ -156,8 +157,8 @@ impl NetConfig {
     /// `UROCE_FAULTS` and the ICRC policy from `UROCE_ICRC`.
     ///
     /// # Errors
-    /// [`NetError::BadAddr`] if `UROCE_ADDR` is not an IP address, [`NetError::Faults`] if
-    /// `UROCE_FAULTS` does not parse, [`NetError::BadIcrcPolicy`] if `UROCE_ICRC` does
+    /// [`NetError::BadAddr`] if `UROCE_ADDR` is not an IP address, [`SocketError::Faults`] if
+    /// `UROCE_FAULTS` does not parse, [`SocketError::BadIcrcPolicy`] if `UROCE_ICRC` does
     /// not.
     pub fn from_env() -> Result<NetConfig, NetError> {
         let addr = match std::env::var(ADDR_ENV) {
@@ -884,7 +885,9 @@ impl Transport for DeviceTransport {
 
     fn join_group(&self, group: IpAddr) -> std::io::Result<()> {
         let Some(sh) = self.0.upgrade() else {
-            return Err(std::io::Error::from_raw_os_error(libc::ENODEV));
+            return Err(std::io::Error::from_raw_os_error(
+                rustix::io::Errno::NODEV.raw_os_error(),
+            ));
         };
         let local = SocketAddr::new(sh.ctx.device().addr(), sh.port);
         let cfg = SocketConfig {
@@ -893,7 +896,7 @@ impl Transport for DeviceTransport {
         };
         let sock =
             RoceSocket::bind_group(group, local.ip(), sh.port, cfg).map_err(|e| match e {
-                NetError::Bind { source, .. } => source,
+                SocketError::Bind { source, .. } => source,
                 other => std::io::Error::other(other.to_string()),
             })?;
         let fd = Arc::new(sock.as_fd().try_clone_to_owned()?);
@@ -1160,7 +1163,7 @@ impl NetDevice {
         let mut io = lock(&self.shared.io);
         let _ = io.sock.flush_held();
         match io.sock.capture_mut() {
-            Some(c) => c.flush(),
+            Some(c) => c.flush().map_err(NetError::from),
             None => Ok(()),
         }
     }

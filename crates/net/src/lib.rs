@@ -1,90 +1,35 @@
-//! # uroce-net: RoCEv2 on Linux UDP sockets
+//! # uroce-net: the network device
 //!
-//! The I/O layer of uroce: it puts RoCEv2 packets (BTH..ICRC, built by `uroce-wire` and
-//! produced by the sans-IO engines of `uroce-proto`) on real UDP sockets, port 4791, and
-//! takes them off again. It is two things: the socket layer (like quinn-udp beside
-//! quinn-proto: batching, GSO/GRO, ICRC sealing, faults, capture; nothing of the protocol)
-//! and the network device ([`device`]), which drives the QPs' transport engines through
-//! the verbs layer: it delivers each received packet to the QP its BTH names with the
-//! packet's source address, runs the engines' timers, and sends each transmitted packet
-//! to the destination the engine gave it.
+//! The device runtime of uroce: a [`NetDevice`] binds the verbs objects of one context to a
+//! RoCEv2 socket of `uroce-socket` and drives the QPs' transport engines through the verbs
+//! layer: it delivers each received packet to the QP its BTH names with the packet's
+//! source address, runs the engines' timers, sends each transmitted packet to the
+//! destination the engine gave it, serves QP1 ([`gsi`]) and the connection manager
+//! ([`cm`]), joins multicast groups and publishes its counters ([`stats`]).
 //!
 //! ## Layering
-//! `wire` → `proto` → `verbs` → **`net`** → `ffi` / `cli` (see `docs/ARCHITECTURE.md`).
-//! The socket layer uses only `uroce-wire` (packet formats, ICRC, pcap framing) among the
-//! uroce crates; the device uses `uroce-verbs` and `uroce-proto` as well. Dependencies: `libc` (the system calls), `rand` (seeded fault
-//! injection), `thiserror`.
+//! `wire` → `proto` → `verbs` → `socket` → **`net`** → `ffi` / `cli` (see
+//! `docs/ARCHITECTURE.md`). The socket layer's modules and types are re-exported here
+//! (`uroce_net::socket`, `uroce_net::RoceSocket`, …) for the crates above. `[M3 3/5]`
+//! rebuilds this crate (one device per host); the socket layer stays.
 //!
-//! ## What is here
-//! * [`RoceSocket`] ([`socket`]): an unconnected, non-blocking UDP socket with
-//!   `IP_PMTUDISC_DO`, large buffers, batched send ([`RoceSocket::send_batch`], one
-//!   `sendmmsg` per 64 packets) and receive ([`RoceSocket::recv_batch`], one `recvmmsg`
-//!   into a preallocated [`RecvBatch`]), ICRC sealing ([`seal_for`]) and checking
-//!   ([`verify_icrc`], [`verify_icrc_with`], [`IcrcPolicy`]).
-//! * Trains of equal-size packets to one destination ([`RoceSocket::send_train`]) go out
-//!   with UDP segmentation offload (`UDP_SEGMENT`, many packets per system call), and
-//!   received datagrams the kernel coalesced (`UDP_GRO`) are split back into packets by
-//!   [`RoceSocket::recv_batch`]; the k-th packet of a GSO message carries IPv4
-//!   Identification k and is sealed for it (measured; see [`socket`]).
-//! * [`faults`]: seeded drop / duplicate / reorder / corrupt on outgoing packets
-//!   (`UROCE_FAULTS=drop=0.01,seed=7`).
-//! * [`capture`]: every packet sent and received written to a pcap file, with the IP and
-//!   UDP headers the kernel emits.
-//! * [`counters`]: per-socket packet, byte, error and fault counters.
-//!
-//! ## The ICRC / IP-header contract
-//! The RoCEv2 ICRC covers most of the IP header, including the IPv4 Identification and
-//! flags, which a UDP socket does not control. For an **unconnected** socket with
-//! `IP_MTU_DISCOVER = IP_PMTUDISC_DO`, bound to a specific address and sending without IP
-//! options, Linux emits IPv4 Identification 0 with DF set (and k for the k-th datagram of
-//! a GSO message); so the sender seals the ICRC for exactly that header (addresses, ports
-//! and lengths included), and the receiver checks it against the same reconstruction
-//! first. A peer with other Identifications (Linux Soft-RoCE counts them per
-//! destination) is recognised by solving for the Identification and DF flag its ICRC is
-//! valid for (`uroce_wire::icrc_ident`; [`IcrcPolicy`], `UROCE_ICRC`); `docs/ICRC.md` has
-//! the details and the cost in error detection. IPv6 has nothing unpredictable that the
-//! ICRC covers. Sockets are therefore never connected and never bound to the unspecified
-//! address.
-//!
-//! ## Unsafe policy
-//! `unsafe` is denied in the whole crate except the private `sys` module, which wraps the
-//! few system calls the standard library lacks (`setsockopt` / `getsockopt`, `sendmmsg`,
-//! `recvmmsg`, `poll`), and [`ifaddr`] (`getifaddrs`, `if_nametoindex`), in safe functions over borrowed Rust values; each block carries a
-//! `// SAFETY:` comment saying why the pointers it hands the kernel are valid for the
-//! call. Received bytes are only ever read through safe slices, and nothing here panics
-//! on network input.
-//!
-//! Linux only.
-#![deny(unsafe_code)]
+//! No `unsafe` here: the system calls are the socket layer's.
+#![forbid(unsafe_code)]
 
-#[cfg(not(target_os = "linux"))]
-compile_error!("uroce-net uses Linux socket behaviour (sendmmsg, recvmmsg, IP_PMTUDISC_DO)");
-
-pub mod capture;
 pub mod cm;
-pub mod counters;
 pub mod device;
 mod error;
-pub mod faults;
 pub mod gsi;
-#[allow(unsafe_code)]
-pub mod ifaddr;
-pub mod mcast;
-pub mod socket;
 pub mod stats;
-#[allow(unsafe_code)]
-mod sys;
 
-pub use capture::Capture;
 pub use cm::{CmCounters, CmEventSink, CmService};
-pub use counters::{CounterSnapshot, Counters};
 pub use device::{DeviceCounters, NetConfig, NetDevice, QpCounters, ADDR_ENV, DEFAULT_ADDR};
 pub use error::NetError;
-pub use faults::{FaultConfig, FaultInjector, FaultParseError};
 pub use gsi::{Gsi, GsiCounters, GsiError, ReceivedMad};
-pub use socket::{
-    seal_for, verify_icrc, verify_icrc_with, BufferSizes, IcrcCheck, IcrcPolicy, OutPacket,
-    Received, RecvBatch, RecvDatagram, RecvStatus, RoceSocket, SocketConfig, BATCH_MAX,
-    DEFAULT_BUFFER_BYTES, ICRC_ENV,
+// The socket layer, under the paths the crates above have always used.
+pub use uroce_socket::{
+    capture, counters, faults, ifaddr, mcast, seal_for, socket, verify_icrc, verify_icrc_with,
+    BufferSizes, Capture, CounterSnapshot, Counters, FaultConfig, FaultInjector, FaultParseError,
+    IcrcCheck, IcrcPolicy, Ipv4Ident, OutPacket, Received, RecvBatch, RecvDatagram, RecvStatus,
+    RoceSocket, SocketConfig, SocketError, BATCH_MAX, DEFAULT_BUFFER_BYTES, ICRC_ENV,
 };
-pub use uroce_wire::icrc_ident::Ipv4Ident;

@@ -2,7 +2,7 @@
 //! (one test function) because it changes the process environment.
 
 use uroce_net::faults::ENV_VAR;
-use uroce_net::{FaultConfig, FaultParseError, NetError, SocketConfig};
+use uroce_net::{FaultConfig, FaultParseError, SocketConfig, SocketError};
 
 #[test]
 fn reads_uroce_faults_from_the_environment() {
@@ -38,7 +38,7 @@ fn reads_uroce_faults_from_the_environment() {
     );
     assert!(matches!(
         SocketConfig::default().with_env_faults(),
-        Err(NetError::Faults(FaultParseError::UnknownKey { .. }))
+        Err(SocketError::Faults(FaultParseError::UnknownKey { .. }))
     ));
     std::env::remove_var(ENV_VAR);
 }

@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 
 use uroce_net::socket::{verified_identification, GSO_MAX_SEGMENTS, TRAIN_ID_SPAN};
 use uroce_net::{
-    verify_icrc, Capture, FaultConfig, IcrcCheck, IcrcPolicy, NetError, RecvBatch, RecvStatus,
-    RoceSocket, SocketConfig,
+    verify_icrc, Capture, FaultConfig, IcrcCheck, IcrcPolicy, RecvBatch, RecvStatus, RoceSocket,
+    SocketConfig, SocketError,
 };
 use uroce_wire::icrc_ident::{identify, IdentSolver, Ipv4Ident};
 use uroce_wire::ip::{roce_headers_with, Datagram, Endpoints, IpFields};
@@ -556,16 +556,16 @@ fn malformed_trains_are_refused_whole() {
     let mut buf = train(&mut rng, 3, PAYLOAD, 0);
     buf.truncate(2 * FULL + 12);
     let err = tx.send_train(dst, &mut buf, FULL).unwrap_err();
-    assert!(matches!(err, NetError::Seal { .. }), "{err}");
+    assert!(matches!(err, SocketError::Seal { .. }), "{err}");
     // A packet longer than a datagram can carry.
     let mut big = vec![0u8; 70_000];
     let err = tx.send_train(dst, &mut big, 66_000).unwrap_err();
-    assert!(matches!(err, NetError::Seal { .. }), "{err}");
+    assert!(matches!(err, SocketError::Seal { .. }), "{err}");
     // Another address family.
     let mut buf = train(&mut rng, 2, PAYLOAD, 0);
     let v6 = SocketAddr::new(IpAddr::V6(Ipv6Addr::LOCALHOST), 9);
     let err = tx.send_train(v6, &mut buf, FULL).unwrap_err();
-    assert!(matches!(err, NetError::AddressFamily { .. }), "{err}");
+    assert!(matches!(err, SocketError::AddressFamily { .. }), "{err}");
     assert_eq!(tx.send_train(dst, &mut [], FULL).unwrap(), 0);
     let c = tx.counters();
     assert_eq!(c.tx_packets + c.send_errors, 0, "nothing was sent");

@@ -2,7 +2,7 @@
 //! `UROCE_ICRC`. Alone in its test binary (one test function) because it changes the
 //! process environment.
 
-use uroce_net::{IcrcPolicy, NetConfig, NetError, SocketConfig, ICRC_ENV};
+use uroce_net::{IcrcPolicy, NetConfig, NetError, SocketConfig, SocketError, ICRC_ENV};
 
 #[test]
 fn reads_uroce_icrc_from_the_environment() {
@@ -38,12 +38,12 @@ fn reads_uroce_icrc_from_the_environment() {
     std::env::set_var(ICRC_ENV, "lenient");
     assert!(matches!(
         IcrcPolicy::from_env(),
-        Err(NetError::BadIcrcPolicy { value }) if value == "lenient"
+        Err(SocketError::BadIcrcPolicy { value }) if value == "lenient"
     ));
     assert!(SocketConfig::default().with_env_icrc().is_err());
     assert!(matches!(
         NetConfig::from_env(),
-        Err(NetError::BadIcrcPolicy { .. })
+        Err(NetError::Socket(SocketError::BadIcrcPolicy { .. }))
     ));
     // The unchecked constructor falls back to the default.
     assert_eq!(

@@ -9,8 +9,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::time::Duration;
 
 use uroce_net::{
-    seal_for, verify_icrc, verify_icrc_with, Capture, IcrcCheck, IcrcPolicy, Ipv4Ident, NetError,
-    OutPacket, RecvBatch, RecvStatus, RoceSocket,
+    seal_for, verify_icrc, verify_icrc_with, Capture, IcrcCheck, IcrcPolicy, Ipv4Ident, OutPacket,
+    RecvBatch, RecvStatus, RoceSocket, SocketError,
 };
 use uroce_wire::ip::{self, Endpoints, IpFields};
 use uroce_wire::opcode::{self, op};
@@ -288,23 +288,23 @@ fn address_rules() {
     let mapped: SocketAddr = "[::ffff:127.0.0.1]:5000".parse().unwrap();
     assert!(matches!(
         seal_for(any, v4, &mut buf),
-        Err(NetError::UnusableAddress { .. })
+        Err(SocketError::UnusableAddress { .. })
     ));
     assert!(matches!(
         seal_for(mapped, v6, &mut buf),
-        Err(NetError::UnusableAddress { .. })
+        Err(SocketError::UnusableAddress { .. })
     ));
     assert!(matches!(
         seal_for(v4, v6, &mut buf),
-        Err(NetError::AddressFamily { .. })
+        Err(SocketError::AddressFamily { .. })
     ));
     assert!(matches!(
         seal_for(v4, v4, &mut buf[..8]),
-        Err(NetError::Seal { .. })
+        Err(SocketError::Seal { .. })
     ));
     assert!(matches!(
         RoceSocket::bind_port(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0),
-        Err(NetError::UnusableAddress { .. })
+        Err(SocketError::UnusableAddress { .. })
     ));
     let mut s = RoceSocket::bind_port(V4_A, 0).unwrap();
     assert!(matches!(
@@ -312,20 +312,20 @@ fn address_rules() {
             dst: v6,
             roce: &buf
         }]),
-        Err(NetError::AddressFamily { .. })
+        Err(SocketError::AddressFamily { .. })
     ));
     assert_eq!(s.counters().tx_packets, 0);
     assert!(matches!(
         RecvBatch::new(0, 100),
-        Err(NetError::BatchSize { .. })
+        Err(SocketError::BatchSize { .. })
     ));
     assert!(matches!(
         RecvBatch::new(65, 100),
-        Err(NetError::BatchSize { .. })
+        Err(SocketError::BatchSize { .. })
     ));
     assert!(matches!(
         RecvBatch::new(4, 15),
-        Err(NetError::BatchSize { .. })
+        Err(SocketError::BatchSize { .. })
     ));
 }
 

@@ -16,9 +16,9 @@
 //!   to the group or the wildcard address).
 //!
 //! The verbs layer asks for a group when the first QP of the context attaches to it and
-//! gives it up when the last one detaches ([`uroce_verbs::Transport::join_group`]); the
-//! device's receive step hands every datagram of a group to each QP attached to it (see
-//! `crate::device`).
+//! gives it up when the last one detaches (`uroce_verbs::Transport::join_group`); the
+//! device's receive step (`uroce_net::device`) hands every datagram of a group to each QP
+//! attached to it.
 
 use std::io;
 use std::net::{IpAddr, SocketAddr, SocketAddrV6, UdpSocket};

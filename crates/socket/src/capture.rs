@@ -27,7 +27,7 @@ use uroce_wire::icrc_ident::Ipv4Ident;
 use uroce_wire::ip::{self, Endpoints, ETHERNET_HEADER_LEN, UDP_HEADER_LEN};
 use uroce_wire::pcap::{mac_for, PcapWriter};
 
-use crate::NetError;
+use crate::SocketError;
 
 /// A pcap file (or any writer) receiving RoCEv2 packets framed as the kernel sends them.
 pub struct Capture {
@@ -48,11 +48,11 @@ impl Capture {
     /// Creates (truncates) `path` and writes the pcap file header.
     ///
     /// # Errors
-    /// [`NetError::CaptureFile`] if the file cannot be created, [`NetError::Capture`] if
+    /// [`SocketError::CaptureFile`] if the file cannot be created, [`SocketError::Capture`] if
     /// the header cannot be written.
-    pub fn create(path: impl AsRef<Path>) -> Result<Capture, NetError> {
+    pub fn create(path: impl AsRef<Path>) -> Result<Capture, SocketError> {
         let path = path.as_ref();
-        let file = File::create(path).map_err(|source| NetError::CaptureFile {
+        let file = File::create(path).map_err(|source| SocketError::CaptureFile {
             path: path.display().to_string(),
             source,
         })?;
@@ -62,11 +62,11 @@ impl Capture {
     /// Writes the pcap file header to `out` and captures into it.
     ///
     /// # Errors
-    /// [`NetError::Capture`] if the header cannot be written.
-    pub fn new(out: impl Write + Send + 'static) -> Result<Capture, NetError> {
+    /// [`SocketError::Capture`] if the header cannot be written.
+    pub fn new(out: impl Write + Send + 'static) -> Result<Capture, SocketError> {
         let boxed: Box<dyn Write + Send> = Box::new(out);
         Ok(Capture {
-            writer: PcapWriter::new(boxed).map_err(NetError::Capture)?,
+            writer: PcapWriter::new(boxed).map_err(SocketError::Capture)?,
             frame: Vec::new(),
             packets: 0,
         })
@@ -87,7 +87,7 @@ impl Capture {
         src: SocketAddr,
         dst: SocketAddr,
         roce: &[u8],
-    ) -> Result<(), NetError> {
+    ) -> Result<(), SocketError> {
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or(Duration::ZERO);
@@ -106,7 +106,7 @@ impl Capture {
         dst: SocketAddr,
         roce: &[u8],
         ident: Ipv4Ident,
-    ) -> Result<(), NetError> {
+    ) -> Result<(), SocketError> {
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or(Duration::ZERO);
@@ -117,7 +117,7 @@ impl Capture {
     /// the Unix epoch).
     ///
     /// # Errors
-    /// [`NetError::Capture`] for mixed address families, a datagram longer than IP
+    /// [`SocketError::Capture`] for mixed address families, a datagram longer than IP
     /// allows, or a failed write.
     pub fn record_at(
         &mut self,
@@ -125,7 +125,7 @@ impl Capture {
         src: SocketAddr,
         dst: SocketAddr,
         roce: &[u8],
-    ) -> Result<(), NetError> {
+    ) -> Result<(), SocketError> {
         self.record_frame(ts, src, dst, roce, Ipv4Ident::UROCE)
     }
 
@@ -136,14 +136,14 @@ impl Capture {
         dst: SocketAddr,
         roce: &[u8],
         ident: Ipv4Ident,
-    ) -> Result<(), NetError> {
+    ) -> Result<(), SocketError> {
         let ep = Endpoints {
             src: src.ip(),
             dst: dst.ip(),
             src_port: src.port(),
             dst_port: dst.port(),
         };
-        let headers_len = ep.headers_len().map_err(NetError::Capture)?;
+        let headers_len = ep.headers_len().map_err(SocketError::Capture)?;
         self.frame.clear();
         self.frame
             .resize(ETHERNET_HEADER_LEN + headers_len + roce.len(), 0);
@@ -161,8 +161,8 @@ impl Capture {
             dont_fragment: ident.dont_fragment,
             ..ip::IpFields::LINUX_UDP_SOCKET
         };
-        let (ip_len, _) =
-            ip::roce_headers_with(&ep, &fields, roce.len(), datagram).map_err(NetError::Capture)?;
+        let (ip_len, _) = ip::roce_headers_with(&ep, &fields, roce.len(), datagram)
+            .map_err(SocketError::Capture)?;
         let (_, udp_and_payload) = datagram.split_at_mut(ip_len);
         let (udp, payload) = udp_and_payload.split_at_mut(UDP_HEADER_LEN);
         payload.copy_from_slice(roce);
@@ -170,7 +170,7 @@ impl Capture {
         udp[6..8].copy_from_slice(&sum.to_be_bytes());
         self.writer
             .write_frame(ts, &self.frame)
-            .map_err(NetError::Capture)?;
+            .map_err(SocketError::Capture)?;
         self.packets += 1;
         Ok(())
     }
@@ -178,9 +178,9 @@ impl Capture {
     /// Flushes buffered records to the file.
     ///
     /// # Errors
-    /// [`NetError::Capture`] if writing fails.
-    pub fn flush(&mut self) -> Result<(), NetError> {
-        self.writer.flush().map_err(NetError::Capture)
+    /// [`SocketError::Capture`] if writing fails.
+    pub fn flush(&mut self) -> Result<(), SocketError> {
+        self.writer.flush().map_err(SocketError::Capture)
     }
 }
 

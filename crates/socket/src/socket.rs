@@ -87,7 +87,7 @@ use crate::capture::Capture;
 use crate::counters::{CounterSnapshot, Counters};
 use crate::faults::{FaultConfig, FaultInjector, Outgoing};
 use crate::sys::{self, OutMessage, Readiness, RecvMeta, MAX_BATCH};
-use crate::NetError;
+use crate::SocketError;
 
 /// The most datagrams one system call sends or receives.
 pub const BATCH_MAX: usize = MAX_BATCH;
@@ -154,13 +154,13 @@ impl IcrcPolicy {
     /// Parses `strict`, `any-id` or `unverified` (surrounding blanks and case ignored).
     ///
     /// # Errors
-    /// [`NetError::BadIcrcPolicy`] for anything else.
-    pub fn parse(value: &str) -> Result<IcrcPolicy, NetError> {
+    /// [`SocketError::BadIcrcPolicy`] for anything else.
+    pub fn parse(value: &str) -> Result<IcrcPolicy, SocketError> {
         match value.trim().to_ascii_lowercase().as_str() {
             "strict" => Ok(IcrcPolicy::Strict),
             "any-id" => Ok(IcrcPolicy::AnyIdentification),
             "unverified" => Ok(IcrcPolicy::AcceptUnverified),
-            _ => Err(NetError::BadIcrcPolicy {
+            _ => Err(SocketError::BadIcrcPolicy {
                 value: value.to_owned(),
             }),
         }
@@ -169,12 +169,12 @@ impl IcrcPolicy {
     /// The policy in `UROCE_ICRC`: `None` when it is unset or blank.
     ///
     /// # Errors
-    /// [`NetError::BadIcrcPolicy`] if it is set to something else than the three names.
-    pub fn from_env() -> Result<Option<IcrcPolicy>, NetError> {
+    /// [`SocketError::BadIcrcPolicy`] if it is set to something else than the three names.
+    pub fn from_env() -> Result<Option<IcrcPolicy>, SocketError> {
         match std::env::var(ICRC_ENV) {
             Ok(v) if !v.trim().is_empty() => IcrcPolicy::parse(&v).map(Some),
             Ok(_) | Err(std::env::VarError::NotPresent) => Ok(None),
-            Err(std::env::VarError::NotUnicode(v)) => Err(NetError::BadIcrcPolicy {
+            Err(std::env::VarError::NotUnicode(v)) => Err(SocketError::BadIcrcPolicy {
                 value: v.to_string_lossy().into_owned(),
             }),
         }
@@ -251,8 +251,8 @@ impl SocketConfig {
     /// variable is unset or blank).
     ///
     /// # Errors
-    /// [`NetError::Faults`] if the variable does not parse.
-    pub fn with_env_faults(mut self) -> Result<SocketConfig, NetError> {
+    /// [`SocketError::Faults`] if the variable does not parse.
+    pub fn with_env_faults(mut self) -> Result<SocketConfig, SocketError> {
         if let Some(f) = FaultConfig::from_env()? {
             self.faults = Some(f);
         }
@@ -263,9 +263,9 @@ impl SocketConfig {
     /// variable is unset or blank).
     ///
     /// # Errors
-    /// [`NetError::BadIcrcPolicy`] if the variable is not `strict`, `any-id` or
+    /// [`SocketError::BadIcrcPolicy`] if the variable is not `strict`, `any-id` or
     /// `unverified`.
-    pub fn with_env_icrc(mut self) -> Result<SocketConfig, NetError> {
+    pub fn with_env_icrc(mut self) -> Result<SocketConfig, SocketError> {
         if let Some(p) = IcrcPolicy::from_env()? {
             self.icrc_policy = p;
         }
@@ -285,16 +285,16 @@ pub struct BufferSizes {
 }
 
 /// Refuses addresses for which the kernel's IP header cannot be predicted.
-fn check_addr(addr: IpAddr) -> Result<(), NetError> {
+fn check_addr(addr: IpAddr) -> Result<(), SocketError> {
     if addr.is_unspecified() {
-        return Err(NetError::UnusableAddress {
+        return Err(SocketError::UnusableAddress {
             addr,
             why: "unspecified: the kernel would choose the source address the ICRC covers",
         });
     }
     if let IpAddr::V6(v6) = addr {
         if v6.to_ipv4_mapped().is_some() {
-            return Err(NetError::UnusableAddress {
+            return Err(SocketError::UnusableAddress {
                 addr,
                 why: "IPv4-mapped: the datagram would travel as IPv4; use the IPv4 address",
             });
@@ -335,8 +335,8 @@ fn seal_checked(
     dst: SocketAddr,
     roce: &mut [u8],
     id: u16,
-) -> Result<u32, NetError> {
-    let seal_err = |source| NetError::Seal {
+) -> Result<u32, SocketError> {
+    let seal_err = |source| SocketError::Seal {
         local,
         remote: dst,
         source,
@@ -349,11 +349,11 @@ fn seal_checked(
 }
 
 /// Refuses a pair of addresses for which no ICRC can be computed.
-fn check_pair(local: SocketAddr, dst: SocketAddr) -> Result<(), NetError> {
+fn check_pair(local: SocketAddr, dst: SocketAddr) -> Result<(), SocketError> {
     check_addr(local.ip())?;
     check_addr(dst.ip())?;
     if local.is_ipv4() != dst.is_ipv4() {
-        return Err(NetError::AddressFamily { local, remote: dst });
+        return Err(SocketError::AddressFamily { local, remote: dst });
     }
     Ok(())
 }
@@ -364,10 +364,10 @@ fn check_pair(local: SocketAddr, dst: SocketAddr) -> Result<(), NetError> {
 /// RoCEv2; `docs/ICRC.md`). Returns the ICRC.
 ///
 /// # Errors
-/// [`NetError::UnusableAddress`] for an unspecified or IPv4-mapped address,
-/// [`NetError::AddressFamily`] for mixed families, [`NetError::Seal`] if `roce` is
+/// [`SocketError::UnusableAddress`] for an unspecified or IPv4-mapped address,
+/// [`SocketError::AddressFamily`] for mixed families, [`SocketError::Seal`] if `roce` is
 /// shorter than a BTH and an ICRC or too long for one datagram.
-pub fn seal_for(local: SocketAddr, dst: SocketAddr, roce: &mut [u8]) -> Result<u32, NetError> {
+pub fn seal_for(local: SocketAddr, dst: SocketAddr, roce: &mut [u8]) -> Result<u32, SocketError> {
     check_pair(local, dst)?;
     seal_checked(local, dst, roce, 0)
 }
@@ -565,9 +565,9 @@ impl RecvBatch {
     /// let the kernel coalesce datagrams.
     ///
     /// # Errors
-    /// [`NetError::BatchSize`] for sizes outside those bounds.
-    pub fn new(slots: usize, slot_len: usize) -> Result<RecvBatch, NetError> {
-        let bad = |why| NetError::BatchSize {
+    /// [`SocketError::BatchSize`] for sizes outside those bounds.
+    pub fn new(slots: usize, slot_len: usize) -> Result<RecvBatch, SocketError> {
+        let bad = |why| SocketError::BatchSize {
             slots,
             slot_len,
             why,
@@ -757,7 +757,7 @@ impl RoceSocket {
     ///
     /// # Errors
     /// As [`RoceSocket::bind_with`].
-    pub fn bind(addr: IpAddr) -> Result<RoceSocket, NetError> {
+    pub fn bind(addr: IpAddr) -> Result<RoceSocket, SocketError> {
         RoceSocket::bind_port(addr, ROCEV2_UDP_PORT)
     }
 
@@ -766,20 +766,20 @@ impl RoceSocket {
     ///
     /// # Errors
     /// As [`RoceSocket::bind_with`].
-    pub fn bind_port(addr: IpAddr, port: u16) -> Result<RoceSocket, NetError> {
+    pub fn bind_port(addr: IpAddr, port: u16) -> Result<RoceSocket, SocketError> {
         RoceSocket::bind_with(SocketAddr::new(addr, port), SocketConfig::default())
     }
 
     /// A socket on `addr` set up as `config` says (see the module docs).
     ///
     /// # Errors
-    /// [`NetError::UnusableAddress`] for an unspecified or IPv4-mapped address,
-    /// [`NetError::Bind`] if the socket cannot be bound, [`NetError::SocketOption`] if an
+    /// [`SocketError::UnusableAddress`] for an unspecified or IPv4-mapped address,
+    /// [`SocketError::Bind`] if the socket cannot be bound, [`SocketError::SocketOption`] if an
     /// option cannot be set (including the path-MTU-discovery mode not reading back as
     /// set).
-    pub fn bind_with(addr: SocketAddr, config: SocketConfig) -> Result<RoceSocket, NetError> {
+    pub fn bind_with(addr: SocketAddr, config: SocketConfig) -> Result<RoceSocket, SocketError> {
         check_addr(addr.ip())?;
-        let socket = UdpSocket::bind(addr).map_err(|source| NetError::Bind { addr, source })?;
+        let socket = UdpSocket::bind(addr).map_err(|source| SocketError::Bind { addr, source })?;
         Self::configure(socket, addr, config)
     }
 
@@ -791,17 +791,17 @@ impl RoceSocket {
     /// the group's, which is what the ICRC of a datagram sent to the group covers.
     ///
     /// # Errors
-    /// [`NetError::Bind`] if the socket cannot be created, bound or joined to the group;
+    /// [`SocketError::Bind`] if the socket cannot be created, bound or joined to the group;
     /// the option errors of [`RoceSocket::bind_with`].
     pub fn bind_group(
         group: IpAddr,
         iface: IpAddr,
         port: u16,
         config: SocketConfig,
-    ) -> Result<RoceSocket, NetError> {
+    ) -> Result<RoceSocket, SocketError> {
         let addr = SocketAddr::new(group, port);
         let socket = crate::mcast::group_socket(group, iface, port)
-            .map_err(|source| NetError::Bind { addr, source })?;
+            .map_err(|source| SocketError::Bind { addr, source })?;
         Self::configure(socket, addr, config)
     }
 
@@ -809,12 +809,12 @@ impl RoceSocket {
         socket: UdpSocket,
         addr: SocketAddr,
         config: SocketConfig,
-    ) -> Result<RoceSocket, NetError> {
+    ) -> Result<RoceSocket, SocketError> {
         let local = socket
             .local_addr()
-            .map_err(|source| NetError::Bind { addr, source })?;
+            .map_err(|source| SocketError::Bind { addr, source })?;
         let opt_err = |option| {
-            move |source| NetError::SocketOption {
+            move |source| SocketError::SocketOption {
                 option,
                 local,
                 source,
@@ -920,7 +920,7 @@ impl RoceSocket {
     ///
     /// # Errors
     /// As [`RoceSocket::flush_held`].
-    pub fn set_faults(&mut self, faults: Option<FaultConfig>) -> Result<(), NetError> {
+    pub fn set_faults(&mut self, faults: Option<FaultConfig>) -> Result<(), SocketError> {
         self.flush_held()?;
         self.faults = faults.map(FaultInjector::new);
         Ok(())
@@ -986,27 +986,27 @@ impl RoceSocket {
     ///
     /// # Errors
     /// As [`seal_for`].
-    pub fn seal(&self, dst: SocketAddr, roce: &mut [u8]) -> Result<u32, NetError> {
+    pub fn seal(&self, dst: SocketAddr, roce: &mut [u8]) -> Result<u32, SocketError> {
         seal_for(self.local, dst, roce)
     }
 
     /// Waits up to `timeout` (None: forever) until a datagram can be received.
     ///
     /// # Errors
-    /// [`NetError::Poll`] if `poll` fails for another reason than a signal.
-    pub fn wait_readable(&self, timeout: Option<Duration>) -> Result<bool, NetError> {
+    /// [`SocketError::Poll`] if `poll` fails for another reason than a signal.
+    pub fn wait_readable(&self, timeout: Option<Duration>) -> Result<bool, SocketError> {
         self.wait(Readiness::Readable, timeout)
     }
 
     /// Waits up to `timeout` (None: forever) until a datagram can be sent.
     ///
     /// # Errors
-    /// [`NetError::Poll`] if `poll` fails for another reason than a signal.
-    pub fn wait_writable(&self, timeout: Option<Duration>) -> Result<bool, NetError> {
+    /// [`SocketError::Poll`] if `poll` fails for another reason than a signal.
+    pub fn wait_writable(&self, timeout: Option<Duration>) -> Result<bool, SocketError> {
         self.wait(Readiness::Writable, timeout)
     }
 
-    fn wait(&self, what: Readiness, timeout: Option<Duration>) -> Result<bool, NetError> {
+    fn wait(&self, what: Readiness, timeout: Option<Duration>) -> Result<bool, SocketError> {
         let ms = match timeout {
             None => -1,
             // Round up so that a sub-millisecond timeout still waits.
@@ -1017,7 +1017,7 @@ impl RoceSocket {
         match sys::poll(self.socket.as_fd(), what, ms) {
             Ok(ready) => Ok(ready),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(false),
-            Err(source) => Err(NetError::Poll {
+            Err(source) => Err(SocketError::Poll {
                 local: self.local,
                 source,
             }),
@@ -1036,13 +1036,13 @@ impl RoceSocket {
     /// call is taken (it returns 0) until the queue is empty.
     ///
     /// # Errors
-    /// [`NetError::AddressFamily`] if a destination's family differs from the socket's
-    /// (nothing is sent); [`NetError::Send`] for a socket-level failure (packets before
+    /// [`SocketError::AddressFamily`] if a destination's family differs from the socket's
+    /// (nothing is sent); [`SocketError::Send`] for a socket-level failure (packets before
     /// it may have been sent).
-    pub fn send_batch(&mut self, packets: &[OutPacket<'_>]) -> Result<usize, NetError> {
+    pub fn send_batch(&mut self, packets: &[OutPacket<'_>]) -> Result<usize, SocketError> {
         for p in packets {
             if p.dst.is_ipv4() != self.local.is_ipv4() {
-                return Err(NetError::AddressFamily {
+                return Err(SocketError::AddressFamily {
                     local: self.local,
                     remote: p.dst,
                 });
@@ -1057,7 +1057,7 @@ impl RoceSocket {
         &mut self,
         count: usize,
         get: impl Fn(usize) -> Option<(SocketAddr, &'p [u8])>,
-    ) -> Result<usize, NetError> {
+    ) -> Result<usize, SocketError> {
         // Packets the injector let out earlier go first (also after injection was
         // switched off).
         if !self.backlog.is_empty() && !self.drain_backlog()? {
@@ -1108,17 +1108,17 @@ impl RoceSocket {
     /// this socket and the rest of the train goes packet by packet.
     ///
     /// # Errors
-    /// [`NetError::UnusableAddress`] / [`NetError::AddressFamily`] for a destination the
-    /// ICRC cannot be computed for; [`NetError::Seal`] when a packet is shorter than a
+    /// [`SocketError::UnusableAddress`] / [`SocketError::AddressFamily`] for a destination the
+    /// ICRC cannot be computed for; [`SocketError::Seal`] when a packet is shorter than a
     /// BTH and an ICRC or longer than a datagram can be (nothing is sent in these cases);
-    /// [`NetError::Send`] for a socket-level failure (packets before it may have been
+    /// [`SocketError::Send`] for a socket-level failure (packets before it may have been
     /// sent).
     pub fn send_train(
         &mut self,
         dst: SocketAddr,
         buf: &mut [u8],
         seg_len: usize,
-    ) -> Result<usize, NetError> {
+    ) -> Result<usize, SocketError> {
         check_pair(self.local, dst)?;
         if buf.is_empty() {
             return Ok(0);
@@ -1135,7 +1135,7 @@ impl RoceSocket {
         } else {
             MAX_UDP_PAYLOAD_V6
         };
-        let seal_err = |source| NetError::Seal {
+        let seal_err = |source| SocketError::Seal {
             local: self.local,
             remote: dst,
             source,
@@ -1172,7 +1172,7 @@ impl RoceSocket {
         dst: SocketAddr,
         buf: &mut [u8],
         seg_len: usize,
-    ) -> Result<usize, NetError> {
+    ) -> Result<usize, SocketError> {
         for packet in buf.chunks_mut(seg_len) {
             seal_checked(self.local, dst, packet, 0)?;
         }
@@ -1192,7 +1192,7 @@ impl RoceSocket {
         buf: &mut [u8],
         seg_len: usize,
         per_message: usize,
-    ) -> Result<usize, NetError> {
+    ) -> Result<usize, SocketError> {
         let count = buf.len().div_ceil(seg_len);
         let message_len = per_message * seg_len;
         // invariant: per_message * seg_len <= 65535, checked by the caller.
@@ -1274,7 +1274,7 @@ impl RoceSocket {
                             done += lost;
                         }
                         SendFailure::Interrupted | SendFailure::Fatal => {
-                            return Err(NetError::Send {
+                            return Err(SocketError::Send {
                                 local: self.local,
                                 source: e,
                             })
@@ -1291,8 +1291,8 @@ impl RoceSocket {
     /// buffer filled up); 0 when all went out.
     ///
     /// # Errors
-    /// [`NetError::Send`] for a socket-level failure.
-    pub fn flush_held(&mut self) -> Result<usize, NetError> {
+    /// [`SocketError::Send`] for a socket-level failure.
+    pub fn flush_held(&mut self) -> Result<usize, SocketError> {
         if let Some(injector) = self.faults.as_mut() {
             self.fault_out.clear();
             injector.release_all(&mut self.fault_out);
@@ -1303,7 +1303,7 @@ impl RoceSocket {
     }
 
     /// Sends from the fault backlog; true when it is empty afterwards.
-    fn drain_backlog(&mut self) -> Result<bool, NetError> {
+    fn drain_backlog(&mut self) -> Result<bool, SocketError> {
         let mut backlog = std::mem::take(&mut self.backlog);
         let result = self.transmit(backlog.len(), |i| {
             backlog.get(i).map(|o| (o.dst, o.bytes.as_slice()))
@@ -1321,7 +1321,7 @@ impl RoceSocket {
         &mut self,
         count: usize,
         get: impl Fn(usize) -> Option<(SocketAddr, &'p [u8])>,
-    ) -> Result<usize, NetError> {
+    ) -> Result<usize, SocketError> {
         let placeholder = (self.local, &[][..]);
         let mut chunk = [placeholder; MAX_BATCH];
         let mut done = 0;
@@ -1374,7 +1374,7 @@ impl RoceSocket {
                         done += 1;
                     }
                     SendFailure::Interrupted | SendFailure::Fatal => {
-                        return Err(NetError::Send {
+                        return Err(SocketError::Send {
                             local: self.local,
                             source: e,
                         })
@@ -1397,8 +1397,8 @@ impl RoceSocket {
     /// otherwise, after a receive that found the queue drained (see the module docs).
     ///
     /// # Errors
-    /// [`NetError::Recv`] if `recvmmsg` fails other than for "nothing waiting".
-    pub fn recv_batch(&mut self, bufs: &mut RecvBatch) -> Result<usize, NetError> {
+    /// [`SocketError::Recv`] if `recvmmsg` fails other than for "nothing waiting".
+    pub fn recv_batch(&mut self, bufs: &mut RecvBatch) -> Result<usize, SocketError> {
         bufs.filled = 0;
         bufs.datagrams = 0;
         let slot_len = bufs.slot_len;
@@ -1427,7 +1427,7 @@ impl RoceSocket {
                     interrupts += 1;
                 }
                 Err(source) => {
-                    return Err(NetError::Recv {
+                    return Err(SocketError::Recv {
                         local: self.local,
                         source,
                     })
