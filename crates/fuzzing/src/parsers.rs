@@ -1,7 +1,7 @@
 //! The packet parser, the ICRC Identification solver and the receive path's GRO splitting,
 //! driven by fuzz inputs.
 
-use uroce_net::socket::gro_pieces;
+use uroce_socket::socket::gro_pieces;
 use uroce_wire::icrc_ident::{identify, IdentSolver};
 use uroce_wire::{icrc, PacketRepr};
 

@@ -165,3 +165,130 @@ fn a_new_address_vector_in_sqd_moves_the_connection_to_the_new_path() {
     b.close();
     c.close();
 }
+
+/// One UD QP on a device of its own, with a 4 KiB region: receive slots at 0 and 1024,
+/// the send buffer at 2048.
+struct UdNode {
+    qp: uroce_verbs::Qp,
+    mr: uroce_verbs::Mr,
+    cq: uroce_verbs::Cq,
+    pd: uroce_verbs::Pd,
+    dev: uroce_net::NetDevice,
+}
+
+impl UdNode {
+    fn open(addr: &str, qkey: u32) -> UdNode {
+        use uroce_verbs::{MemBlock, QpCap, QpInitAttr, QpType};
+        let dev =
+            uroce_net::NetDevice::open(uroce_net::NetConfig::new(addr.parse().expect("address")))
+                .expect("open device");
+        let pd = dev.context().alloc_pd().expect("pd");
+        let cq = dev.context().create_cq(16, None, 0).expect("cq");
+        let mr = pd
+            .reg_mr(
+                MemBlock::new(4096).expect("memory"),
+                AccessFlags::LOCAL_WRITE,
+            )
+            .expect("mr");
+        let cap = QpCap {
+            max_send_wr: 8,
+            max_recv_wr: 8,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        };
+        let qp = pd
+            .create_qp(&QpInitAttr::new(QpType::Ud, &cq, &cq, cap))
+            .expect("qp");
+        qp.activate_ud(qkey).expect("activate");
+        UdNode {
+            qp,
+            mr,
+            cq,
+            pd,
+            dev,
+        }
+    }
+
+    fn post_recv(&self, slot: u64) {
+        let sge = uroce_verbs::Sge {
+            addr: self.mr.iova() + slot * 1024,
+            length: 1024,
+            lkey: self.mr.lkey(),
+        };
+        self.qp
+            .post_recv(uroce_verbs::RecvWr::new(slot, vec![sge]))
+            .expect("post recv");
+    }
+
+    /// Sends 16 bytes to `to` with `qkey`; waits for the send completion.
+    fn send(&self, to: &UdNode, qkey: u32) {
+        let ah = self
+            .pd
+            .create_ah(&uroce_verbs::AhAttr::to_ip(to.dev.local_addr().ip()))
+            .expect("ah");
+        self.mr.block().fill(2048, 16, 0x5a).expect("fill");
+        let mut wr = SendWr::send(
+            9,
+            vec![uroce_verbs::Sge {
+                addr: self.mr.iova() + 2048,
+                length: 16,
+                lkey: self.mr.lkey(),
+            }],
+        );
+        wr.ud = Some(uroce_verbs::UdDest {
+            ah: ah.reference(),
+            remote_qpn: to.qp.qp_num(),
+            remote_qkey: qkey,
+        });
+        self.qp.post_send(wr).expect("post send");
+        let wc = wait(&self.cq, 1, LIMIT, "the datagram's send");
+        assert_eq!(wc[0].status, WcStatus::Success);
+    }
+
+    fn bad_qkey_drops(&self) -> u64 {
+        self.dev
+            .qp_counters(self.qp.qp_num())
+            .map_or(0, |c| c.transport.dropped_bad_qkey)
+    }
+}
+
+#[test]
+fn a_new_qkey_in_rts_is_the_one_datagrams_are_checked_against() {
+    const OLD: u32 = 0x1111_0001;
+    const NEW: u32 = 0x2222_0002;
+    let a = UdNode::open("127.0.63.21", OLD);
+    let b = UdNode::open("127.0.63.22", OLD);
+    b.post_recv(0);
+    a.send(&b, OLD);
+    let wc = wait(&b.cq, 1, LIMIT, "the first datagram");
+    assert_eq!((wc[0].status, wc[0].byte_len), (WcStatus::Success, 40 + 16));
+
+    // RTS→RTS with another Q_Key (IBV_QP_QKEY).
+    let attr = QpAttr {
+        qp_state: QpState::Rts,
+        qkey: NEW,
+        ..QpAttr::default()
+    };
+    b.qp.modify(&attr, AttrMask::STATE | AttrMask::QKEY)
+        .expect("modify RTS->RTS with a Q_Key");
+    b.post_recv(1);
+    // The old Q_Key is now a violation: dropped and counted, the receive WQE stays.
+    a.send(&b, OLD);
+    let start = Instant::now();
+    while b.bad_qkey_drops() == 0 {
+        assert!(
+            start.elapsed() < LIMIT,
+            "a datagram with the old Q_Key was not dropped"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert!(
+        b.cq.poll(1).is_empty(),
+        "the old Q_Key's datagram completed"
+    );
+    a.send(&b, NEW);
+    let wc = wait(&b.cq, 1, LIMIT, "the datagram with the new Q_Key");
+    assert_eq!((wc[0].status, wc[0].wr_id), (WcStatus::Success, 1));
+    assert_eq!(b.bad_qkey_drops(), 1);
+}
