@@ -9,27 +9,21 @@ mod pair;
 use std::time::{Duration, Instant};
 
 use pair::{connect, wait, ConnectOpts, Side, SideConfig};
-use uroce_verbs::{
-    AccessFlags, AttrMask, QpAttr, QpState, RcConnect, RdmaInfo, SendFlags, SendOpcode, SendWr,
-    WcStatus,
-};
+use uroce_verbs::{AccessFlags, AttrMask, QpAttr, QpState, RcConnect, SendWr, WcStatus};
 
 const LIMIT: Duration = Duration::from_secs(10);
 
-fn write(from: &Side, to: &Side, wr_id: u64, byte: u8) -> WcStatus {
+/// Posts a 32-byte RDMA WRITE of `byte`s from the start of `from`'s region to `to`'s.
+fn post_write(from: &Side, to: &Side, wr_id: u64, byte: u8) {
     from.mr.block().fill(0, 32, byte).expect("fill");
-    let wr = SendWr {
-        wr_id,
-        opcode: SendOpcode::RdmaWrite,
-        flags: SendFlags::SIGNALED,
-        sg_list: vec![from.sge(0, 32)],
-        rdma: RdmaInfo {
-            remote_addr: to.va(0),
-            rkey: to.mr.rkey(),
-        },
-        ..SendWr::default()
-    };
-    from.qp.post_send(wr).expect("post");
+    from.qp
+        .post_send(from.write_wr(to, wr_id, 32))
+        .expect("post");
+}
+
+/// [`post_write`], and the status it completed with.
+fn write(from: &Side, to: &Side, wr_id: u64, byte: u8) -> WcStatus {
+    post_write(from, to, wr_id, byte);
     let wc = wait(&from.send_cq, 1, LIMIT, "the WRITE");
     assert_eq!(wc[0].wr_id, wr_id);
     wc[0].status
@@ -142,19 +136,7 @@ fn a_new_address_vector_in_sqd_moves_the_connection_to_the_new_path() {
             .map_or(0, |c| c.transport.dropped_bad_address)
     };
     assert_eq!(dropped(&b), 0);
-    a.mr.block().fill(0, 32, 0x44).expect("fill");
-    let wr = SendWr {
-        wr_id: 3,
-        opcode: SendOpcode::RdmaWrite,
-        flags: SendFlags::SIGNALED,
-        sg_list: vec![a.sge(0, 32)],
-        rdma: RdmaInfo {
-            remote_addr: b.va(0),
-            rkey: b.mr.rkey(),
-        },
-        ..SendWr::default()
-    };
-    a.qp.post_send(wr).expect("post");
+    post_write(&a, &b, 3, 0x44);
     let start = Instant::now();
     while dropped(&b) == 0 {
         assert!(start.elapsed() < LIMIT, "A's WRITE was not dropped");

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use pair::{connect, wait, ConnectOpts, Side, SideConfig};
 use uroce_net::seal_for;
-use uroce_verbs::{RdmaInfo, SendFlags, SendOpcode, SendWr, WcStatus};
+use uroce_verbs::WcStatus;
 use uroce_wire::opcode::op;
 use uroce_wire::{bth, reth, PacketRepr, Psn};
 
@@ -90,18 +90,7 @@ fn spoofed_write_is_dropped(a_addr: &str, b_addr: &str, spoofer: &str) {
 
     // A's WRITE at the same PSN is executed.
     a.mr.block().fill(0, 32, 0x5a).expect("fill");
-    let wr = SendWr {
-        wr_id: 7,
-        opcode: SendOpcode::RdmaWrite,
-        flags: SendFlags::SIGNALED,
-        sg_list: vec![a.sge(0, 32)],
-        rdma: RdmaInfo {
-            remote_addr: b.va(0),
-            rkey: b.mr.rkey(),
-        },
-        ..SendWr::default()
-    };
-    a.qp.post_send(wr).expect("post");
+    a.qp.post_send(a.write_wr(&b, 7, 32)).expect("post");
     let wc = wait(&a.send_cq, 1, LIMIT, "A's WRITE");
     assert_eq!(wc[0].status, WcStatus::Success);
     assert_eq!(b.mr.block().to_vec().expect("read")[..32], [0x5a; 32]);

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use uroce_net::{FaultConfig, NetConfig, NetDevice};
 use uroce_verbs::{
-    AccessFlags, Cq, MemBlock, Mr, Pd, Qp, QpCap, QpInitAttr, QpType, RcConnect, Sge,
-    WorkCompletion,
+    AccessFlags, Cq, MemBlock, Mr, Pd, Qp, QpCap, QpInitAttr, QpType, RcConnect, RdmaInfo,
+    SendFlags, SendOpcode, SendWr, Sge, WorkCompletion,
 };
 use uroce_wire::pmtu::Pmtu;
 use uroce_wire::psn::Psn;
@@ -143,6 +143,22 @@ impl Side {
     /// The remote address of offset `off` of this side's region.
     pub fn va(&self, off: usize) -> u64 {
         self.mr.iova() + off as u64
+    }
+
+    /// A signalled RDMA WRITE of the first `len` bytes of this side's region to the start
+    /// of `to`'s region.
+    pub fn write_wr(&self, to: &Side, wr_id: u64, len: usize) -> SendWr {
+        SendWr {
+            wr_id,
+            opcode: SendOpcode::RdmaWrite,
+            flags: SendFlags::SIGNALED,
+            sg_list: vec![self.sge(0, len)],
+            rdma: RdmaInfo {
+                remote_addr: to.va(0),
+                rkey: to.mr.rkey(),
+            },
+            ..SendWr::default()
+        }
     }
 
     /// Drops the verbs objects, then closes the device (flushing its capture file).
