@@ -32,8 +32,10 @@
 //! [`RoceSocket::send_batch`] hands up to 64 datagrams to one `sendmmsg`;
 //! [`RoceSocket::recv_batch`] reads up to 64 with one `recvmmsg` into the preallocated
 //! slots of a [`RecvBatch`], checks each (truncation, source, ICRC, packet structure) and
-//! exposes the accepted ones through [`RecvBatch::iter`]. Neither path allocates per
-//! packet (fault injection, when enabled, copies packets).
+//! exposes the accepted ones through [`RecvBatch::iter`], each with the
+//! [`PacketRepr`] the structure check parsed: a received packet is parsed once, here, and
+//! the layers above route and process that parse. Neither path allocates per packet
+//! (fault injection, when enabled, copies packets).
 //!
 //! # Trains: segmentation offload (GSO) and receive coalescing (GRO)
 //! One datagram per system call tops out near 1.4 GB/s on loopback (baselines.md), so
@@ -485,6 +487,8 @@ struct PacketSlot {
     status: RecvStatus,
     /// The IPv4 header its ICRC was found valid for (accepted IPv4 packets).
     ident: Option<Ipv4Ident>,
+    /// Accepted packets: what the check parsed, kept so the packet is parsed once.
+    parsed: Option<Parsed>,
 }
 
 impl PacketSlot {
@@ -494,7 +498,49 @@ impl PacketSlot {
         len: 0,
         status: RecvStatus::Truncated,
         ident: None,
+        parsed: None,
     };
+}
+
+/// A parsed packet without its borrow of the batch's storage: the headers, and where the
+/// payload lies in the packet's bytes. [`RecvBatch::iter`] puts the two together again.
+#[derive(Debug, Clone, Copy)]
+struct Parsed {
+    /// The headers; `payload` is empty.
+    headers: PacketRepr<'static>,
+    /// The payload's first byte, counted from the packet's first (the BTH).
+    payload_at: usize,
+    /// The payload's length (without pad bytes).
+    payload_len: usize,
+}
+
+impl Parsed {
+    /// Keeps what `PacketRepr::parse(bytes)` gave (`packet`).
+    fn keep(bytes: &[u8], packet: &PacketRepr<'_>) -> Parsed {
+        let payload_len = packet.payload.len();
+        // The layout `parse` checked: headers, payload, pad bytes, ICRC.
+        let payload_at = bytes
+            .len()
+            .saturating_sub(ICRC_LEN + usize::from(packet.bth.pad_cnt) + payload_len);
+        Parsed {
+            headers: PacketRepr {
+                payload: &[],
+                ..*packet
+            },
+            payload_at,
+            payload_len,
+        }
+    }
+
+    /// The packet again, its payload in `bytes` (the bytes it was parsed from).
+    fn packet<'a>(&self, bytes: &'a [u8]) -> PacketRepr<'a> {
+        PacketRepr {
+            payload: bytes
+                .get(self.payload_at..self.payload_at + self.payload_len)
+                .unwrap_or_default(),
+            ..self.headers
+        }
+    }
 }
 
 /// Preallocated buffers for [`RoceSocket::recv_batch`]: `slots` datagrams of up to
@@ -624,20 +670,25 @@ impl RecvBatch {
         self.filled == 0
     }
 
-    /// The accepted packets of the last receive, in arrival order.
+    /// The accepted packets of the last receive, in arrival order, each with the parse
+    /// its check made (a packet is parsed once, when it is received).
     pub fn iter(&self) -> impl Iterator<Item = Received<'_>> + '_ {
-        self.all().filter_map(|d| match (d.status, d.src) {
-            (RecvStatus::Accepted(icrc), Some(src)) => {
-                // Accepted means it parsed; the filter only keeps this panic-free.
-                PacketRepr::parse(d.bytes).ok().map(|packet| Received {
-                    src,
-                    roce: d.bytes,
-                    icrc,
-                    ident: d.ident,
-                    packet,
-                })
-            }
-            _ => None,
+        self.packets.iter().take(self.filled).filter_map(|p| {
+            let (RecvStatus::Accepted(icrc), Some(parsed)) = (p.status, p.parsed) else {
+                return None;
+            };
+            let src = self.meta.get(p.datagram).and_then(|m| m.src)?;
+            let roce = self
+                .storage
+                .get(p.start..p.start.saturating_add(p.len))
+                .unwrap_or_default();
+            Some(Received {
+                src,
+                roce,
+                icrc,
+                ident: p.ident,
+                packet: parsed.packet(roce),
+            })
         })
     }
 
@@ -1463,9 +1514,10 @@ impl RoceSocket {
                     .storage
                     .get(entry.start..entry.start + entry.len)
                     .unwrap_or_default();
-                let (status, ident) = self.receive_one(meta.src, entry.status, bytes);
+                let (status, ident, parsed) = self.receive_one(meta.src, entry.status, bytes);
                 entry.status = status;
                 entry.ident = ident;
+                entry.parsed = parsed;
                 exact += u64::from(
                     status == RecvStatus::Accepted(IcrcCheck::Ok)
                         && ident.is_none_or(|i| i == Ipv4Ident::UROCE),
@@ -1484,16 +1536,16 @@ impl RoceSocket {
     /// Classifies, counts (drops and the slow ICRC paths; the caller counts packets,
     /// bytes and the fast path) and captures one received packet; `status` is
     /// `Truncated` for a piece that was cut short, anything else otherwise. Returns what
-    /// became of it and the IPv4 header its ICRC was found valid for.
+    /// became of it, the IPv4 header its ICRC was found valid for and (accepted) its parse.
     fn receive_one(
         &mut self,
         src: Option<SocketAddr>,
         status: RecvStatus,
         bytes: &[u8],
-    ) -> (RecvStatus, Option<Ipv4Ident>) {
+    ) -> (RecvStatus, Option<Ipv4Ident>, Option<Parsed>) {
         let c = &*self.counters;
-        let (status, ident) = if status == RecvStatus::Truncated {
-            (status, None)
+        let (status, ident, parsed) = if status == RecvStatus::Truncated {
+            (status, None, None)
         } else {
             classify(self.policy, self.local, src, bytes, &mut self.ids)
         };
@@ -1528,7 +1580,7 @@ impl RoceSocket {
                 Counters::add(&c.capture_errors, 1);
             }
         }
-        (status, ident)
+        (status, ident, parsed)
     }
 }
 
@@ -1554,6 +1606,7 @@ pub fn gro_pieces(
         len: 0,
         status: RecvStatus::BadSource,
         ident: None,
+        parsed: None,
     };
     let mut entries = vec![blank; room];
     let used = split_datagram(&meta, 0, &mut entries);
@@ -1588,6 +1641,7 @@ fn split_datagram(meta: &RecvMeta, base: usize, entries: &mut [PacketSlot]) -> u
                     pending
                 },
                 ident: None,
+                parsed: None,
             };
             return 1;
         }
@@ -1610,6 +1664,7 @@ fn split_datagram(meta: &RecvMeta, base: usize, entries: &mut [PacketSlot]) -> u
                 len,
                 status: pending,
                 ident: None,
+                parsed: None,
             };
         }
         used += 1;
@@ -1623,6 +1678,7 @@ fn split_datagram(meta: &RecvMeta, base: usize, entries: &mut [PacketSlot]) -> u
                 len: meta.len - offset,
                 status: RecvStatus::Truncated,
                 ident: None,
+                parsed: None,
             };
             used += 1;
         }
@@ -1631,16 +1687,17 @@ fn split_datagram(meta: &RecvMeta, base: usize, entries: &mut [PacketSlot]) -> u
 }
 
 /// Decides what becomes of one received packet; also returns the IPv4 header its ICRC
-/// is valid for, when it was accepted for one.
+/// is valid for, when it was accepted for one, and an accepted packet's parse (the only
+/// one: [`RecvBatch::iter`] hands it out).
 fn classify(
     policy: IcrcPolicy,
     local: SocketAddr,
     src: Option<SocketAddr>,
     bytes: &[u8],
     ids: &mut IdentSolver,
-) -> (RecvStatus, Option<Ipv4Ident>) {
+) -> (RecvStatus, Option<Ipv4Ident>, Option<Parsed>) {
     let Some(src) = src else {
-        return (RecvStatus::BadSource, None);
+        return (RecvStatus::BadSource, None, None);
     };
     let (check, ident) = match check_icrc(src, local, bytes, ids) {
         (IcrcCheck::Ok, Some(found)) if found != Ipv4Ident::UROCE && !policy.accepts(found) => {
@@ -1651,14 +1708,18 @@ fn classify(
     let accept = match check {
         IcrcCheck::Ok => true,
         IcrcCheck::Mismatch => policy == IcrcPolicy::AcceptUnverified && src.is_ipv4(),
-        IcrcCheck::Unverifiable => return (RecvStatus::Unverifiable, None),
+        IcrcCheck::Unverifiable => return (RecvStatus::Unverifiable, None, None),
     };
     if !accept {
-        return (RecvStatus::BadIcrc, None);
+        return (RecvStatus::BadIcrc, None, None);
     }
     match PacketRepr::parse(bytes) {
-        Ok(_) => (RecvStatus::Accepted(check), ident),
-        Err(_) => (RecvStatus::ParseError, ident),
+        Ok(packet) => (
+            RecvStatus::Accepted(check),
+            ident,
+            Some(Parsed::keep(bytes, &packet)),
+        ),
+        Err(_) => (RecvStatus::ParseError, ident, None),
     }
 }
 
@@ -1666,5 +1727,52 @@ impl AsFd for RoceSocket {
     /// The socket's descriptor, for `poll` / `epoll` (it is non-blocking).
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.socket.as_fd()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use uroce_wire::opcode::op;
+    use uroce_wire::{bth, reth, Psn};
+
+    /// The parse a received packet keeps gives back exactly what parsing its bytes gives:
+    /// every header, and the payload without pad bytes, borrowed from those bytes.
+    #[test]
+    fn a_kept_parse_is_the_parse() {
+        let bth = |opcode| bth::Repr {
+            opcode,
+            solicited: false,
+            mig_req: false,
+            pad_cnt: 0,
+            pkey: 0xFFFF,
+            fecn: false,
+            becn: false,
+            dest_qp: 0x12,
+            ack_req: true,
+            psn: Psn::new(7),
+        };
+        let payload: Vec<u8> = (0..13u8).collect();
+        let packets = [
+            PacketRepr::new(bth(op::RC_SEND_ONLY), &payload[..]),
+            PacketRepr::new(bth(op::RC_SEND_ONLY), &payload[..12]),
+            PacketRepr::new(bth(op::RC_SEND_ONLY), &[]),
+            PacketRepr {
+                reth: Some(reth::Repr {
+                    va: 0x1000,
+                    rkey: 0x99,
+                    dma_len: 13,
+                }),
+                ..PacketRepr::new(bth(op::RC_RDMA_WRITE_ONLY), &payload[..])
+            },
+        ];
+        for pkt in packets {
+            let mut buf = vec![0u8; pkt.buffer_len()];
+            pkt.emit(&mut buf).expect("emit");
+            let parsed = PacketRepr::parse(&buf).expect("parse");
+            let kept = Parsed::keep(&buf, &parsed);
+            assert_eq!(kept.packet(&buf), parsed);
+            assert_eq!(kept.packet(&buf).payload, pkt.payload);
+        }
     }
 }
