@@ -6,10 +6,11 @@
 //! All network work happens in one *progress step* ([`NetDevice::progress`]), run under the
 //! device's progress lock by whichever thread gets it:
 //!
-//! 1. receive: up to a few `recvmmsg` batches; every accepted packet goes to the QP its BTH
-//!    names (a counted reference from the context's QP table; unknown QPNs and QPs without
-//!    an engine are dropped and counted) through [`QpRef::engine_handle_packet`], with an
-//!    [`Arrival`] holding the sender's address (from the socket) and the device's own;
+//! 1. receive: up to a few `recvmmsg` batches; every accepted packet (parsed once, by the
+//!    socket's check) goes to the QP its BTH names (a counted reference from the context's
+//!    QP table; unknown QPNs and QPs without an engine are dropped and counted) through
+//!    [`QpRef::engine_handle_packet`], with an [`Arrival`] holding the sender's address
+//!    (from the socket) and the device's own;
 //! 2. timers: QPs whose retransmit or RNR deadline has passed get
 //!    [`QpRef::engine_handle_timeout`];
 //! 3. transmit: every QP touched above or rung by `post_send` emits its packets into the
@@ -30,8 +31,10 @@
 //!   the socket again once the application has not busy polled for [`BUSY_POLL_GRACE`]
 //!   (when nothing is in flight it wakes at that moment: the application may have stopped
 //!   polling to wait on memory).
-//!   Output that a polling thread's step caused (ACKs) is deferred to the ready list and
-//!   sent by the next step or with the application's next post;
+//!   Output that a polling thread's step caused and that the engine marked as able to
+//!   wait (the ACK of a SEND or WRITE: [`uroce_verbs::Reply::Deferrable`]; the device
+//!   inspects no opcode) is deferred to the ready list and sent by the next step or with
+//!   the application's next post;
 //! * **posting threads**: `post_send` rings the device; if the lock is free, the poster
 //!   transmits that QP's packets itself, otherwise the QP is put on the ready list and the
 //!   progress thread woken through the doorbell (only when it sleeps).
@@ -52,9 +55,8 @@ use rustix::event::{eventfd, EventfdFlags, PollFd, PollFlags, Timespec};
 use uroce_proto::time::Instant;
 use uroce_verbs::mcast::MULTICAST_QPN;
 use uroce_verbs::{
-    Arrival, Context, Device, DeviceConfig, EngineCounters, Gid, QpRef, Transport, TxPacket,
+    Arrival, Context, Device, DeviceConfig, EngineCounters, Gid, QpRef, Reply, Transport, TxPacket,
 };
-use uroce_wire::opcode::{self, Operation};
 use uroce_wire::ROCEV2_UDP_PORT;
 
 use crate::capture::Capture;
@@ -233,8 +235,8 @@ struct ProgressState {
     timers: HashMap<u32, Instant>,
     /// QPs to visit for transmit in this step.
     touched: Vec<u32>,
-    /// QPs that answer a SEND or WRITE received in this step (their ACK may be
-    /// deferred).
+    /// QPs whose engine said, for a packet received in this step, that its answer may
+    /// wait ([`Reply::Deferrable`]: the ACK of a SEND or WRITE).
     completed: Vec<u32>,
     /// The IP multicast groups joined, each with its receiving socket (see
     /// [`crate::mcast`]).
@@ -377,14 +379,23 @@ impl DeviceCore {
         let _ = rustix::io::write(&self.doorbell, &1u64.to_ne_bytes());
     }
 
-    fn mark_ready(&self, qpn: u32) {
+    /// Puts QPs on the ready list (their output leaves with a later step or post); the
+    /// one place the list grows.
+    fn park(&self, qpns: &[u32]) {
         {
             let mut r = lock(&self.ready);
-            if !r.contains(&qpn) {
-                r.push(qpn);
+            for &qpn in qpns {
+                if !r.contains(&qpn) {
+                    r.push(qpn);
+                }
             }
         }
         self.has_ready.store(true, Ordering::SeqCst);
+    }
+
+    /// [`DeviceCore::park`], and the progress thread woken if it sleeps.
+    fn mark_ready(&self, qpn: u32) {
+        self.park(&[qpn]);
         if self.sleeping.load(Ordering::SeqCst) {
             self.wake();
         }
@@ -393,7 +404,8 @@ impl DeviceCore {
     /// One progress step; returns whether anything was received, timed out or sent.
     ///
     /// With `defer_rx_output` (an application thread polling a CQ), what the received
-    /// packets make the QPs send (mostly ACKs) is not sent in this step: the QPs go on the
+    /// packets make the QPs send is not sent in this step when their engine said it may
+    /// wait ([`Reply::Deferrable`]: the ACK of a SEND or WRITE): the QPs go on the
     /// ready list, so the application sees its completions one system call sooner, and
     /// the ACK leaves with the next step or together with the application's next post
     /// (in a ping-pong, in the same batch as the reply, after it: the RC engine lets the
@@ -457,20 +469,16 @@ impl DeviceCore {
                 }
                 // The completions the packet produced are already on their CQs (the
                 // verbs layer pushed them); only a QP without engine matters here.
-                if qp.engine_handle_packet(now, &from, &r.packet).is_none() {
+                let Some(handled) = qp.engine_handle_packet(now, &from, &r.packet) else {
                     self.no_engine.fetch_add(1, Ordering::Relaxed);
                     continue;
-                }
+                };
                 if !io.touched.contains(&qpn) {
                     io.touched.push(qpn);
                 }
-                // A SEND or WRITE this QP answered: its output is an ACK, which may wait
-                // for the application's next post (see below). READ and atomic
-                // responses, and what ACKs unblock (the requester's window), never wait.
-                let acked_request = opcode::info(r.packet.bth.opcode).is_some_and(|i| {
-                    i.is_request && matches!(i.operation, Operation::Send | Operation::RdmaWrite)
-                });
-                if acked_request && !io.completed.contains(&qpn) {
+                // The engine says its answer may wait for the application's next post
+                // (an ACK of a SEND or WRITE; see below and `Reply::Deferrable`).
+                if handled.reply == Reply::Deferrable && !io.completed.contains(&qpn) {
                     io.completed.push(qpn);
                 }
             }
@@ -493,15 +501,7 @@ impl DeviceCore {
                 Ordering::Relaxed,
                 Ordering::Relaxed,
             );
-            {
-                let mut r = lock(&self.ready);
-                for &qpn in &io.completed {
-                    if !r.contains(&qpn) {
-                        r.push(qpn);
-                    }
-                }
-            }
-            self.has_ready.store(true, Ordering::SeqCst);
+            self.park(&io.completed);
             let completed = std::mem::take(&mut io.completed);
             io.touched.retain(|q| !completed.contains(q));
             io.completed = completed;
@@ -844,13 +844,7 @@ impl Transport for DeviceTransport {
             // poll (typically right after the burst), which sends them first thing, all
             // together: a burst leaves as one batch (GSO trains). An isolated post (a
             // ping-pong) goes out at once below.
-            {
-                let mut r = lock(&sh.ready);
-                if !r.contains(&qpn) {
-                    r.push(qpn);
-                }
-            }
-            sh.has_ready.store(true, Ordering::SeqCst);
+            sh.park(&[qpn]);
             sh.rung.store(true, Ordering::SeqCst);
             return;
         }

@@ -326,6 +326,24 @@ pub struct Transmit {
     pub dst: IpAddr,
 }
 
+/// When the answer to a received packet may leave: what [`Engine::handle_packet`] returns.
+/// The engine decides; the runtime that carries its output only reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Reply {
+    /// Whatever the packet made the engine send (if anything) goes with the next transmit.
+    #[default]
+    Now,
+    /// The packet was a SEND or RDMA WRITE request and its answer is the responder's
+    /// acknowledgement, which may wait a moment: the requester does not need it to go on
+    /// (its window is larger than one message) and the responder coalesces ACKs (IBA
+    /// Vol 1 §9.7.5, the responder: one ACK may acknowledge several requests). A runtime whose
+    /// application is about to see what the request brought (a receive completion, data
+    /// in its memory) may hold the QP's output until the application's next post, so the
+    /// reply and the ACK leave together. READ and atomic responses, and whatever an ACK
+    /// unblocks, are never deferrable.
+    Deferrable,
+}
+
 /// A QP transport as a sans-IO state machine. See the module doc for the calling
 /// contract. Implemented by [`crate::rc::RcQp`] (RC, XRC_SEND, XRC_RECV),
 /// [`crate::uc::UcQp`] and [`crate::ud::UdQp`] (UD and the GSI QP); `verbs` and the
@@ -344,14 +362,15 @@ pub trait Engine: fmt::Debug + Send {
     /// The earliest deadline at which [`Engine::handle_timeout`] must be called.
     fn poll_timeout(&self) -> Option<Instant>;
 
-    /// A packet whose BTH DestQP is this QP, already ICRC-checked and parsed.
+    /// A packet whose BTH DestQP is this QP, already ICRC-checked and parsed (once, by the
+    /// socket layer; the engine parses nothing). Returns when its answer may leave.
     fn handle_packet(
         &mut self,
         now: Instant,
         from: &Arrival,
         pkt: &PacketRepr<'_>,
         env: &mut Env<'_>,
-    );
+    ) -> Reply;
     /// Called when `now >= poll_timeout()`.
     fn handle_timeout(&mut self, now: Instant, env: &mut Env<'_>);
 
@@ -417,7 +436,7 @@ impl<E: Engine + ?Sized> Engine for Box<E> {
         from: &Arrival,
         pkt: &PacketRepr<'_>,
         env: &mut Env<'_>,
-    ) {
+    ) -> Reply {
         (**self).handle_packet(now, from, pkt, env)
     }
     fn handle_timeout(&mut self, now: Instant, env: &mut Env<'_>) {

@@ -104,7 +104,7 @@ use uroce_wire::{bth, deth, immdt, PacketRepr, Pmtu, Psn, ICRC_LEN, ROCEV2_UDP_P
 
 use crate::build::{build, fill_payload, pkey_match, BuildError};
 use crate::engine::{Arrival, Engine, EngineCounters, LiveAttrs, Transmit};
-use crate::engine::{CqKind, Env, Outbox, PostError, QpEvent, RtsAttrs};
+use crate::engine::{CqKind, Env, Outbox, PostError, QpEvent, Reply, RtsAttrs};
 use crate::memory::{scatter, sg_total};
 use crate::qp_state::{QpState, QpType};
 use crate::time::Instant;
@@ -387,39 +387,9 @@ fn v6(a: IpAddr) -> std::net::Ipv6Addr {
     }
 }
 
-impl Engine for UdQp {
-    fn qpn(&self) -> u32 {
-        self.cfg.qpn
-    }
-
-    fn qp_type(&self) -> QpType {
-        self.cfg.qp_type
-    }
-
-    fn state(&self) -> QpState {
-        self.state
-    }
-
-    fn counters(&self) -> EngineCounters {
-        self.counters.clone()
-    }
-
-    /// True when the send queue is empty (a UD QP has nothing in flight).
-    fn is_idle(&self) -> bool {
-        self.sq.is_empty()
-    }
-
-    fn poll_timeout(&self) -> Option<Instant> {
-        None
-    }
-
-    fn handle_packet(
-        &mut self,
-        _now: Instant,
-        from: &Arrival,
-        pkt: &PacketRepr<'_>,
-        env: &mut Env<'_>,
-    ) {
+impl UdQp {
+    /// Checks and delivers one received datagram (see [`Engine::handle_packet`]).
+    fn receive(&mut self, from: &Arrival, pkt: &PacketRepr<'_>, env: &mut Env<'_>) {
         self.counters.packets_received += 1;
         // A multicast datagram (DestQP 0xFFFFFF) reaches only the UD QPs attached to its
         // group: the caller decides which (see the module doc).
@@ -489,6 +459,45 @@ impl Engine for UdQp {
         wc.solicited = pkt.bth.solicited;
         wc.sl = roce_packet_type(from);
         self.outbox.push_completion(CqKind::Recv, wc);
+    }
+}
+
+impl Engine for UdQp {
+    fn qpn(&self) -> u32 {
+        self.cfg.qpn
+    }
+
+    fn qp_type(&self) -> QpType {
+        self.cfg.qp_type
+    }
+
+    fn state(&self) -> QpState {
+        self.state
+    }
+
+    fn counters(&self) -> EngineCounters {
+        self.counters.clone()
+    }
+
+    /// True when the send queue is empty (a UD QP has nothing in flight).
+    fn is_idle(&self) -> bool {
+        self.sq.is_empty()
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        None
+    }
+
+    fn handle_packet(
+        &mut self,
+        _now: Instant,
+        from: &Arrival,
+        pkt: &PacketRepr<'_>,
+        env: &mut Env<'_>,
+    ) -> Reply {
+        // A datagram is never answered: nothing to defer.
+        self.receive(from, pkt, env);
+        Reply::Now
     }
 
     fn handle_timeout(&mut self, _now: Instant, _env: &mut Env<'_>) {}

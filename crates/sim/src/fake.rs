@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use std::net::{IpAddr, Ipv4Addr};
 
-use uroce_proto::engine::{Arrival, CqKind, Engine, Env, QpEvent, Transmit};
+use uroce_proto::engine::{Arrival, CqKind, Engine, Env, QpEvent, Reply, Transmit};
 use uroce_proto::time::Instant;
 use uroce_proto::wr::{WcOpcode, WcStatus, WorkCompletion};
 use uroce_wire::{aeth, bth, opcode::op, PacketRepr, Psn};
@@ -189,7 +189,7 @@ impl Engine for Fake {
         from: &Arrival,
         pkt: &PacketRepr<'_>,
         _env: &mut Env<'_>,
-    ) {
+    ) -> Reply {
         self.arrivals.push(*from);
         let psn = pkt.bth.psn.value();
         match pkt.bth.opcode {
@@ -197,7 +197,7 @@ impl Engine for Fake {
                 if psn == self.expected {
                     if pkt.payload != Fake::payload(psn) {
                         self.corrupt_payloads += 1;
-                        return;
+                        return Reply::Now;
                     }
                     self.completions.push_back(FakeCompletion::Received(psn));
                     self.expected += 1;
@@ -219,6 +219,7 @@ impl Engine for Fake {
             }
             _ => {}
         }
+        Reply::Now
     }
 
     fn handle_timeout(&mut self, now: Instant, _env: &mut Env<'_>) {

@@ -7,7 +7,7 @@ use uroce_wire::{bth, Psn};
 
 use super::*;
 use crate::fake::{fake_engine_commands, Fake, FakeCompletion, Quirk};
-use uroce_proto::engine::Transmit;
+use uroce_proto::engine::{Reply, Transmit};
 
 const SEC: Duration = Duration::from_secs(1);
 
@@ -107,9 +107,10 @@ impl Engine for Scatter {
         from: &Arrival,
         pkt: &PacketRepr<'_>,
         _env: &mut Env<'_>,
-    ) {
+    ) -> Reply {
         assert_eq!(pkt.bth.dest_qp, self.qpn);
         self.arrivals.push(*from);
+        Reply::Now
     }
     fn handle_timeout(&mut self, _now: Instant, _env: &mut Env<'_>) {}
     fn poll_transmit(

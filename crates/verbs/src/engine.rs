@@ -33,9 +33,9 @@
 use std::net::IpAddr;
 use std::sync::Arc as StdArc;
 
-use uroce_proto::engine::Engine;
 use uroce_proto::engine::LiveAttrs;
 pub use uroce_proto::engine::{Arrival, EngineCounters};
+use uroce_proto::engine::{Engine, Reply};
 use uroce_proto::memory::{
     AtomicOp, LocalAccessError, Memory, RemoteAccessError, RemoteOp as ProtoRemoteOp,
 };
@@ -860,6 +860,16 @@ pub struct Transmitted {
     pub limited: bool,
 }
 
+/// What [`QpRef::engine_handle_packet`] did with a received packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Handled {
+    /// Work completions delivered to the CQs so far.
+    pub delivered: usize,
+    /// When the engine's answer may leave ([`Reply::Deferrable`]: an acknowledgement a
+    /// polling application's step may hold until its next post).
+    pub reply: Reply,
+}
+
 /// One packet of a transmit batch: its length in the buffer (packets lie back to back)
 /// and the address it goes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -880,19 +890,23 @@ impl QpRef {
 
     /// Hands a received packet (addressed to this QP, ICRC already checked) and the
     /// addresses it came with to the engine. Returns how many work completions it
-    /// delivered to the CQs, or `None` if the QP has no engine (the packet is dropped).
+    /// delivered to the CQs and when the engine's answer may leave, or `None` if the QP
+    /// has no engine (the packet is dropped).
     pub fn engine_handle_packet(
         &self,
         now: Instant,
         from: &Arrival,
         pkt: &PacketRepr<'_>,
-    ) -> Option<usize> {
+    ) -> Option<Handled> {
         let core = self.core();
         let mut inner = self.lock();
-        with_engine(core, &mut inner, |e, env| {
+        let reply = with_engine(core, &mut inner, |e, env| {
             e.handle_packet(now, from, pkt, env)
         })?;
-        Some(inner.delivered)
+        Some(Handled {
+            delivered: inner.delivered,
+            reply,
+        })
     }
 
     /// Runs the engine's timers (call when `now` ≥ [`QpRef::engine_poll_timeout`]).

@@ -169,7 +169,7 @@ pub use context::{Context, Counters, LiveObjects};
 pub use cq::{Clocks, CompChannel, CompletionStamp, Cq, CqEvent, CqRef};
 pub use device::{Device, DeviceAttr, DeviceConfig, Gid, PortAttr, PortState};
 pub use engine::{
-    engine_supported, Arrival, EngineCounters, QpMemory, Transmitted, Transport, TxPacket,
+    engine_supported, Arrival, EngineCounters, Handled, QpMemory, Transmitted, Transport, TxPacket,
 };
 pub use error::*;
 pub use event::{AsyncEvent, ElementKind, EventElement, EventType};
@@ -183,6 +183,7 @@ pub use qp::{
 };
 pub use region::{Mr, MrRef, ReregMrError};
 pub use srq::{Srq, SrqAttr, SrqAttrMask, SrqInitAttr, SrqRef};
+pub use uroce_proto::engine::Reply;
 pub use uroce_proto::qp_state::{AttrMask, QpState, QpType};
 pub use wc::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
 pub use xrcd::Xrcd;

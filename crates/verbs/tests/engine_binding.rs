@@ -167,7 +167,12 @@ fn an_rc_engine_sends_to_its_address_vector_and_takes_arrivals() {
         )
     };
     let from = Arrival::new(dest, ADDR.parse().expect("ip"));
-    let delivered = qp.engine_handle_packet(Instant::from_nanos(1000), &from, &pkt);
-    assert_eq!(delivered, Some(1), "the SEND completes");
+    let handled = qp.engine_handle_packet(Instant::from_nanos(1000), &from, &pkt);
+    assert_eq!(handled.map(|h| h.delivered), Some(1), "the SEND completes");
+    assert_eq!(
+        handled.map(|h| h.reply),
+        Some(uroce_verbs::Reply::Now),
+        "a response is never deferrable"
+    );
     assert!(qp.engine_is_idle());
 }

@@ -100,7 +100,7 @@ mod wqe;
 #[cfg(test)]
 pub(crate) mod tests;
 
-use uroce_wire::opcode::{self, Transport};
+use uroce_wire::opcode::{self, Operation, Transport};
 use uroce_wire::{PacketRepr, Pmtu, Psn};
 
 use crate::build::pkey_match;
@@ -239,7 +239,7 @@ pub use crate::engine::{
     CqKind, Env, PostError, QpEvent, RemoteAccess, RtsAttrs, SharedRecvQueue, XrcSrqError, XrcSrqs,
     MAX_MSG_LEN,
 };
-use crate::engine::{Engine, LiveAttrs, Outbox};
+use crate::engine::{Engine, LiveAttrs, Outbox, Reply};
 
 /// One RC queue pair: requester, completer and responder.
 ///
@@ -289,23 +289,25 @@ impl RcQp {
     /// the caller. Request packets go to the responder (states RTR, RTS, SQD), responses,
     /// ACKs and NAKs to the completer (RTS, SQD). Everything else is dropped and counted:
     /// another DestQP, a P_Key mismatch, an opcode that is not RC, a wrong state.
-    fn receive(&mut self, now: Instant, pkt: &PacketRepr<'_>, env: &mut Env<'_>) {
+    /// Processes one received packet; returns when its answer may leave (see
+    /// [`Reply::Deferrable`]: the acknowledgement of a SEND or RDMA WRITE request).
+    fn receive(&mut self, now: Instant, pkt: &PacketRepr<'_>, env: &mut Env<'_>) -> Reply {
         self.counters.packets_received += 1;
         if pkt.bth.dest_qp != self.cfg.qpn {
             self.drop_wrong_state();
-            return;
+            return Reply::Now;
         }
         if !pkey_match(pkt.bth.pkey, self.cfg.pkey) {
             self.counters.dropped_packets += 1;
             self.counters.dropped_bad_pkey += 1;
-            return;
+            return Reply::Now;
         }
         // The peer runs (see the retransmit timeout in the completer).
         self.req.peer_heard = true;
         let transport = self.cfg.transport();
         let Some(info) = opcode::info(pkt.bth.opcode).filter(|i| i.transport == transport) else {
             self.drop_bad_opcode();
-            return;
+            return Reply::Now;
         };
         // XRC: an initiator has no responder, a target no requester (Annex A14).
         let half = match self.cfg.qp_type {
@@ -315,22 +317,31 @@ impl RcQp {
         };
         if !half {
             self.drop_bad_opcode();
-            return;
+            return Reply::Now;
         }
-        if info.is_request {
+        let reply = if info.is_request {
             if !matches!(self.state, QpState::Rtr | QpState::Rts | QpState::Sqd) {
                 self.drop_wrong_state();
-                return;
+                return Reply::Now;
             }
             self.responder_packet(pkt, info, env);
+            // The responder answers a SEND or WRITE with an ACK (or NAK) that may wait;
+            // READ and atomic responses may not.
+            if matches!(info.operation, Operation::Send | Operation::RdmaWrite) {
+                Reply::Deferrable
+            } else {
+                Reply::Now
+            }
         } else {
             if !matches!(self.state, QpState::Rts | QpState::Sqd) {
                 self.drop_wrong_state();
-                return;
+                return Reply::Now;
             }
             self.completer_packet(now, pkt, info, env);
-        }
+            Reply::Now
+        };
         self.check_drained();
+        reply
     }
 
     /// Emits the next packet (BTH..ICRC with the 4 ICRC bytes zero: the I/O layer seals it)
@@ -637,12 +648,12 @@ impl Engine for RcQp {
         from: &crate::engine::Arrival,
         pkt: &PacketRepr<'_>,
         env: &mut Env<'_>,
-    ) {
+    ) -> Reply {
         if !from.on_path(self.cfg.peer, self.cfg.local) {
             self.counters.packets_received += 1;
             self.counters.dropped_packets += 1;
             self.counters.dropped_bad_address += 1;
-            return;
+            return Reply::Now;
         }
         self.receive(now, pkt, env)
     }

@@ -75,7 +75,9 @@ use uroce_wire::{PacketRepr, Pmtu, Psn};
 
 use crate::build::{build, data_packet, fill_payload, pkey_match, BuildError};
 use crate::engine::{Arrival, Engine, EngineCounters, LiveAttrs, Transmit};
-use crate::engine::{CqKind, Env, Outbox, PostError, QpEvent, RemoteAccess, RtsAttrs, MAX_MSG_LEN};
+use crate::engine::{
+    CqKind, Env, Outbox, PostError, QpEvent, RemoteAccess, Reply, RtsAttrs, MAX_MSG_LEN,
+};
 use crate::memory::{scatter, sg_total, RemoteOp};
 use crate::qp_state::{QpState, QpType};
 use crate::time::Instant;
@@ -715,14 +717,16 @@ impl Engine for UcQp {
         from: &Arrival,
         pkt: &PacketRepr<'_>,
         env: &mut Env<'_>,
-    ) {
+    ) -> Reply {
         if !from.on_path(self.cfg.peer, self.cfg.local) {
             self.counters.packets_received += 1;
             self.counters.dropped_packets += 1;
             self.counters.dropped_bad_address += 1;
-            return;
+            return Reply::Now;
         }
-        self.receive(pkt, env)
+        // UC sends no acknowledgements: nothing to defer.
+        self.receive(pkt, env);
+        Reply::Now
     }
 
     fn handle_timeout(&mut self, _now: Instant, _env: &mut Env<'_>) {}

@@ -415,3 +415,35 @@ fn hostile_packets_never_panic() {
     assert!(total.read_responses_sent > 100, "{total:?}");
     assert!(total.atomic_acks_sent > 50, "{total:?}");
 }
+
+#[test]
+fn the_answer_to_a_send_or_write_may_wait_a_read_response_and_an_ack_may_not() {
+    use crate::engine::Reply;
+    let mut p = Pair::new();
+    p.b.post_recv(recv(1, vec![])).unwrap();
+    let now = p.now;
+    let reply = |p: &mut Pair, pkt: &PacketRepr<'_>| {
+        p.with_env(Side::B, |qp, env| qp.receive(now, pkt, env))
+    };
+    let send = PacketRepr::new(bth_to(QPN_B, op::RC_SEND_ONLY, 0), &[]);
+    assert_eq!(reply(&mut p, &send), Reply::Deferrable);
+    // A duplicate is acknowledged again: that ACK may wait too.
+    assert_eq!(reply(&mut p, &send), Reply::Deferrable);
+    let read = PacketRepr {
+        reth: Some(reth::Repr {
+            va: 0,
+            rkey: 0x77,
+            dma_len: 8,
+        }),
+        ..PacketRepr::new(bth_to(QPN_B, op::RC_RDMA_READ_REQUEST, 1), &[])
+    };
+    assert_eq!(reply(&mut p, &read), Reply::Now);
+    let ack = PacketRepr {
+        aeth: Some(aeth::Repr {
+            syndrome: Syndrome::ACK_NO_CREDIT,
+            msn: 0,
+        }),
+        ..PacketRepr::new(bth_to(QPN_B, op::RC_ACKNOWLEDGE, 5), &[])
+    };
+    assert_eq!(reply(&mut p, &ack), Reply::Now);
+}
