@@ -65,6 +65,7 @@ pub mod capture;
 pub mod counters;
 mod error;
 pub mod faults;
+pub mod host;
 #[allow(unsafe_code)]
 pub mod ifaddr;
 pub mod mcast;
