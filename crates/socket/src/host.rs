@@ -18,15 +18,22 @@
 //!   the program may have to be attached again.
 //!
 //! ## Where it lives
-//! `<dir>/host-registry` (replaced atomically: written to a temporary file that is renamed
-//! over it, so an unlocked reader, [`Registry::read`], always sees a whole one) and
-//! `<dir>/host-registry.lock` (the `flock`, released by the kernel when its holder dies,
-//! so a killed member never leaves the registry locked). `<dir>` follows the rule of the
-//! device's published counters (`uroce_net::stats`): `UROCE_HOST_DIR` when set, else
+//! `<dir>/host-registry-net<inode>` (replaced atomically: written to a temporary file that
+//! is renamed over it, so an unlocked reader, [`Registry::read`], always sees a whole one)
+//! and the same name with `.lock` (the `flock`, released by the kernel when its holder
+//! dies, so a killed member never leaves the registry locked). `<dir>` follows the rule of
+//! the device's published counters (`uroce_net::stats`): `UROCE_HOST_DIR` when set, else
 //! `$XDG_RUNTIME_DIR/uroce` when that runtime directory exists, else `<tmp>/uroce-<uid>`
 //! ([`host_dir`]); it is made with mode 0700 and must belong to the user. One registry per
 //! user is also what the kernel allows: the members of a reuseport group must have the
 //! same effective UID.
+//!
+//! **Namespaces.** Reuseport groups belong to a network namespace, so the file's name
+//! carries the inode of the process's (`/proc/self/ns/net`): processes of one user in two
+//! network namespaces (`uroce run` can make one) keep two registries even in one
+//! directory. Members are checked by pid, so all members of a registry must see the same
+//! pids: the file records the PID namespace's inode, and a process of another one is
+//! refused ([`HostError::PidNamespace`]) rather than reaping members it cannot see.
 //!
 //! ## The operations (all under the lock, [`Registry::lock`] → [`Locked`])
 //! * [`Locked::join`]: allots a free slot to this process.
@@ -89,11 +96,10 @@ use crate::steer::{GroupOrder, QpnLayout, SteeringTable, MAX_ROUTES};
 /// Environment variable that chooses the registry's directory.
 pub const HOST_DIR_ENV: &str = "UROCE_HOST_DIR";
 
-/// The registry file's name in its directory.
+/// The start of the registry file's name: `host-registry-net<inode>`, the inode being
+/// that of the network namespace (see the module documentation); the lock file adds
+/// `.lock`.
 pub const REGISTRY_FILE: &str = "host-registry";
-
-/// The lock file's name in its directory.
-pub const LOCK_FILE: &str = "host-registry.lock";
 
 /// How long a freed slot is not handed out again by default.
 pub const DEFAULT_QUARANTINE: Duration = Duration::from_secs(60);
@@ -168,6 +174,15 @@ pub enum HostError {
         /// Free slots not yet out of quarantine.
         quarantined: usize,
     },
+    /// The registry's members live in another PID namespace, whose pids this process
+    /// cannot check.
+    #[error("host registry of PID namespace {file}, this process is in {ours}")]
+    PidNamespace {
+        /// The registry's.
+        file: u64,
+        /// This process's.
+        ours: u64,
+    },
     /// The slot has no member.
     #[error("slot {slot} has no member")]
     NotMember {
@@ -219,6 +234,8 @@ pub struct GroupState {
 pub struct HostState {
     /// The QPN layout every member uses.
     pub layout: QpnLayout,
+    /// The inode of the members' PID namespace (`/proc/self/ns/pid`; 0 if unknown).
+    pub pid_ns: u64,
     /// Bumped by every committed change.
     pub generation: u64,
     /// The members, by slot.
@@ -230,9 +247,10 @@ pub struct HostState {
 }
 
 impl HostState {
-    fn empty(layout: QpnLayout) -> HostState {
+    fn empty(layout: QpnLayout, pid_ns: u64) -> HostState {
         HostState {
             layout,
+            pid_ns,
             generation: 0,
             members: BTreeMap::new(),
             freed: BTreeMap::new(),
@@ -245,6 +263,7 @@ impl HostState {
         let mut t = String::new();
         let _ = writeln!(t, "{MAGIC}");
         let _ = writeln!(t, "slot-bits {}", self.layout.slot_bits());
+        let _ = writeln!(t, "pid-ns {}", self.pid_ns);
         let _ = writeln!(t, "generation {}", self.generation);
         for m in self.members.values() {
             let _ = writeln!(
@@ -277,7 +296,7 @@ impl HostState {
             Some((_, MAGIC)) => {}
             _ => return Err((1, format!("expected {MAGIC:?}"))),
         }
-        let mut state = HostState::empty(QpnLayout::default());
+        let mut state = HostState::empty(QpnLayout::default(), 0);
         for (n, line) in lines {
             let bad = |why: &str| (n, format!("{why}: {line:?}"));
             let mut words = line.split_whitespace();
@@ -298,6 +317,7 @@ impl HostState {
                         .ok_or_else(|| bad("slot bits out of range"))?;
                 }
                 Some("generation") => state.generation = num(words.next())?,
+                Some("pid-ns") => state.pid_ns = num(words.next())?,
                 Some("member") => {
                     let m = Member {
                         slot: slot(words.next())?,
@@ -356,6 +376,11 @@ fn proc_stat(pid: u32) -> Option<(char, u64)> {
     Some((state, start))
 }
 
+/// The inode of this process's namespace of `kind` (`net`, `pid`), 0 if unknown.
+fn ns_inode(kind: &str) -> u64 {
+    std::fs::metadata(format!("/proc/self/ns/{kind}")).map_or(0, |m| m.ino())
+}
+
 /// Milliseconds since the Unix epoch.
 fn now_ms() -> u64 {
     SystemTime::now()
@@ -369,6 +394,8 @@ pub struct Registry {
     dir: PathBuf,
     layout: QpnLayout,
     quarantine: Duration,
+    net_ns: u64,
+    pid_ns: u64,
 }
 
 impl Registry {
@@ -409,6 +436,8 @@ impl Registry {
             dir,
             layout,
             quarantine: DEFAULT_QUARANTINE,
+            net_ns: ns_inode("net"),
+            pid_ns: ns_inode("pid"),
         })
     }
 
@@ -428,8 +457,9 @@ impl Registry {
         &self.dir
     }
 
-    fn file(&self) -> PathBuf {
-        self.dir.join(REGISTRY_FILE)
+    /// The registry file (its name carries the network namespace).
+    pub fn path(&self) -> PathBuf {
+        self.dir.join(format!("{REGISTRY_FILE}-net{}", self.net_ns))
     }
 
     /// Takes the registry's lock (waiting for it) and reads the registry.
@@ -437,7 +467,7 @@ impl Registry {
     /// # Errors
     /// [`HostError::Io`], [`HostError::Corrupt`], [`HostError::Layout`].
     pub fn lock(&self) -> Result<Locked<'_>, HostError> {
-        let path = self.dir.join(LOCK_FILE);
+        let path = self.path().with_extension("lock");
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -468,11 +498,11 @@ impl Registry {
     /// # Errors
     /// [`HostError::Io`], [`HostError::Corrupt`], [`HostError::Layout`].
     pub fn read(&self) -> Result<HostState, HostError> {
-        let path = self.file();
+        let path = self.path();
         let text = match std::fs::read_to_string(&path) {
             Ok(t) => t,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                return Ok(HostState::empty(self.layout))
+                return Ok(HostState::empty(self.layout, self.pid_ns))
             }
             Err(source) => return Err(HostError::Io { path, source }),
         };
@@ -485,6 +515,12 @@ impl Registry {
             return Err(HostError::Layout {
                 file: state.layout.slot_bits(),
                 ours: self.layout.slot_bits(),
+            });
+        }
+        if state.pid_ns != self.pid_ns {
+            return Err(HostError::PidNamespace {
+                file: state.pid_ns,
+                ours: self.pid_ns,
             });
         }
         Ok(state)
@@ -690,8 +726,8 @@ impl Locked<'_> {
             return Ok(self.state.generation);
         }
         self.state.generation += 1;
-        let path = self.registry.file();
-        let tmp = self.registry.dir.join(format!("{REGISTRY_FILE}.tmp"));
+        let path = self.registry.path();
+        let tmp = path.with_extension("tmp");
         let write = || -> io::Result<()> {
             let mut f = OpenOptions::new()
                 .write(true)
@@ -729,7 +765,7 @@ mod tests {
 
     #[test]
     fn text_round_trips_and_bad_text_is_refused() {
-        let mut s = HostState::empty(QpnLayout::new(6).unwrap());
+        let mut s = HostState::empty(QpnLayout::new(6).unwrap(), 4026531836);
         s.generation = 9;
         s.members.insert(
             3,
@@ -795,6 +831,23 @@ mod tests {
         // Another layout is refused.
         let other = Registry::open(&dir, QpnLayout::default()).unwrap();
         assert!(matches!(other.lock(), Err(HostError::Layout { .. })));
+        // So is another PID namespace.
+        let mut foreign = Registry::open(&dir, layout).unwrap();
+        foreign.pid_ns ^= 1;
+        assert!(matches!(
+            foreign.lock(),
+            Err(HostError::PidNamespace { .. })
+        ));
+        // The file is named after the network namespace.
+        let name = reg
+            .path()
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        assert_eq!(name, format!("host-registry-net{}", ns_inode("net")));
+        assert!(ns_inode("net") != 0 && ns_inode("pid") != 0);
+        assert_eq!(reg.read().unwrap().pid_ns, ns_inode("pid"));
         let _ = std::fs::remove_dir_all(&dir);
     }
 
