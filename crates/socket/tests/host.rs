@@ -78,8 +78,11 @@ fn a_killed_member_is_reaped_and_steering_recovers() {
     // This process: the first member, on an ephemeral port.
     let mut l = reg.lock().unwrap();
     let mine = l.join().unwrap();
-    let me =
-        steer::bind_member(SocketAddr::new(IpAddr::V4(Ipv4Addr::new(127, 0, 77, 8)), 0)).unwrap();
+    let me = steer::bind_member(SocketAddr::new(
+        IpAddr::V4(Ipv4Addr::new(127, 0, 79, 18)),
+        0,
+    ))
+    .unwrap();
     me.set_nonblocking(true).unwrap();
     let addr = me.local_addr().unwrap();
     l.joined_group(mine, addr).unwrap();

@@ -3,6 +3,10 @@
 //! classic BPF program attached, datagrams from a plain sender; each must arrive at the
 //! member socket of its QPN's slot, before and after a member in the middle closes (the
 //! last member moves into its index) and after a new one joins.
+//!
+//! Each test uses an address of its own (127.0.79.x): a port-0 bind with `SO_REUSEPORT`
+//! may be given the port of another group of the same user on the same address (the
+//! kernel counts such a port as free for it), which would merge two tests' groups.
 
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
@@ -208,7 +212,7 @@ fn steer_on(ip: IpAddr, sender_ip: IpAddr) {
 #[test]
 fn steers_an_ipv4_group_by_qpn() {
     steer_on(
-        IpAddr::V4(Ipv4Addr::new(127, 0, 77, 1)),
+        IpAddr::V4(Ipv4Addr::new(127, 0, 79, 11)),
         IpAddr::V4(Ipv4Addr::LOCALHOST),
     );
 }
@@ -230,10 +234,86 @@ fn steers_an_ipv6_group_by_qpn() {
 /// asked for it.
 #[test]
 fn a_plain_socket_and_a_group_exclude_each_other() {
-    let plain = UdpSocket::bind((Ipv4Addr::new(127, 0, 77, 2), 0)).unwrap();
+    let plain = UdpSocket::bind((Ipv4Addr::new(127, 0, 79, 12), 0)).unwrap();
     let e = steer::bind_member(plain.local_addr().unwrap()).unwrap_err();
     assert_eq!(e.kind(), io::ErrorKind::AddrInUse);
-    let m =
-        steer::bind_member(SocketAddr::new(IpAddr::V4(Ipv4Addr::new(127, 0, 77, 2)), 0)).unwrap();
+    let m = steer::bind_member(SocketAddr::new(
+        IpAddr::V4(Ipv4Addr::new(127, 0, 79, 12)),
+        0,
+    ))
+    .unwrap();
     assert!(UdpSocket::bind(m.local_addr().unwrap()).is_err());
+}
+
+/// The largest programs the generator makes are accepted by the kernel and steer their
+/// last route: every slot of the default layout, and the [`steer::MAX_ROUTES`] routes of
+/// the 12-bit layout (4095 instructions).
+#[test]
+fn the_largest_programs_are_accepted() {
+    let mut g = Group::bind(IpAddr::V4(Ipv4Addr::new(127, 0, 79, 13)), &[1, 2]).unwrap();
+    let tx = senders(IpAddr::V4(Ipv4Addr::LOCALHOST));
+    for layout in [QpnLayout::default(), QpnLayout::new(12).unwrap()] {
+        g.layout = layout;
+        let mut t = SteeringTable::new(layout, 0);
+        let top = layout.max_slot().min(steer::MAX_ROUTES as u16);
+        for slot in 1..=top {
+            t.route(slot, u32::from(slot % 2));
+        }
+        let p = t.program();
+        assert!(p.len() <= steer::MAX_INSNS);
+        steer::attach(&g.members[0].1, &p)
+            .unwrap_or_else(|e| panic!("{TEST}: {} instructions refused: {e}", p.len()));
+        // The last route: index top % 2, the member of slot 1 (index 0) or 2 (index 1).
+        let d = datagram(layout.qpn(top, 3).unwrap(), 77);
+        tx[0].send_to(&d, g.addr).unwrap();
+        let got = g.collect(1);
+        assert_eq!(
+            got,
+            vec![(1 + top % 2, d)],
+            "{} slot bits",
+            layout.slot_bits()
+        );
+    }
+    // One instruction too many is refused before the kernel sees it.
+    let too_long = vec![
+        steer::Insn {
+            code: 6,
+            jt: 0,
+            jf: 0,
+            k: 0
+        };
+        steer::MAX_INSNS + 1
+    ];
+    assert_eq!(
+        steer::attach(&g.members[0].1, &too_long)
+            .unwrap_err()
+            .kind(),
+        io::ErrorKind::InvalidInput
+    );
+}
+
+/// Two members closing unseen can leave an order the model cannot know
+/// (`GroupOrder::after_unseen_closes` says `None`); probes find the kernel's.
+#[test]
+fn probes_find_an_order_the_model_cannot_know() {
+    let mut g = Group::bind(IpAddr::V4(Ipv4Addr::new(127, 0, 79, 14)), &[1, 2, 3, 4]).unwrap();
+    let tx = senders(IpAddr::V4(Ipv4Addr::LOCALHOST));
+    g.attach();
+    let before = g.order.clone();
+    assert_eq!(before.after_unseen_closes(&[1, 2]), None);
+    // Closed in this order: [1, 2, 3, 4] -> [4, 2, 3] -> [4, 3].
+    g.close(1);
+    g.close(2);
+    // Whatever the (stale) table says, a probe goes to the index it names.
+    let mut found = Vec::new();
+    for i in 0..g.members.len() as u32 {
+        let p = steer::probe(i, 7);
+        tx[0].send_to(&p, g.addr).unwrap();
+        let got = g.collect(1);
+        assert_eq!(got.len(), 1);
+        assert_eq!(steer::parse_probe(&got[0].1), Some((i, 7)));
+        found.push(got[0].0);
+    }
+    assert_eq!(found, [4, 3]);
+    assert_eq!(GroupOrder::from_slots(found), g.order);
 }
