@@ -27,6 +27,10 @@
 //! * [`capture`]: every packet sent and received written to a pcap file, with the IP and
 //!   UDP headers the kernel emits.
 //! * [`counters`]: per-socket packet, byte, error and fault counters.
+//! * [`steer`] and [`host`]: building blocks of a device shared by every process of a
+//!   host (not yet used by the device runtime): a classic BPF program that steers the
+//!   datagrams of a `SO_REUSEPORT` group to the member socket that owns their destination
+//!   QP, and the per-host registry of members, slots and group orders.
 //!
 //! ## The ICRC / IP-header contract
 //! The RoCEv2 ICRC covers most of the IP header, including the IPv4 Identification and
@@ -44,7 +48,8 @@
 //!
 //! ## Unsafe policy
 //! `unsafe` is denied in the whole crate except the private `sys` module, which wraps the
-//! few system calls the standard library lacks (`setsockopt` / `getsockopt`, `sendmmsg`,
+//! few system calls the standard library lacks (`setsockopt` / `getsockopt`, including
+//! `SO_ATTACH_REUSEPORT_CBPF`, `sendmmsg`,
 //! `recvmmsg`, `poll`), and [`ifaddr`] (`getifaddrs`, `if_nametoindex`), in safe functions over borrowed Rust values; each block carries a
 //! `// SAFETY:` comment saying why the pointers it hands the kernel are valid for the
 //! call. Received bytes are only ever read through safe slices, and nothing here panics
@@ -60,10 +65,12 @@ pub mod capture;
 pub mod counters;
 mod error;
 pub mod faults;
+pub mod host;
 #[allow(unsafe_code)]
 pub mod ifaddr;
 pub mod mcast;
 pub mod socket;
+pub mod steer;
 #[allow(unsafe_code)]
 mod sys;
 

@@ -1,7 +1,8 @@
 //! The only module of uroce-net with `unsafe`: thin, safe wrappers over the Linux system
 //! calls the socket layer needs and the standard library does not offer (`setsockopt` /
-//! `getsockopt` with integer values, `sendmmsg` with optional `UDP_SEGMENT` control
-//! messages, `recvmmsg` reading the `UDP_GRO` control message, `poll`).
+//! `getsockopt` with integer values, `SO_ATTACH_REUSEPORT_CBPF` with a program, `sendmmsg`
+//! with optional `UDP_SEGMENT` control messages, `recvmmsg` reading the `UDP_GRO` control
+//! message, `poll`).
 //!
 //! Every wrapper takes borrowed, correctly sized Rust values; the raw pointers handed to
 //! the kernel point into locals of the wrapper's own stack frame or into slices the
@@ -165,6 +166,49 @@ pub(crate) fn get_int_option(
     };
     if rc == 0 {
         Ok(value)
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// `setsockopt(fd, SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF, &sock_fprog)`: attaches the
+/// classic BPF `program` to the reuseport group of `fd` (see [`crate::steer`]).
+pub(crate) fn attach_reuseport_cbpf(
+    fd: BorrowedFd<'_>,
+    program: &[crate::steer::Insn],
+) -> io::Result<()> {
+    if program.is_empty() || program.len() > crate::steer::MAX_INSNS {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    let mut filters: Vec<libc::sock_filter> = program
+        .iter()
+        .map(|i| libc::sock_filter {
+            code: i.code,
+            jt: i.jt,
+            jf: i.jf,
+            k: i.k,
+        })
+        .collect();
+    let prog = libc::sock_fprog {
+        // invariant: at most MAX_INSNS = 4096 instructions, checked above.
+        len: filters.len() as libc::c_ushort,
+        filter: filters.as_mut_ptr(),
+    };
+    // SAFETY: `prog` is a live `sock_fprog` on this frame, passed with its exact size;
+    // its `filter` points at `filters`, a live vector of exactly `prog.len` initialised
+    // `sock_filter`s that is neither moved nor dropped until the call returns. The kernel
+    // only reads both (it copies the instructions) during the call.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_ATTACH_REUSEPORT_CBPF,
+            (&prog as *const libc::sock_fprog).cast(),
+            mem::size_of::<libc::sock_fprog>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
     } else {
         Err(io::Error::last_os_error())
     }
