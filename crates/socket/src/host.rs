@@ -552,6 +552,8 @@ impl Locked<'_> {
     }
 
     /// Allots a free slot to this process (see *Quarantine* in the module documentation).
+    /// Slots of dead members are not free until reaped: a joiner reaps first (and
+    /// attaches the programs the reap changed).
     ///
     /// # Errors
     /// [`HostError::Full`], [`HostError::NoStartTime`].

@@ -30,6 +30,9 @@
 //!   again). A socket that attaches a program *before* it is bound starts a group of its
 //!   own, whose program is discarded when the bind joins it to an existing group, so
 //!   members attach after binding.
+//! * A bind to port 0 with `SO_REUSEPORT` may be given the port of an existing group of
+//!   the same user on the same address (the kernel counts it as free for the new
+//!   socket), so members bind the port explicitly (4791; tests: the first member's).
 //! * Members must have the same effective UID (the kernel refuses the bind with
 //!   `EADDRINUSE` otherwise) and must not `connect()` (a connected UDP socket leaves the
 //!   selection); uroce sockets are never connected (the ICRC contract, [`crate::socket`]).
