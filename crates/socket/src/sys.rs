@@ -1,5 +1,5 @@
-//! One of the two modules of uroce-socket with `unsafe` (the other is `ifaddr`): thin, safe wrappers over the Linux system
-//! calls the socket layer needs and the standard library does not offer (`setsockopt` /
+//! One of the two modules of uroce-socket with `unsafe` (the other is `ifaddr`): thin,
+//! safe wrappers over the Linux system calls the socket layer needs and the standard library does not offer (`setsockopt` /
 //! `getsockopt` with integer values, `SO_ATTACH_REUSEPORT_CBPF` with a program, `sendmmsg`
 //! with optional `UDP_SEGMENT` control messages, `recvmmsg` reading the `UDP_GRO` control
 //! message, `poll`).
