@@ -1,8 +1,8 @@
 //! One of the two modules of uroce-socket with `unsafe` (the other is `ifaddr`): thin,
-//! safe wrappers over the Linux system calls the socket layer needs and the standard library does not offer (`setsockopt` /
-//! `getsockopt` with integer values, `SO_ATTACH_REUSEPORT_CBPF` with a program, `sendmmsg`
-//! with optional `UDP_SEGMENT` control messages, `recvmmsg` reading the `UDP_GRO` control
-//! message, `poll`).
+//! safe wrappers over the Linux system calls the socket layer needs and the standard
+//! library does not offer (`setsockopt` / `getsockopt` with integer values,
+//! `SO_ATTACH_REUSEPORT_CBPF` with a program, `sendmmsg` with optional `UDP_SEGMENT`
+//! control messages, `recvmmsg` reading the `UDP_GRO` control message, `poll`).
 //!
 //! Every wrapper takes borrowed, correctly sized Rust values; the raw pointers handed to
 //! the kernel point into locals of the wrapper's own stack frame or into slices the
