@@ -75,10 +75,10 @@
 //! A member socket inherited by a child (`fork` without `exec`; the sockets are
 //! close-on-exec) outlives its member: the kernel closes it only with the last
 //! descriptor, so the model would be wrong. The device runtime must not let a child keep
-//! them. Nothing here uses the registry yet: joining when the device opens, binding and
-//! attaching, leaving when it closes, reaping on misdelivery or on a timer, probing an
-//! uncertain group, and handing GSI MADs from the designated member to the others are the
-//! device runtime's work.
+//! them. The device runtime's shared device (`uroce-net`, `NetConfig::shared`) joins when
+//! it opens, binds and attaches, leaves when it closes, attaches again when the generation
+//! moves, and reaps on misdelivery and every second; probing an uncertain group and
+//! handing GSI MADs from the designated member to the others are not done yet.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

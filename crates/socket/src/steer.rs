@@ -9,7 +9,7 @@
 //! order ([`GroupOrder`]), the program generator ([`SteeringTable::program`]), and the
 //! system calls ([`bind_member`], [`attach`], [`detach`]). [`crate::host`] keeps the
 //! per-host registry (who holds which slot, the member order of every group). The device
-//! runtime (`uroce-net`) does not use either yet.
+//! runtime (`uroce-net`) uses both for a shared device (`NetConfig::shared`, opt-in).
 //!
 //! ## What the kernel does (Linux `net/core/sock_reuseport.c`, `net/core/filter.c`)
 //! * A reuseport program for UDP sees the datagram **from its UDP payload**: the kernel
