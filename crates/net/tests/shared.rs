@@ -10,7 +10,8 @@
 //!   killed with SIGKILL between two members of this process: their traffic goes on (RC
 //!   retransmits what a stale program misdelivered) and the child's slot is reaped;
 //! * QP1: MADs to the address reach the designated member (the lowest slot) only; every
-//!   member's GSI QP sends.
+//!   member's GSI QP sends; a datagram for a slot nobody holds reaches the designated
+//!   member too, which drops and counts it.
 //!
 //! Each test has its own address (127.0.81.x) and its own registry directory, given
 //! through the configuration (the tests run in parallel threads of one process).
@@ -19,18 +20,20 @@
 mod pair;
 
 use std::io::{BufRead as _, BufReader};
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use pair::{connect_qps, pattern, wait, ConnectOpts, Side, SideConfig};
-use uroce_net::{NetConfig, NetDevice};
+use uroce_net::{seal_for, NetConfig, NetDevice};
 use uroce_socket::host::{Registry, HOST_DIR_ENV};
 use uroce_socket::steer::QpnLayout;
 use uroce_verbs::{
     AhAttr, Qp, QpCap, QpInitAttr, QpType, RecvWr, SendWr, UdDest, WcStatus, WorkCompletion,
 };
+use uroce_wire::opcode::op;
+use uroce_wire::{bth, PacketRepr, Psn};
 
 const LIMIT: Duration = Duration::from_secs(20);
 /// Set (to the address) only in the child process.
@@ -307,7 +310,7 @@ fn perf_mad(tid: u64) -> Vec<u8> {
 }
 
 #[test]
-fn qp1_traffic_goes_to_the_designated_member_and_every_member_can_send_mads() {
+fn qp1_and_unowned_slots_go_to_the_designated_member_and_every_member_sends_mads() {
     let dir = scratch("gsi");
     let addr: IpAddr = "127.0.81.3".parse().unwrap();
     let a = NetDevice::open(shared_config(addr, "ga", Some(dir.clone()))).expect("A");
@@ -341,6 +344,41 @@ fn qp1_traffic_goes_to_the_designated_member_and_every_member_can_send_mads() {
             .expect("at the peer");
         assert_eq!((got.mad, got.src, got.src_qpn), (perf_mad(tid), addr, 1));
     }
+
+    // A datagram for a QPN of a slot nobody holds (a member that is gone) reaches the
+    // designated member, which drops and counts it (and reaps).
+    let layout = QpnLayout::default();
+    let nobody = (1..=layout.max_slot())
+        .find(|s| Some(*s) != a.host_slot() && Some(*s) != b.host_slot())
+        .unwrap();
+    let pkt = PacketRepr::new(
+        bth::Repr {
+            opcode: op::RC_SEND_ONLY,
+            solicited: false,
+            mig_req: false,
+            pad_cnt: 0,
+            pkey: 0xffff,
+            fecn: false,
+            becn: false,
+            dest_qp: layout.qpn(nobody, 7).unwrap(),
+            ack_req: true,
+            psn: Psn::new(0),
+        },
+        &[1, 2, 3, 4],
+    );
+    let mut bytes = vec![0u8; pkt.buffer_len()];
+    pkt.emit(&mut bytes).expect("emit");
+    let raw = UdpSocket::bind("127.0.81.4:0").expect("bind");
+    let to = SocketAddr::new(addr, 4791);
+    seal_for(raw.local_addr().unwrap(), to, &mut bytes).expect("seal");
+    raw.send_to(&bytes, to).expect("send");
+    let start = Instant::now();
+    while a.counters().dropped_foreign_slot == 0 {
+        assert!(start.elapsed() < LIMIT, "the datagram was not counted");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert_eq!(a.counters().dropped_foreign_slot, 1);
+    assert_eq!(b.counters().dropped_foreign_slot, 0);
     drop((a, b, peer));
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -160,9 +160,11 @@ impl HostMember {
         first..=last
     }
 
-    /// Whether a datagram for `qpn` belongs to another member (a stale program delivered
-    /// it here). Slot 0 (QP0, QP1) and the reserved top slot are nobody's: they are
-    /// handled (or dropped as unknown) here, the designated member.
+    /// Whether a datagram for `qpn` is for a member slot not this device's: another
+    /// member's (a stale program delivered it here) or one nobody holds (the program
+    /// sends those to the designated member; the member may have died unreaped). Slot 0
+    /// (QP0, QP1) and the reserved top slot are no member's: they are handled (or dropped
+    /// as unknown) by the designated member as usual.
     pub(super) fn is_foreign(&self, qpn: u32) -> bool {
         let s = self.layout.slot_of(qpn);
         s != self.slot && self.layout.is_member_slot(s)

@@ -237,8 +237,10 @@ pub struct DeviceCounters {
     /// Datagrams received on a multicast group's socket that no QP took (not for DestQP
     /// 0xFFFFFF, or no QP attached any more).
     pub mcast_dropped: u64,
-    /// A shared device: datagrams for a QPN of another member's slot, delivered here by a
-    /// stale steering program, dropped (each makes the device reap and steer again).
+    /// A shared device: datagrams for a QPN of a member slot not its own (another
+    /// member's, delivered here by a stale steering program, or a slot nobody holds, which
+    /// the program sends to the designated member: a QP of a member that is gone), dropped
+    /// (each makes the device reap and steer again).
     pub dropped_foreign_slot: u64,
     /// Transport counters summed over the live QPs.
     pub transport: EngineCounters,
