@@ -6,11 +6,12 @@
 //! group chooses, for every arriving datagram, the member socket that owns the
 //! destination QP named in its BTH, or for a CM MAD to QP1 the member that owns its
 //! connection or listens on its service (see *QP1*). This module has the pieces that need
-//! no registry:
-//! the QPN layout that names an owner ([`QpnLayout`]), a model of the kernel's member
+//! no registry: the QPN and communication-ID layout that names an owner ([`QpnLayout`]),
+//! a model of the kernel's member
 //! order ([`GroupOrder`]), the program generator ([`SteeringTable::program`]), and the
 //! system calls ([`bind_member`], [`attach`], [`detach`]). [`crate::host`] keeps the
-//! per-host registry (who holds which slot, the member order of every group). The device
+//! per-host registry (who holds which slot, the member order of every group, who listens
+//! on which CM service). The device
 //! runtime (`uroce-net`) does not use either yet.
 //!
 //! ## What the kernel does (Linux `net/core/sock_reuseport.c`, `net/core/filter.c`)
@@ -92,8 +93,8 @@
 //!
 //! ## Unknown slots: the designated member, not an out-of-range index
 //! A datagram for a slot nobody holds (a QP of a member that left or was killed, a forged
-//! QPN), a datagram shorter than a BTH, and one for slot 0 all go to the designated
-//! member, by an explicit index. Returning an out-of-range index instead would hand them
+//! QPN), a datagram shorter than a BTH, one to QP0 and one to QP1 that the CM branch does
+//! not steer all go to the designated member, by an explicit index. Returning an out-of-range index instead would hand them
 //! to a member chosen by hash, spreading them over the host; one fixed receiver makes
 //! them deterministic and countable in one place (it drops them, as IBA says for a
 //! packet to a QP that does not exist, and counts them). The program falls back to hash
