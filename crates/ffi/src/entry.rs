@@ -45,6 +45,16 @@ pub(crate) fn report(e: &FfiError) {
     }
 }
 
+/// A result the caller cannot act on (the cleanup of an object on another object's error
+/// or destruction): reported and left in `errno` as the exported function would leave it,
+/// then dropped.
+pub(crate) fn ignore<T>(r: Result<T, FfiError>) {
+    if let Err(e) = r {
+        report(&e);
+        set_errno(e.errno());
+    }
+}
+
 /// `Ok` → 0, `Err` → -1 with `errno` set.
 pub(crate) fn minus_one(r: Result<(), FfiError>) -> c_int {
     match r {

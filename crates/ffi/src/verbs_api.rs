@@ -97,26 +97,27 @@ symver!("uroce_ibv_qp_to_qp_ex", "ibv_qp_to_qp_ex@@IBVERBS_1.6");
 /// None beyond the C contract: unknown pointers are rejected, never dereferenced.
 #[no_mangle]
 pub unsafe extern "C" fn uroce_ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd {
-    guard(std::ptr::null_mut(), || {
-        ptr_or_null((|| {
-            let net = Registry::net(context)?;
-            let file = Registry::file(context)?;
-            let pd = net
-                .context()
-                .alloc_pd()
-                .map_err(|e| refused("ibv_alloc_pd", libc::ENOMEM, e))?;
-            let obj = (file, pd.id());
-            let raw = CBox::new(ibv_pd {
-                context,
-                handle: pd.id(),
-            });
-            let p = raw.ptr();
-            let mut objs = objects();
-            objs.pd_objs.insert(obj, PdEntry { pd, net });
-            objs.pds.insert(p as usize, PdHandle { raw, obj });
-            Ok(p)
-        })())
-    })
+    guard(std::ptr::null_mut(), || ptr_or_null(alloc_pd(context)))
+}
+
+/// The body of `ibv_alloc_pd` (the exported `uroce_ibv_alloc_pd`), for callers inside the library.
+pub(crate) fn alloc_pd(context: *mut ibv_context) -> Result<*mut ibv_pd, FfiError> {
+    let net = Registry::net(context)?;
+    let file = Registry::file(context)?;
+    let pd = net
+        .context()
+        .alloc_pd()
+        .map_err(|e| refused("ibv_alloc_pd", libc::ENOMEM, e))?;
+    let obj = (file, pd.id());
+    let raw = CBox::new(ibv_pd {
+        context,
+        handle: pd.id(),
+    });
+    let p = raw.ptr();
+    let mut objs = objects();
+    objs.pd_objs.insert(obj, PdEntry { pd, net });
+    objs.pds.insert(p as usize, PdHandle { raw, obj });
+    Ok(p)
 }
 
 /// `ibv_dealloc_pd(pd)`: 0, or `EBUSY` while MRs/QPs or parent domains use it, `EINVAL`
@@ -129,46 +130,47 @@ pub unsafe extern "C" fn uroce_ibv_alloc_pd(context: *mut ibv_context) -> *mut i
 /// None beyond the C contract: unknown pointers are rejected, never dereferenced.
 #[no_mangle]
 pub unsafe extern "C" fn uroce_ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
-    guard(libc::EIO, || {
-        errno_value((|| {
-            if let Some(r) = crate::parent_domain::dealloc_parent_domain(pd) {
-                return r;
-            }
-            let (obj, entry) = {
-                let mut objs = objects();
-                let obj = objs
-                    .pds
-                    .get(&(pd as usize))
-                    .map(|h| h.obj)
-                    .ok_or(FfiError::BadHandle { what: "pd" })?;
-                if crate::parent_domain::has_parent_domains(&objs, obj) {
-                    return Err(refused(
-                        "ibv_dealloc_pd",
-                        libc::EBUSY,
-                        "a parent domain refers to the PD",
-                    ));
-                }
-                let children = objs.pd(pd)?.pd.children();
-                refuse_if_busy("ibv_dealloc_pd", ObjectKind::Pd, children)?;
-                let entry = objs
-                    .pd_objs
-                    .remove(&obj)
-                    .ok_or(FfiError::BadHandle { what: "pd" })?;
-                (obj, entry)
-            };
-            let PdEntry { pd: p, net } = entry;
-            match p.destroy() {
-                Ok(()) => {
-                    objects().pds.remove(&(pd as usize));
-                    Ok(())
-                }
-                Err((p, e)) => {
-                    objects().pd_objs.insert(obj, PdEntry { pd: p, net });
-                    Err(refused("ibv_dealloc_pd", libc::EBUSY, e))
-                }
-            }
-        })())
-    })
+    guard(libc::EIO, || errno_value(dealloc_pd(pd)))
+}
+
+/// The body of `ibv_dealloc_pd` (the exported `uroce_ibv_dealloc_pd`), for callers inside the library.
+pub(crate) fn dealloc_pd(pd: *mut ibv_pd) -> Result<(), FfiError> {
+    if let Some(r) = crate::parent_domain::dealloc_parent_domain(pd) {
+        return r;
+    }
+    let (obj, entry) = {
+        let mut objs = objects();
+        let obj = objs
+            .pds
+            .get(&(pd as usize))
+            .map(|h| h.obj)
+            .ok_or(FfiError::BadHandle { what: "pd" })?;
+        if crate::parent_domain::has_parent_domains(&objs, obj) {
+            return Err(refused(
+                "ibv_dealloc_pd",
+                libc::EBUSY,
+                "a parent domain refers to the PD",
+            ));
+        }
+        let children = objs.pd(pd)?.pd.children();
+        refuse_if_busy("ibv_dealloc_pd", ObjectKind::Pd, children)?;
+        let entry = objs
+            .pd_objs
+            .remove(&obj)
+            .ok_or(FfiError::BadHandle { what: "pd" })?;
+        (obj, entry)
+    };
+    let PdEntry { pd: p, net } = entry;
+    match p.destroy() {
+        Ok(()) => {
+            objects().pds.remove(&(pd as usize));
+            Ok(())
+        }
+        Err((p, e)) => {
+            objects().pd_objs.insert(obj, PdEntry { pd: p, net });
+            Err(refused("ibv_dealloc_pd", libc::EBUSY, e))
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -429,29 +431,34 @@ pub unsafe extern "C" fn uroce_ibv_create_comp_channel(
     context: *mut ibv_context,
 ) -> *mut ibv_comp_channel {
     guard(std::ptr::null_mut(), || {
-        ptr_or_null((|| {
-            let net = Registry::net(context)?;
-            let ch = net
-                .context()
-                .create_comp_channel()
-                .map_err(|e| refused("ibv_create_comp_channel", libc::ENOMEM, e))?;
-            let raw = CBox::new(ibv_comp_channel {
-                context,
-                fd: ch.fd().as_raw_fd(),
-                refcnt: 0,
-            });
-            let p = raw.ptr();
-            objects().channels.insert(
-                p as usize,
-                ChannelEntry {
-                    raw,
-                    ch: Arc::new(ch),
-                    _net: net,
-                },
-            );
-            Ok(p)
-        })())
+        ptr_or_null(create_comp_channel(context))
     })
+}
+
+/// The body of `ibv_create_comp_channel` (the exported `uroce_ibv_create_comp_channel`), for callers inside the library.
+pub(crate) fn create_comp_channel(
+    context: *mut ibv_context,
+) -> Result<*mut ibv_comp_channel, FfiError> {
+    let net = Registry::net(context)?;
+    let ch = net
+        .context()
+        .create_comp_channel()
+        .map_err(|e| refused("ibv_create_comp_channel", libc::ENOMEM, e))?;
+    let raw = CBox::new(ibv_comp_channel {
+        context,
+        fd: ch.fd().as_raw_fd(),
+        refcnt: 0,
+    });
+    let p = raw.ptr();
+    objects().channels.insert(
+        p as usize,
+        ChannelEntry {
+            raw,
+            ch: Arc::new(ch),
+            _net: net,
+        },
+    );
+    Ok(p)
 }
 
 /// `ibv_destroy_comp_channel(channel)`: 0, or `EBUSY` while CQs use it or a thread waits
@@ -461,54 +468,55 @@ pub unsafe extern "C" fn uroce_ibv_create_comp_channel(
 /// None beyond the C contract: unknown pointers are rejected, never dereferenced.
 #[no_mangle]
 pub unsafe extern "C" fn uroce_ibv_destroy_comp_channel(channel: *mut ibv_comp_channel) -> c_int {
-    guard(libc::EIO, || {
-        errno_value((|| {
-            let mut objs = objects();
-            let entry = objs
+    guard(libc::EIO, || errno_value(destroy_comp_channel(channel)))
+}
+
+/// The body of `ibv_destroy_comp_channel` (the exported `uroce_ibv_destroy_comp_channel`), for callers inside the library.
+pub(crate) fn destroy_comp_channel(channel: *mut ibv_comp_channel) -> Result<(), FfiError> {
+    let mut objs = objects();
+    let entry = objs
+        .channels
+        .get(&(channel as usize))
+        .ok_or(FfiError::BadHandle { what: "channel" })?;
+    // SAFETY: registered, live channel allocated by uroce (lock held).
+    let refcnt = unsafe { (*entry.raw.ptr()).refcnt };
+    if refcnt > 0 || Arc::strong_count(&entry.ch) > 1 {
+        return Err(FfiError::Refused {
+            op: "ibv_destroy_comp_channel",
+            errno: libc::EBUSY,
+            reason: "CQs use the channel or a thread waits on it".into(),
+        });
+    }
+    let ChannelEntry { raw, ch, _net } = objs
+        .channels
+        .remove(&(channel as usize))
+        .ok_or(FfiError::BadHandle { what: "channel" })?;
+    drop(objs);
+    let ch = match Arc::try_unwrap(ch) {
+        Ok(ch) => ch,
+        Err(ch) => {
+            let key = raw.ptr() as usize;
+            objects()
                 .channels
-                .get(&(channel as usize))
-                .ok_or(FfiError::BadHandle { what: "channel" })?;
-            // SAFETY: registered, live channel allocated by uroce (lock held).
-            let refcnt = unsafe { (*entry.raw.ptr()).refcnt };
-            if refcnt > 0 || Arc::strong_count(&entry.ch) > 1 {
-                return Err(FfiError::Refused {
-                    op: "ibv_destroy_comp_channel",
-                    errno: libc::EBUSY,
-                    reason: "CQs use the channel or a thread waits on it".into(),
-                });
-            }
-            let ChannelEntry { raw, ch, _net } = objs
-                .channels
-                .remove(&(channel as usize))
-                .ok_or(FfiError::BadHandle { what: "channel" })?;
-            drop(objs);
-            let ch = match Arc::try_unwrap(ch) {
-                Ok(ch) => ch,
-                Err(ch) => {
-                    let key = raw.ptr() as usize;
-                    objects()
-                        .channels
-                        .insert(key, ChannelEntry { raw, ch, _net });
-                    return Err(refused("ibv_destroy_comp_channel", libc::EBUSY, "in use"));
-                }
-            };
-            match ch.destroy() {
-                Ok(()) => Ok(()),
-                Err((ch, e)) => {
-                    let key = raw.ptr() as usize;
-                    objects().channels.insert(
-                        key,
-                        ChannelEntry {
-                            raw,
-                            ch: Arc::new(ch),
-                            _net,
-                        },
-                    );
-                    Err(refused("ibv_destroy_comp_channel", libc::EBUSY, e))
-                }
-            }
-        })())
-    })
+                .insert(key, ChannelEntry { raw, ch, _net });
+            return Err(refused("ibv_destroy_comp_channel", libc::EBUSY, "in use"));
+        }
+    };
+    match ch.destroy() {
+        Ok(()) => Ok(()),
+        Err((ch, e)) => {
+            let key = raw.ptr() as usize;
+            objects().channels.insert(
+                key,
+                ChannelEntry {
+                    raw,
+                    ch: Arc::new(ch),
+                    _net,
+                },
+            );
+            Err(refused("ibv_destroy_comp_channel", libc::EBUSY, e))
+        }
+    }
 }
 
 /// `ibv_create_cq(context, cqe, cq_context, channel, comp_vector)`: a CQ of `cqe`
@@ -626,79 +634,80 @@ pub(crate) fn create_cq(
 /// None beyond the C contract: unknown pointers are rejected, never dereferenced.
 #[no_mangle]
 pub unsafe extern "C" fn uroce_ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
-    guard(libc::EIO, || {
-        errno_value((|| {
-            let entry = {
-                let mut objs = objects();
-                let children = objs.cq(cq)?.children();
-                refuse_if_busy("ibv_destroy_cq", ObjectKind::Cq, children)?;
-                objs.cqs
-                    .remove(&(cq as usize))
-                    .ok_or(FfiError::BadHandle { what: "cq" })?
-            };
-            let CqEntry {
-                h,
-                events,
-                channel,
-                parent_domain,
-                _net,
-            } = entry;
-            drop(events);
-            // SAFETY: `h` was just unpublished by this thread.
-            let body = match unsafe { Handle::retire(h.0) } {
-                Ok(b) => b,
-                Err(e) => {
-                    // A poll session that does not end: the CQ stays (live again).
-                    objects().cqs.insert(
-                        cq as usize,
-                        CqEntry {
-                            h,
-                            events: Vec::new(),
-                            channel,
-                            parent_domain,
-                            _net,
-                        },
-                    );
-                    return Err(refused("ibv_destroy_cq", libc::EBUSY, format!("{e:?}")));
-                }
-            };
-            let CqBody { cq: c, poll } = body;
-            let id = c.id();
-            // SAFETY: the container's C part stays readable (type-stable memory).
-            let context = unsafe { (*h.c_ptr()).context };
-            crate::async_events::forget(ObjKind::Cq, id, cq as usize);
-            match c.destroy() {
-                Ok(()) => {
-                    let mut objs = objects();
-                    objs.cq_by_id.remove(&id);
-                    if let Some(ch) = objs.channels.get(&channel) {
-                        // SAFETY: registered, live channel allocated by uroce (lock held).
-                        unsafe { (*ch.raw.ptr()).refcnt -= 1 };
-                    }
-                    drop(objs);
-                    // SAFETY: retired above, not revived.
-                    unsafe { Handle::recycle(h.0) };
-                    Ok(())
-                }
-                Err((c, e)) => {
-                    crate::async_events::remember(ObjKind::Cq, id, context, cq as usize);
-                    // SAFETY: retired above by this thread.
-                    unsafe { Handle::revive(h.0, CqBody { cq: c, poll }) };
-                    objects().cqs.insert(
-                        cq as usize,
-                        CqEntry {
-                            h,
-                            events: Vec::new(),
-                            channel,
-                            parent_domain,
-                            _net,
-                        },
-                    );
-                    Err(refused("ibv_destroy_cq", libc::EBUSY, e))
-                }
+    guard(libc::EIO, || errno_value(destroy_cq(cq)))
+}
+
+/// The body of `ibv_destroy_cq` (the exported `uroce_ibv_destroy_cq`), for callers inside the library.
+pub(crate) fn destroy_cq(cq: *mut ibv_cq) -> Result<(), FfiError> {
+    let entry = {
+        let mut objs = objects();
+        let children = objs.cq(cq)?.children();
+        refuse_if_busy("ibv_destroy_cq", ObjectKind::Cq, children)?;
+        objs.cqs
+            .remove(&(cq as usize))
+            .ok_or(FfiError::BadHandle { what: "cq" })?
+    };
+    let CqEntry {
+        h,
+        events,
+        channel,
+        parent_domain,
+        _net,
+    } = entry;
+    drop(events);
+    // SAFETY: `h` was just unpublished by this thread.
+    let body = match unsafe { Handle::retire(h.0) } {
+        Ok(b) => b,
+        Err(e) => {
+            // A poll session that does not end: the CQ stays (live again).
+            objects().cqs.insert(
+                cq as usize,
+                CqEntry {
+                    h,
+                    events: Vec::new(),
+                    channel,
+                    parent_domain,
+                    _net,
+                },
+            );
+            return Err(refused("ibv_destroy_cq", libc::EBUSY, format!("{e:?}")));
+        }
+    };
+    let CqBody { cq: c, poll } = body;
+    let id = c.id();
+    // SAFETY: the container's C part stays readable (type-stable memory).
+    let context = unsafe { (*h.c_ptr()).context };
+    crate::async_events::forget(ObjKind::Cq, id, cq as usize);
+    match c.destroy() {
+        Ok(()) => {
+            let mut objs = objects();
+            objs.cq_by_id.remove(&id);
+            if let Some(ch) = objs.channels.get(&channel) {
+                // SAFETY: registered, live channel allocated by uroce (lock held).
+                unsafe { (*ch.raw.ptr()).refcnt -= 1 };
             }
-        })())
-    })
+            drop(objs);
+            // SAFETY: retired above, not revived.
+            unsafe { Handle::recycle(h.0) };
+            Ok(())
+        }
+        Err((c, e)) => {
+            crate::async_events::remember(ObjKind::Cq, id, context, cq as usize);
+            // SAFETY: retired above by this thread.
+            unsafe { Handle::revive(h.0, CqBody { cq: c, poll }) };
+            objects().cqs.insert(
+                cq as usize,
+                CqEntry {
+                    h,
+                    events: Vec::new(),
+                    channel,
+                    parent_domain,
+                    _net,
+                },
+            );
+            Err(refused("ibv_destroy_cq", libc::EBUSY, e))
+        }
+    }
 }
 
 /// `ibv_get_cq_event(channel, &cq, &cq_context)`: the next CQ notification of `channel`,
@@ -971,44 +980,45 @@ pub unsafe extern "C" fn uroce_ibv_query_srq(
 /// None beyond the C contract: unknown pointers are rejected, never dereferenced.
 #[no_mangle]
 pub unsafe extern "C" fn uroce_ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
-    guard(libc::EIO, || {
-        errno_value((|| {
-            let SrqEntry { h } = {
-                let mut objs = objects();
-                let children = objs.srq(srq)?.children();
-                refuse_if_busy("ibv_destroy_srq", ObjectKind::Srq, children)?;
-                objs.srqs
-                    .remove(&(srq as usize))
-                    .ok_or(FfiError::BadHandle { what: "srq" })?
-            };
-            // SAFETY: `h` was just unpublished by this thread.
-            let s = match unsafe { Handle::retire(h.0) } {
-                Ok(s) => s,
-                Err(e) => {
-                    objects().srqs.insert(srq as usize, SrqEntry { h });
-                    return Err(refused("ibv_destroy_srq", libc::EBUSY, format!("{e:?}")));
-                }
-            };
-            let num = s.srq_num();
-            // SAFETY: the container's C part stays readable (type-stable memory).
-            let context = unsafe { (*h.c_ptr()).context };
-            crate::async_events::forget(ObjKind::Srq, num, srq as usize);
-            match s.destroy() {
-                Ok(()) => {
-                    // SAFETY: retired above, not revived.
-                    unsafe { Handle::recycle(h.0) };
-                    Ok(())
-                }
-                Err((s, e)) => {
-                    crate::async_events::remember(ObjKind::Srq, num, context, srq as usize);
-                    // SAFETY: retired above by this thread.
-                    unsafe { Handle::revive(h.0, s) };
-                    objects().srqs.insert(srq as usize, SrqEntry { h });
-                    Err(refused("ibv_destroy_srq", libc::EBUSY, e))
-                }
-            }
-        })())
-    })
+    guard(libc::EIO, || errno_value(destroy_srq(srq)))
+}
+
+/// The body of `ibv_destroy_srq` (the exported `uroce_ibv_destroy_srq`), for callers inside the library.
+pub(crate) fn destroy_srq(srq: *mut ibv_srq) -> Result<(), FfiError> {
+    let SrqEntry { h } = {
+        let mut objs = objects();
+        let children = objs.srq(srq)?.children();
+        refuse_if_busy("ibv_destroy_srq", ObjectKind::Srq, children)?;
+        objs.srqs
+            .remove(&(srq as usize))
+            .ok_or(FfiError::BadHandle { what: "srq" })?
+    };
+    // SAFETY: `h` was just unpublished by this thread.
+    let s = match unsafe { Handle::retire(h.0) } {
+        Ok(s) => s,
+        Err(e) => {
+            objects().srqs.insert(srq as usize, SrqEntry { h });
+            return Err(refused("ibv_destroy_srq", libc::EBUSY, format!("{e:?}")));
+        }
+    };
+    let num = s.srq_num();
+    // SAFETY: the container's C part stays readable (type-stable memory).
+    let context = unsafe { (*h.c_ptr()).context };
+    crate::async_events::forget(ObjKind::Srq, num, srq as usize);
+    match s.destroy() {
+        Ok(()) => {
+            // SAFETY: retired above, not revived.
+            unsafe { Handle::recycle(h.0) };
+            Ok(())
+        }
+        Err((s, e)) => {
+            crate::async_events::remember(ObjKind::Srq, num, context, srq as usize);
+            // SAFETY: retired above by this thread.
+            unsafe { Handle::revive(h.0, s) };
+            objects().srqs.insert(srq as usize, SrqEntry { h });
+            Err(refused("ibv_destroy_srq", libc::EBUSY, e))
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1257,61 +1267,62 @@ pub unsafe extern "C" fn uroce_ibv_query_qp(
 /// None beyond the C contract: unknown pointers are rejected, never dereferenced.
 #[no_mangle]
 pub unsafe extern "C" fn uroce_ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
-    guard(libc::EIO, || {
-        errno_value((|| {
-            let mut objs = objects();
-            let QpEntry { h, net } = objs
-                .qps
-                .remove(&(qp as usize))
-                .ok_or(FfiError::BadHandle { what: "qp" })?;
-            // SAFETY: the container's C part stays readable (type-stable memory).
-            if unsafe { (*h.c_ptr()).qp_base.qp_type } == IBV_QPT_XRC_RECV {
-                // One of possibly several handles of an XRC target QP: closes just this
-                // handle (see `crate::xrc::destroy_target_handle`).
-                return crate::xrc::destroy_target_handle(objs, qp, h, net);
-            }
-            drop(objs);
-            // SAFETY: `h` was just unpublished by this thread.
-            let QpBody {
+    guard(libc::EIO, || errno_value(destroy_qp(qp)))
+}
+
+/// The body of `ibv_destroy_qp` (the exported `uroce_ibv_destroy_qp`), for callers inside the library.
+pub(crate) fn destroy_qp(qp: *mut ibv_qp) -> Result<(), FfiError> {
+    let mut objs = objects();
+    let QpEntry { h, net } = objs
+        .qps
+        .remove(&(qp as usize))
+        .ok_or(FfiError::BadHandle { what: "qp" })?;
+    // SAFETY: the container's C part stays readable (type-stable memory).
+    if unsafe { (*h.c_ptr()).qp_base.qp_type } == IBV_QPT_XRC_RECV {
+        // One of possibly several handles of an XRC target QP: closes just this
+        // handle (see `crate::xrc::destroy_target_handle`).
+        return crate::xrc::destroy_target_handle(objs, qp, h, net);
+    }
+    drop(objs);
+    // SAFETY: `h` was just unpublished by this thread.
+    let QpBody {
+        qp: q,
+        builder,
+        max_inline,
+    } = match unsafe { Handle::retire(h.0) } {
+        Ok(b) => b,
+        Err(e) => {
+            objects().qps.insert(qp as usize, QpEntry { h, net });
+            return Err(refused("ibv_destroy_qp", libc::EBUSY, format!("{e:?}")));
+        }
+    };
+    let num = q.qp_num();
+    // SAFETY: the container's C part stays readable (type-stable memory).
+    let context = unsafe { (*h.c_ptr()).qp_base.context };
+    crate::async_events::forget(ObjKind::Qp, num, qp as usize);
+    // `destroy` first sends what the QP still owes its peer (an ACK held back for
+    // a post that will not come: the pingpongs destroy right after their last
+    // completion); see `Transport::flush`. It waits for the references data-path
+    // calls still hold.
+    match q.destroy() {
+        Ok(()) => {
+            // SAFETY: retired above, not revived.
+            unsafe { Handle::recycle(h.0) };
+            Ok(())
+        }
+        Err((q, e)) => {
+            crate::async_events::remember(ObjKind::Qp, num, context, qp as usize);
+            let body = QpBody {
                 qp: q,
                 builder,
                 max_inline,
-            } = match unsafe { Handle::retire(h.0) } {
-                Ok(b) => b,
-                Err(e) => {
-                    objects().qps.insert(qp as usize, QpEntry { h, net });
-                    return Err(refused("ibv_destroy_qp", libc::EBUSY, format!("{e:?}")));
-                }
             };
-            let num = q.qp_num();
-            // SAFETY: the container's C part stays readable (type-stable memory).
-            let context = unsafe { (*h.c_ptr()).qp_base.context };
-            crate::async_events::forget(ObjKind::Qp, num, qp as usize);
-            // `destroy` first sends what the QP still owes its peer (an ACK held back for
-            // a post that will not come: the pingpongs destroy right after their last
-            // completion); see `Transport::flush`. It waits for the references data-path
-            // calls still hold.
-            match q.destroy() {
-                Ok(()) => {
-                    // SAFETY: retired above, not revived.
-                    unsafe { Handle::recycle(h.0) };
-                    Ok(())
-                }
-                Err((q, e)) => {
-                    crate::async_events::remember(ObjKind::Qp, num, context, qp as usize);
-                    let body = QpBody {
-                        qp: q,
-                        builder,
-                        max_inline,
-                    };
-                    // SAFETY: retired above by this thread.
-                    unsafe { Handle::revive(h.0, body) };
-                    objects().qps.insert(qp as usize, QpEntry { h, net });
-                    Err(refused("ibv_destroy_qp", libc::EBUSY, e))
-                }
-            }
-        })())
-    })
+            // SAFETY: retired above by this thread.
+            unsafe { Handle::revive(h.0, body) };
+            objects().qps.insert(qp as usize, QpEntry { h, net });
+            Err(refused("ibv_destroy_qp", libc::EBUSY, e))
+        }
+    }
 }
 
 /// `ibv_qp_to_qp_ex(qp)` (IBVERBS_1.6): the `struct ibv_qp_ex` of the `ibv_wr_*` API

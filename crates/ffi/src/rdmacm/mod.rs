@@ -159,9 +159,11 @@ impl Reg {
             let _ = Registry::close(ctx);
             return Err(cm_error("starting the CM", &e));
         }
-        // SAFETY: `ctx` is the live context just opened. A NULL result leaves `id->pd`
-        // NULL, and `rdma_create_qp` then allocates one per id, as before.
-        self.default_pd = unsafe { crate::verbs_api::uroce_ibv_alloc_pd(ctx) } as usize;
+        // `ctx` is the live context just opened. A failure leaves `id->pd` NULL, and
+        // `rdma_create_qp` then allocates one per id, as before.
+        let pd = crate::verbs_api::alloc_pd(ctx);
+        self.default_pd = pd.as_ref().map_or(0, |p| *p as usize);
+        crate::entry::ignore(pd);
         self.cm = Some((cm.clone(), ctx as usize));
         self.cm_pid = pid;
         Ok((cm, ctx))
