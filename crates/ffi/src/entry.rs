@@ -7,7 +7,7 @@ use std::ffi::c_int;
 use std::io::Write as _;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use crate::device::FfiError;
+use crate::error::FfiError;
 
 /// Sets the calling thread's `errno`.
 pub(crate) fn set_errno(e: c_int) {

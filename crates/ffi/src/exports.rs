@@ -20,8 +20,9 @@ use std::mem::{offset_of, size_of};
 use std::os::unix::ffi::OsStringExt as _;
 
 use crate::abi::*;
-use crate::device::{self, FfiError, Registry};
+use crate::device::{self, Registry};
 use crate::entry::*;
+use crate::error::FfiError;
 
 symver!(
     "uroce_ibv_get_device_list",

@@ -12,8 +12,8 @@ use std::sync::{LazyLock, Mutex, MutexGuard, PoisonError};
 use uroce_verbs::{AccessFlags, BindMwWr, Mw, MwBindInfo, MwType, SendFlags};
 
 use crate::abi::*;
-use crate::device::FfiError;
 use crate::entry::{errno_value, guard, ptr_or_null};
+use crate::error::{refused, FfiError};
 use crate::objects::{objects, qp_ref, CBox};
 
 /// A memory window handed to the application.
@@ -39,14 +39,6 @@ pub(crate) fn any_on(pd: *mut ibv_pd) -> bool {
 /// still guards consistent data).
 fn windows() -> MutexGuard<'static, HashMap<usize, MwEntry>> {
     WINDOWS.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-fn refused(op: &'static str, errno: c_int, e: impl std::fmt::Display) -> FfiError {
-    FfiError::Refused {
-        op,
-        errno,
-        reason: e.to_string(),
-    }
 }
 
 /// The window's rights from `mw_access_flags`: the remote rights. `IBV_ACCESS_LOCAL_WRITE`

@@ -35,7 +35,7 @@ use uroce_wire::pmtu::Pmtu;
 use uroce_wire::psn::Psn;
 
 use crate::abi::*;
-use crate::device::FfiError;
+use crate::error::FfiError;
 use crate::handle::{Handle, HandlePtr, Kind};
 
 /// A C structure allocated by uroce (`Box::into_raw`), freed when this owner is dropped.
@@ -185,9 +185,9 @@ pub(crate) struct QpKind;
 /// What a QP container holds besides its C structure.
 pub(crate) struct QpBody {
     pub(crate) qp: Qp,
-    /// The `ibv_wr_*` list being built (see `crate::qp_ex`): in the container, so that
+    /// The `ibv_wr_*` list being built (see `crate::qp::ex`): in the container, so that
     /// every `ibv_wr_*` call reaches it from the `ibv_qp_ex` pointer without the registry.
-    pub(crate) builder: crate::qp_ex::WrBuilder,
+    pub(crate) builder: crate::qp::ex::WrBuilder,
     /// The granted `max_inline_data` (INLINE sends are copied up to it).
     pub(crate) max_inline: u32,
 }
@@ -225,8 +225,8 @@ pub(crate) struct CqKind;
 /// What a CQ container holds besides its C structure.
 pub(crate) struct CqBody {
     pub(crate) cq: Cq,
-    /// The `ibv_start_poll` … `ibv_end_poll` session (see `crate::cq_ex`).
-    pub(crate) poll: crate::cq_ex::PollSession,
+    /// The `ibv_start_poll` … `ibv_end_poll` session (see `crate::cq::ex`).
+    pub(crate) poll: crate::cq::ex::PollSession,
 }
 
 impl Kind for CqKind {

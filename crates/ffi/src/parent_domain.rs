@@ -21,14 +21,15 @@
 //! domain is accepted and is a hint only: uroce's queues take their locks either way.
 //!
 //! `ibv_query_rt_values_ex` with `IBV_VALUES_MASK_RAW_CLOCK` returns the device clock that
-//! stamps completions (`IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`, see `crate::cq_ex`):
+//! stamps completions (`IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`, see `crate::cq::ex`):
 //! `CLOCK_MONOTONIC`, a 1 GHz clock (`hca_core_clock` = 1 000 000 kHz), as a `timespec`.
 
 use std::ffi::{c_int, c_void};
 
 use crate::abi::{ibv_context, ibv_pd};
-use crate::device::{FfiError, Registry};
+use crate::device::Registry;
 use crate::entry::{errno_value, guard, ptr_or_null};
+use crate::error::FfiError;
 use crate::objects::{objects, CBox, Objects};
 
 /// `struct ibv_td_init_attr`.

@@ -30,8 +30,10 @@ use uroce_verbs::{AttrMask, CreateQpError, QpType, SrqInitAttr, Xrcd};
 
 use crate::abi::*;
 use crate::async_events::ObjKind;
-use crate::device::{FfiError, Registry};
+use crate::device::Registry;
 use crate::entry::*;
+use crate::error::refused;
+use crate::error::FfiError;
 use crate::handle::{Handle, HandlePtr};
 use crate::objects::*;
 
@@ -50,14 +52,6 @@ impl Objects {
         self.xrcds
             .get(&(xrcd as usize))
             .ok_or(FfiError::BadHandle { what: "xrcd" })
-    }
-}
-
-fn refused(op: &'static str, errno: c_int, e: impl std::fmt::Display) -> FfiError {
-    FfiError::Refused {
-        op,
-        errno,
-        reason: e.to_string(),
     }
 }
 
@@ -342,7 +336,7 @@ fn register_target(
     b.state = qp.state().as_u32();
     b.qp_type = IBV_QPT_XRC_RECV;
     // A target QP has no send queue: every ibv_wr_* operation is refused.
-    crate::verbs_api::register_qp(objs, c, qp, 0, 0, net)
+    crate::qp::register_qp(objs, c, qp, 0, 0, net)
 }
 
 /// `verbs_context.create_qp_ex(context, attr)`: an XRC_RECV QP in `attr->xrcd`
@@ -350,7 +344,7 @@ fn register_target(
 /// `attr->pd` as `ibv_create_qp` makes it (creation flags are not supported). With
 /// `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS` the `ibv_wr_*` operations are those of
 /// `send_ops_flags`, refused with `EOPNOTSUPP` if the QP type cannot do one of them (see
-/// [`crate::qp_ex`]). NULL + `errno`.
+/// [`crate::qp::ex`]). NULL + `errno`.
 ///
 /// # Safety
 /// `attr` is NULL or points to a readable and writable `struct ibv_qp_init_attr_ex`.
@@ -391,7 +385,7 @@ pub(crate) unsafe fn create_qp_ex(
     let send_ops = (a.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0).then_some(a.send_ops_flags);
     if a.qp_type == IBV_QPT_XRC_RECV {
         if let Some(flags) = send_ops {
-            crate::qp_ex::check_send_ops(QpType::XrcRecv, flags)?;
+            crate::qp::ex::check_send_ops(QpType::XrcRecv, flags)?;
         }
         if a.comp_mask & IBV_QP_INIT_ATTR_XRCD == 0 {
             return Err(FfiError::Invalid("an XRC_RECV QP needs an XRC domain"));
@@ -422,7 +416,7 @@ pub(crate) unsafe fn create_qp_ex(
         sq_sig_all: a.sq_sig_all,
     };
     // SAFETY: `ia` is a valid, writable ibv_qp_init_attr on our stack.
-    let qp = unsafe { crate::verbs_api::create_qp_with_ops(a.pd, &mut ia, send_ops) }?;
+    let qp = unsafe { crate::qp::create_qp_with_ops(a.pd, &mut ia, send_ops) }?;
     // SAFETY: caller guarantee: writable attr (checked non-NULL).
     unsafe { (*attr).cap = ia.cap };
     Ok(qp)

@@ -138,7 +138,7 @@ pub(super) fn destroy_id(id: *mut rdma_cm_id) -> Result<(), FfiError> {
     }
     if owned.pd {
         // A PD this library allocated.
-        crate::entry::ignore(crate::verbs_api::dealloc_pd(c.pd));
+        crate::entry::ignore(crate::pd::dealloc_pd(c.pd));
     }
     if own_chan {
         let ch = reg().chans.remove(&chan);

@@ -25,8 +25,9 @@ use uroce_rdmacm::{
 };
 
 use crate::abi::*;
-use crate::device::{FfiError, Registry};
+use crate::device::Registry;
 use crate::entry::*;
+use crate::error::FfiError;
 use crate::objects::{qp_ref, zeroed, CBox};
 
 /// How long a synchronous id waits for the event of a call.
@@ -161,7 +162,7 @@ impl Reg {
         }
         // `ctx` is the live context just opened. A failure leaves `id->pd` NULL, and
         // `rdma_create_qp` then allocates one per id, as before.
-        let pd = crate::verbs_api::alloc_pd(ctx);
+        let pd = crate::pd::alloc_pd(ctx);
         self.default_pd = pd.as_ref().map_or(0, |p| *p as usize);
         crate::entry::ignore(pd);
         self.cm = Some((cm.clone(), ctx as usize));

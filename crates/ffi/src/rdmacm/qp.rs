@@ -8,10 +8,10 @@ use super::*;
 /// registry does not know are refused, never dereferenced).
 pub(super) fn destroy_cq_pair(cq: *mut ibv_cq, ch: *mut ibv_comp_channel) {
     if !cq.is_null() {
-        crate::entry::ignore(crate::verbs_api::destroy_cq(cq));
+        crate::entry::ignore(crate::cq::destroy_cq(cq));
     }
     if !ch.is_null() {
-        crate::entry::ignore(crate::verbs_api::destroy_comp_channel(ch));
+        crate::entry::ignore(crate::cq::destroy_comp_channel(ch));
     }
 }
 
@@ -22,11 +22,11 @@ pub(super) fn make_cq(
     size: u32,
     id: *mut rdma_cm_id,
 ) -> Result<(*mut ibv_cq, *mut ibv_comp_channel), FfiError> {
-    let ch = crate::verbs_api::create_comp_channel(verbs).map_err(|e| {
+    let ch = crate::cq::create_comp_channel(verbs).map_err(|e| {
         crate::entry::report(&e);
         FfiError::Invalid("cannot create a completion channel for the id")
     })?;
-    let cq = crate::verbs_api::create_cq(
+    let cq = crate::cq::create_cq(
         verbs,
         c_int::try_from(size.max(1)).unwrap_or(1),
         id.cast(),
@@ -156,12 +156,12 @@ pub(super) fn create_qp_ex(
             destroy_cq_pair(r.0, r.1);
         }
         if made.pd {
-            crate::entry::ignore(crate::verbs_api::dealloc_pd(pd));
+            crate::entry::ignore(crate::pd::dealloc_pd(pd));
         }
     };
     let r = (|| {
         if pd.is_null() {
-            pd = crate::verbs_api::alloc_pd(cur.verbs).map_err(|e| {
+            pd = crate::pd::alloc_pd(cur.verbs).map_err(|e| {
                 crate::entry::report(&e);
                 FfiError::Invalid("cannot allocate a PD for the id")
             })?;
@@ -204,7 +204,7 @@ pub(super) fn create_qp_ex(
             .map_err(|e| refused_by_verbs(OP, "ibv_create_qp_ex failed", &e))?;
         let bound = qp_ref(qp).and_then(|(q, _)| rid.bind_qp(&q).map_err(|e| cm_error(OP, &e)));
         if let Err(e) = bound {
-            crate::entry::ignore(crate::verbs_api::destroy_qp(qp));
+            crate::entry::ignore(crate::qp::destroy_qp(qp));
             return Err(e);
         }
         Ok(qp)
@@ -328,7 +328,7 @@ pub(super) fn create_srq_ex(
         a.comp_mask |= IBV_SRQ_INIT_ATTR_PD;
     }
     if a.pd.is_null() {
-        a.pd = crate::verbs_api::alloc_pd(cur.verbs).map_err(|e| {
+        a.pd = crate::pd::alloc_pd(cur.verbs).map_err(|e| {
             crate::entry::report(&e);
             FfiError::Invalid("cannot allocate a PD for the id")
         })?;
@@ -361,7 +361,7 @@ pub(super) fn create_srq_ex(
                 destroy_cq_pair(rcq, rch);
             }
             if made.pd {
-                crate::entry::ignore(crate::verbs_api::dealloc_pd(a.pd));
+                crate::entry::ignore(crate::pd::dealloc_pd(a.pd));
             }
             return Err(e);
         }
@@ -454,7 +454,7 @@ pub unsafe extern "C" fn uroce_rdmacm_rdma_destroy_srq(id: *mut rdma_cm_id) {
         let srq = unsafe { std::mem::replace(&mut (*c).srq, std::ptr::null_mut()) };
         if !srq.is_null() {
             // The id's SRQ, made by this library.
-            crate::entry::ignore(crate::verbs_api::destroy_srq(srq));
+            crate::entry::ignore(crate::srq::destroy_srq(srq));
         }
     });
 }
@@ -477,7 +477,7 @@ pub unsafe extern "C" fn uroce_rdmacm_rdma_destroy_qp(id: *mut rdma_cm_id) {
         };
         if !qp.is_null() {
             // The id's QP, created by this library.
-            crate::entry::ignore(crate::verbs_api::destroy_qp(qp));
+            crate::entry::ignore(crate::qp::destroy_qp(qp));
         }
     });
 }
