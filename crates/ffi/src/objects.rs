@@ -273,6 +273,8 @@ pub(crate) struct Objects {
     pub(crate) parent_domains: HashMap<usize, crate::parent_domain::ParentDomainEntry>,
     /// Thread domains.
     pub(crate) tds: HashMap<usize, crate::parent_domain::TdEntry>,
+    /// Memory windows by the address of their `ibv_mw` (see `crate::mw`).
+    pub(crate) windows: HashMap<usize, crate::mw::MwEntry>,
 }
 
 static OBJECTS: LazyLock<Mutex<Objects>> = LazyLock::new(|| Mutex::new(Objects::default()));

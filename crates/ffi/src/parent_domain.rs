@@ -128,7 +128,7 @@ pub(crate) fn check_parent_domain(
 }
 
 /// Whether a QP, MR, SRQ, AH, extended CQ or memory window was made through the parent
-/// domain at `pd`. Lock order: the object registry, then the window registry.
+/// domain at `pd`.
 fn parent_domain_in_use(objs: &Objects, pd: *mut ibv_pd) -> bool {
     // Registered objects are live while the registry lock (held by whoever holds `objs`)
     // is held; only their `pd` field is read.
@@ -153,7 +153,7 @@ fn parent_domain_in_use(objs: &Objects, pd: *mut ibv_pd) -> bool {
         || objs.srqs.values().any(srq)
         || objs.ahs.values().any(ah)
         || objs.cqs.values().any(|c| c.parent_domain == pd as usize)
-        || crate::mw::any_on(pd)
+        || crate::mw::any_on(objs, pd)
 }
 
 /// The parent domain part of `ibv_dealloc_pd`: `None` when `pd` is not a parent domain,
