@@ -14,7 +14,7 @@
 //! * `entry` (what every exported function shares: `errno`, the panic guard, the return
 //!   conventions, `.symver`) and [`error`] ([`error::FfiError`], one `errno` value each).
 //! * Devices and contexts: [`device`] (the registry of the device and the open contexts,
-//!   device and port attributes), [`exports`] (the device list, `ibv_open_device`,
+//!   device and port attributes), [`context`] (the device list, `ibv_open_device`,
 //!   `ibv_close_device`, the queries), [`device_ex`] (`ibv_query_device_ex`), [`sysfs`]
 //!   (`ibv_get_sysfs_path` and the device's sysfs paths), [`import`] (shared contexts:
 //!   `ibv_import_device`, `ibv_import_pd`, `ibv_import_mr`), [`async_events`]
@@ -54,12 +54,12 @@
 pub mod abi;
 pub mod ah;
 pub mod async_events;
+pub mod context;
 pub mod cq;
 pub mod device;
 pub mod device_ex;
 mod entry;
 pub mod error;
-pub mod exports;
 pub(crate) mod handle;
 pub mod import;
 pub mod marshall;

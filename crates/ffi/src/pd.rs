@@ -1,7 +1,7 @@
 //! Protection domains: `ibv_alloc_pd`, `ibv_dealloc_pd` (parent domains: [`crate::parent_domain`];
 //! shared PDs: [`crate::import`]).
 //!
-//! Conventions as in [`crate::exports`]: internal `uroce_<name>` symbols renamed by
+//! Conventions as in [`crate::context`]: internal `uroce_<name>` symbols renamed by
 //! `.symver`, panics caught (`EIO`), handles checked against the registry
 //! ([`crate::objects`]) before use, `errno` set on failure; each exported function is a
 //! thin wrapper around an internal one that the library's other modules call.

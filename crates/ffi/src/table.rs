@@ -9,7 +9,7 @@ use crate::abi::*;
 /// set stay NULL (the header inlines of the `verbs_context` ones then report the call
 /// unsupported).
 pub(crate) fn fill(vctx: &mut verbs_context) {
-    vctx.query_port = Some(crate::exports::vctx_query_port);
+    vctx.query_port = Some(crate::context::vctx_query_port);
     vctx.query_device_ex = crate::device_ex::vctx_query_device_ex as *const std::ffi::c_void;
     vctx.create_cq_ex = crate::cq::ex::vctx_create_cq_ex as *const std::ffi::c_void;
     vctx.alloc_td = crate::parent_domain::vctx_alloc_td as *const std::ffi::c_void;

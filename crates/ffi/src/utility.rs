@@ -3,7 +3,7 @@
 //! `ibv_query_qp_data_in_order`, and the provider-registration entry points that libmlx5
 //! and libefa call from their constructors when a program merely links them (perftest).
 //!
-//! Conventions as in [`crate::exports`]: internal `uroce_<name>` symbols renamed by
+//! Conventions as in [`crate::context`]: internal `uroce_<name>` symbols renamed by
 //! `.symver`, panics caught, `errno` set on failure.
 
 use std::ffi::{c_char, c_int, c_void, CStr};

@@ -18,10 +18,10 @@ use std::ptr::{null, null_mut};
 
 use uroce_ffi::abi::*;
 use uroce_ffi::ah::*;
+use uroce_ffi::context::*;
 use uroce_ffi::cq::resize::uroce_ibv_resize_cq;
 use uroce_ffi::cq::*;
 use uroce_ffi::device_ex::*;
-use uroce_ffi::exports::*;
 use uroce_ffi::mr::rereg::*;
 use uroce_ffi::mr::*;
 use uroce_ffi::pd::*;

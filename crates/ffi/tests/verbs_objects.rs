@@ -20,8 +20,8 @@ use std::time::{Duration, Instant};
 
 use uroce_ffi::abi::*;
 use uroce_ffi::ah::*;
+use uroce_ffi::context::*;
 use uroce_ffi::cq::*;
-use uroce_ffi::exports::*;
 use uroce_ffi::mr::*;
 use uroce_ffi::pd::*;
 use uroce_ffi::qp::*;

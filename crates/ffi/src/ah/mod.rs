@@ -1,7 +1,7 @@
 //! Address handles: `ibv_create_ah`, `ibv_destroy_ah`; [`wc`]: `ibv_init_ah_from_wc` and
 //! `ibv_create_ah_from_wc`.
 //!
-//! Conventions as in [`crate::exports`]: internal `uroce_<name>` symbols renamed by
+//! Conventions as in [`crate::context`]: internal `uroce_<name>` symbols renamed by
 //! `.symver`, panics caught (`EIO`), handles checked against the registry
 //! ([`crate::objects`]) before use, `errno` set on failure; each exported function is a
 //! thin wrapper around an internal one that the library's other modules call.

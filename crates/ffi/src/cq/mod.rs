@@ -4,7 +4,7 @@
 //! (`ibv_create_cq_ex`, `ibv_start_poll`, the `ibv_wc_read_*` accessors); [`resize`]:
 //! `ibv_resize_cq`.
 //!
-//! Conventions as in [`crate::exports`]: internal `uroce_<name>` symbols renamed by
+//! Conventions as in [`crate::context`]: internal `uroce_<name>` symbols renamed by
 //! `.symver`, panics caught (`EIO`), handles checked against the registry
 //! ([`crate::objects`]) before use, `errno` set on failure; each exported function is a
 //! thin wrapper around an internal one that the library's other modules call.

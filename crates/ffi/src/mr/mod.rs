@@ -2,7 +2,7 @@
 //! `ibv_rereg_mr` and the other registrations (shared MRs: [`crate::import`], memory
 //! windows: [`crate::mw`]).
 //!
-//! Conventions as in [`crate::exports`]: internal `uroce_<name>` symbols renamed by
+//! Conventions as in [`crate::context`]: internal `uroce_<name>` symbols renamed by
 //! `.symver`, panics caught (`EIO`), handles checked against the registry
 //! ([`crate::objects`]) before use, `errno` set on failure; each exported function is a
 //! thin wrapper around an internal one that the library's other modules call.

@@ -3,7 +3,7 @@
 //! `ibv_wr_*` work-request API of `struct ibv_qp_ex`; [`mcast`]: multicast attach/detach.
 //! XRC QPs and `ibv_create_qp_ex`: [`crate::xrc`].
 //!
-//! Conventions as in [`crate::exports`]: internal `uroce_<name>` symbols renamed by
+//! Conventions as in [`crate::context`]: internal `uroce_<name>` symbols renamed by
 //! `.symver`, panics caught (`EIO`), handles checked against the registry
 //! ([`crate::objects`]) before use, `errno` set on failure; each exported function is a
 //! thin wrapper around an internal one that the library's other modules call.

@@ -1,7 +1,7 @@
 //! The posting slots of `ibv_context.ops` the header inlines call: `post_send`,
 //! `post_recv`, `post_srq_recv` (a chain of C work requests, `bad_wr` on the first refused).
 //!
-//! Conventions as in [`crate::exports`]: internal `uroce_<name>` symbols renamed by
+//! Conventions as in [`crate::context`]: internal `uroce_<name>` symbols renamed by
 //! `.symver`, panics caught (`EIO`), handles checked against the registry
 //! ([`crate::objects`]) before use, `errno` set on failure; each exported function is a
 //! thin wrapper around an internal one that the library's other modules call.
