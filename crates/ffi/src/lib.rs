@@ -21,8 +21,8 @@
 //!   (`ibv_get_async_event`, routed to the context that made the object).
 //! * `table`: the function table of a context (the `ibv_context.ops` and `verbs_context`
 //!   slots the header inlines call), pointing into the object modules below.
-//! * [`objects`]: the control-path registry of the verbs objects handed out, and the
-//!   conversions between the C work requests/completions/attributes and uroce-verbs'
+//! * [`objects`]: the control-path registry of the verbs objects handed out; [`convert`]:
+//!   the conversions between the C work requests/completions/attributes and uroce-verbs'
 //!   types; `handle`: the `#[repr(C)]` containers of QPs, CQs, SRQs and AHs, recovered
 //!   from the pointer on the data path without a lock (see `docs/ARCHITECTURE.md`, "The C
 //!   object model").
@@ -55,6 +55,7 @@ pub mod abi;
 pub mod ah;
 pub mod async_events;
 pub mod context;
+pub mod convert;
 pub mod cq;
 pub mod device;
 pub mod device_ex;

@@ -30,7 +30,8 @@ pub unsafe extern "C" fn uroce_ibv_alloc_pd(context: *mut ibv_context) -> *mut i
     guard(std::ptr::null_mut(), || ptr_or_null(alloc_pd(context)))
 }
 
-/// The body of `ibv_alloc_pd` (the exported `uroce_ibv_alloc_pd`), for callers inside the library.
+/// The body of `ibv_alloc_pd` (the exported [`uroce_ibv_alloc_pd`]), for callers inside the
+/// library.
 pub(crate) fn alloc_pd(context: *mut ibv_context) -> Result<*mut ibv_pd, FfiError> {
     let net = Registry::net(context)?;
     let file = Registry::file(context)?;
@@ -63,7 +64,8 @@ pub unsafe extern "C" fn uroce_ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
     guard(libc::EIO, || errno_value(dealloc_pd(pd)))
 }
 
-/// The body of `ibv_dealloc_pd` (the exported `uroce_ibv_dealloc_pd`), for callers inside the library.
+/// The body of `ibv_dealloc_pd` (the exported [`uroce_ibv_dealloc_pd`]), for callers inside
+/// the library.
 pub(crate) fn dealloc_pd(pd: *mut ibv_pd) -> Result<(), FfiError> {
     if let Some(r) = crate::parent_domain::dealloc_parent_domain(pd) {
         return r;

@@ -157,7 +157,8 @@ pub unsafe extern "C" fn uroce_ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
     guard(libc::EIO, || errno_value(destroy_srq(srq)))
 }
 
-/// The body of `ibv_destroy_srq` (the exported `uroce_ibv_destroy_srq`), for callers inside the library.
+/// The body of `ibv_destroy_srq` (the exported [`uroce_ibv_destroy_srq`]), for callers
+/// inside the library.
 pub(crate) fn destroy_srq(srq: *mut ibv_srq) -> Result<(), FfiError> {
     let SrqEntry { h } = {
         let mut objs = objects();

@@ -97,7 +97,8 @@ pub unsafe extern "C" fn vctx_open_xrcd(
     })
 }
 
-/// The body of `verbs_context.open_xrcd` (the exported `vctx_open_xrcd`), for callers inside the library.
+/// The body of the `verbs_context.open_xrcd` slot function [`vctx_open_xrcd`], for callers
+/// inside the library.
 ///
 /// # Safety
 /// As for [`vctx_open_xrcd`].
@@ -222,7 +223,8 @@ pub unsafe extern "C" fn vctx_create_srq_ex(
     })
 }
 
-/// The body of `verbs_context.create_srq_ex` (the exported `vctx_create_srq_ex`), for callers inside the library.
+/// The body of the `verbs_context.create_srq_ex` slot function [`vctx_create_srq_ex`], for
+/// callers inside the library.
 ///
 /// # Safety
 /// As for [`vctx_create_srq_ex`].
@@ -358,7 +360,8 @@ pub unsafe extern "C" fn vctx_create_qp_ex(
     })
 }
 
-/// The body of `verbs_context.create_qp_ex` (the exported `vctx_create_qp_ex`), for callers inside the library.
+/// The body of the `verbs_context.create_qp_ex` slot function [`vctx_create_qp_ex`], for
+/// callers inside the library.
 ///
 /// # Safety
 /// As for [`vctx_create_qp_ex`].

@@ -11,6 +11,7 @@ pub mod wc;
 use std::ffi::c_int;
 
 use crate::abi::*;
+use crate::convert::*;
 use crate::entry::*;
 use crate::error::{refused, FfiError};
 use crate::handle::{Handle, HandlePtr};

@@ -33,10 +33,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use uroce_verbs::{Clocks, CompletionStamp, WorkCompletion};
 
 use crate::abi::*;
+use crate::convert::wc_to_c;
 use crate::entry::*;
 use crate::error::FfiError;
 use crate::handle::{Guard, Handle};
-use crate::objects::{wc_to_c, CqKind};
+use crate::objects::CqKind;
 
 /// The state of an `ibv_start_poll` … `ibv_end_poll` session of one CQ.
 pub(crate) struct PollSession {

@@ -20,6 +20,7 @@ use uroce_verbs::{CompChannel, CqRef, ObjectKind, WcStatus, WorkCompletion};
 
 use crate::abi::*;
 use crate::async_events::ObjKind;
+use crate::convert::*;
 use crate::device::Registry;
 use crate::entry::*;
 use crate::error::{refuse_if_busy, refused, FfiError};
@@ -54,7 +55,8 @@ pub unsafe extern "C" fn uroce_ibv_create_comp_channel(
     })
 }
 
-/// The body of `ibv_create_comp_channel` (the exported `uroce_ibv_create_comp_channel`), for callers inside the library.
+/// The body of `ibv_create_comp_channel` (the exported [`uroce_ibv_create_comp_channel`]),
+/// for callers inside the library.
 pub(crate) fn create_comp_channel(
     context: *mut ibv_context,
 ) -> Result<*mut ibv_comp_channel, FfiError> {
@@ -90,7 +92,8 @@ pub unsafe extern "C" fn uroce_ibv_destroy_comp_channel(channel: *mut ibv_comp_c
     guard(libc::EIO, || errno_value(destroy_comp_channel(channel)))
 }
 
-/// The body of `ibv_destroy_comp_channel` (the exported `uroce_ibv_destroy_comp_channel`), for callers inside the library.
+/// The body of `ibv_destroy_comp_channel` (the exported
+/// [`uroce_ibv_destroy_comp_channel`]), for callers inside the library.
 pub(crate) fn destroy_comp_channel(channel: *mut ibv_comp_channel) -> Result<(), FfiError> {
     let mut objs = objects();
     let entry = objs
@@ -256,7 +259,8 @@ pub unsafe extern "C" fn uroce_ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
     guard(libc::EIO, || errno_value(destroy_cq(cq)))
 }
 
-/// The body of `ibv_destroy_cq` (the exported `uroce_ibv_destroy_cq`), for callers inside the library.
+/// The body of `ibv_destroy_cq` (the exported [`uroce_ibv_destroy_cq`]), for callers inside
+/// the library.
 pub(crate) fn destroy_cq(cq: *mut ibv_cq) -> Result<(), FfiError> {
     let entry = {
         let mut objs = objects();

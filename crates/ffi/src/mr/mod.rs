@@ -14,6 +14,7 @@ use std::ffi::{c_int, c_uint, c_void};
 use uroce_verbs::{AccessFlags, MemBlock};
 
 use crate::abi::*;
+use crate::convert::*;
 use crate::entry::*;
 use crate::error::{refused, FfiError};
 use crate::objects::*;

@@ -19,6 +19,7 @@ use uroce_verbs::{CreateQpError, QpInitAttr, QpType};
 
 use crate::abi::*;
 use crate::async_events::ObjKind;
+use crate::convert::*;
 use crate::entry::*;
 use crate::error::{refused, FfiError};
 use crate::handle::{Handle, HandlePtr};
@@ -275,7 +276,8 @@ pub unsafe extern "C" fn uroce_ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     guard(libc::EIO, || errno_value(destroy_qp(qp)))
 }
 
-/// The body of `ibv_destroy_qp` (the exported `uroce_ibv_destroy_qp`), for callers inside the library.
+/// The body of `ibv_destroy_qp` (the exported [`uroce_ibv_destroy_qp`]), for callers inside
+/// the library.
 pub(crate) fn destroy_qp(qp: *mut ibv_qp) -> Result<(), FfiError> {
     let mut objs = objects();
     let QpEntry { h, net } = objs

@@ -11,6 +11,7 @@ use std::ffi::c_int;
 use uroce_verbs::QpType;
 
 use crate::abi::*;
+use crate::convert::*;
 use crate::entry::*;
 use crate::error::{refused, FfiError};
 use crate::objects::*;
