@@ -31,10 +31,10 @@
 //!   [`mr::rereg`]: `ibv_rereg_mr` and the other registrations), [`mw`] (memory
 //!   windows), [`cq`] (completion channels, CQs, CQ events, `poll_cq`; [`cq::ex`]:
 //!   extended CQs; [`cq::resize`]), [`srq`] (shared receive queues), [`qp`] (create,
-//!   modify, query, destroy; [`qp::post`]: the posting slots; [`qp::ex`]: the `ibv_wr_*`
+//!   modify, query, destroy, `ibv_create_qp_ex`; [`qp::post`]: the posting slots; [`qp::ex`]: the `ibv_wr_*`
 //!   API of `struct ibv_qp_ex`; [`qp::mcast`]: multicast attach/detach), [`ah`] (address
 //!   handles; [`ah::wc`]: `ibv_init_ah_from_wc`), [`xrc`] (XRC domains, XRC SRQs,
-//!   `ibv_create_qp_ex`, `ibv_open_qp`).
+//!   XRC target QPs, `ibv_open_qp`).
 //! * [`utility`]: helpers that need no object (strings, rates, provider registration
 //!   no-ops); [`marshall`]: the kernel-ABI marshalling helpers (`ibv_copy_*_from_kern`,
 //!   `ibv_copy_path_rec_to_kern`) that librdmacm binds, layouts checked by

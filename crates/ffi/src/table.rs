@@ -29,7 +29,7 @@ pub(crate) fn fill(vctx: &mut verbs_context) {
     vctx.close_xrcd = Some(crate::xrc::vctx_close_xrcd);
     vctx.create_srq_ex = Some(crate::xrc::vctx_create_srq_ex);
     vctx.get_srq_num = Some(crate::xrc::vctx_get_srq_num);
-    vctx.create_qp_ex = Some(crate::xrc::vctx_create_qp_ex);
+    vctx.create_qp_ex = Some(crate::qp::vctx_create_qp_ex);
     // The slot is untyped in the struct; the header casts it back to
     // `struct ibv_qp *(*)(struct ibv_context *, struct ibv_qp_open_attr *)`.
     let open_qp: unsafe extern "C" fn(*mut ibv_context, *mut ibv_qp_open_attr) -> *mut ibv_qp =

@@ -1,8 +1,8 @@
 //! XRC through the `verbs_context` slots the header inlines call (IBA Vol 1 Annex A14):
 //! `open_xrcd` / `close_xrcd` (`ibv_open_xrcd`, `ibv_close_xrcd`), `create_srq_ex`
 //! (`ibv_create_srq_ex`, XRC or basic SRQs), `get_srq_num` (`ibv_get_srq_num`),
-//! `create_qp_ex` (`ibv_create_qp_ex`: XRC_RECV QPs in a domain, every other type through
-//! `ibv_create_qp`) and `open_qp` (`ibv_open_qp`: another handle for a target QP).
+//! the XRC_RECV part of `create_qp_ex` (`ibv_create_qp_ex`, in [`crate::qp`]: target QPs
+//! in a domain) and `open_qp` (`ibv_open_qp`: another handle for a target QP).
 //!
 //! Domains by file: `ibv_open_xrcd` with a file descriptor names the domain by the file's
 //! inode (device and inode number from `fstat`); every open of the same inode in this
@@ -341,88 +341,32 @@ fn register_target(
     crate::qp::register_qp(objs, c, qp, 0, 0, net)
 }
 
-/// `verbs_context.create_qp_ex(context, attr)`: an XRC_RECV QP in `attr->xrcd`
-/// (`IBV_QP_INIT_ATTR_XRCD`; no PD, CQs or queues of its own), or any other type on
-/// `attr->pd` as `ibv_create_qp` makes it (creation flags are not supported). With
-/// `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS` the `ibv_wr_*` operations are those of
-/// `send_ops_flags`, refused with `EOPNOTSUPP` if the QP type cannot do one of them (see
-/// [`crate::qp::ex`]). NULL + `errno`.
-///
-/// # Safety
-/// `attr` is NULL or points to a readable and writable `struct ibv_qp_init_attr_ex`.
-pub unsafe extern "C" fn vctx_create_qp_ex(
+/// The XRC_RECV part of `ibv_create_qp_ex` ([`crate::qp::create_qp_ex`]): a target QP in
+/// `a.xrcd` (`IBV_QP_INIT_ATTR_XRCD`; no PD, CQs or queues of its own), with its first
+/// handle.
+pub(crate) fn create_target_qp(
     context: *mut ibv_context,
-    attr: *mut ibv_qp_init_attr_ex,
-) -> *mut ibv_qp {
-    guard(std::ptr::null_mut(), || {
-        // SAFETY: forwarded caller guarantee.
-        ptr_or_null(unsafe { create_qp_ex(context, attr) })
-    })
-}
-
-/// The body of the `verbs_context.create_qp_ex` slot function [`vctx_create_qp_ex`], for
-/// callers inside the library.
-///
-/// # Safety
-/// As for [`vctx_create_qp_ex`].
-pub(crate) unsafe fn create_qp_ex(
-    context: *mut ibv_context,
-    attr: *mut ibv_qp_init_attr_ex,
+    a: &ibv_qp_init_attr_ex,
+    send_ops: Option<u64>,
 ) -> Result<*mut ibv_qp, FfiError> {
-    if attr.is_null() {
-        return Err(FfiError::Invalid("qp_init_attr_ex is NULL"));
+    if let Some(flags) = send_ops {
+        crate::qp::ex::check_send_ops(QpType::XrcRecv, flags)?;
     }
-    // SAFETY: caller guarantee: readable attr (checked non-NULL).
-    let a = unsafe { attr.read() };
-    let known = IBV_QP_INIT_ATTR_PD
-        | IBV_QP_INIT_ATTR_XRCD
-        | IBV_QP_INIT_ATTR_CREATE_FLAGS
-        | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
-    if a.comp_mask & !known != 0
-        || (a.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS != 0 && a.create_flags != 0)
-    {
-        return Err(FfiError::Unsupported(
-            "ibv_create_qp_ex with creation flags, TSO, RSS or source QPN",
-        ));
+    if a.comp_mask & IBV_QP_INIT_ATTR_XRCD == 0 {
+        return Err(FfiError::Invalid("an XRC_RECV QP needs an XRC domain"));
     }
-    let send_ops = (a.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0).then_some(a.send_ops_flags);
-    if a.qp_type == IBV_QPT_XRC_RECV {
-        if let Some(flags) = send_ops {
-            crate::qp::ex::check_send_ops(QpType::XrcRecv, flags)?;
-        }
-        if a.comp_mask & IBV_QP_INIT_ATTR_XRCD == 0 {
-            return Err(FfiError::Invalid("an XRC_RECV QP needs an XRC domain"));
-        }
-        let mut objs = objects();
-        let e = objs.xrcd(a.xrcd)?;
-        let net = Arc::clone(&e.net);
-        let qp = e.xrcd.create_qp().map_err(|e| {
-            let errno = match e {
-                CreateQpError::UnsupportedType(_) => libc::EOPNOTSUPP,
-                CreateQpError::Limit { .. } => libc::ENOMEM,
-                _ => libc::EINVAL,
-            };
-            refused("ibv_create_qp_ex", errno, e)
-        })?;
-        return Ok(register_target(&mut objs, qp, context, a.qp_context, net));
-    }
-    if a.comp_mask & IBV_QP_INIT_ATTR_PD == 0 {
-        return Err(FfiError::Invalid("ibv_create_qp_ex needs a PD"));
-    }
-    let mut ia = ibv_qp_init_attr {
-        qp_context: a.qp_context,
-        send_cq: a.send_cq,
-        recv_cq: a.recv_cq,
-        srq: a.srq,
-        cap: a.cap,
-        qp_type: a.qp_type,
-        sq_sig_all: a.sq_sig_all,
-    };
-    // SAFETY: `ia` is a valid, writable ibv_qp_init_attr on our stack.
-    let qp = unsafe { crate::qp::create_qp_with_ops(a.pd, &mut ia, send_ops) }?;
-    // SAFETY: caller guarantee: writable attr (checked non-NULL).
-    unsafe { (*attr).cap = ia.cap };
-    Ok(qp)
+    let mut objs = objects();
+    let e = objs.xrcd(a.xrcd)?;
+    let net = Arc::clone(&e.net);
+    let qp = e.xrcd.create_qp().map_err(|e| {
+        let errno = match e {
+            CreateQpError::UnsupportedType(_) => libc::EOPNOTSUPP,
+            CreateQpError::Limit { .. } => libc::ENOMEM,
+            _ => libc::EINVAL,
+        };
+        refused("ibv_create_qp_ex", errno, e)
+    })?;
+    Ok(register_target(&mut objs, qp, context, a.qp_context, net))
 }
 
 /// `verbs_context.open_qp(context, attr)`: another handle for XRC_RECV QP

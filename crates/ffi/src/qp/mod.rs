@@ -1,7 +1,8 @@
 //! Queue pairs: `ibv_create_qp`, `ibv_modify_qp`, `ibv_query_qp`, `ibv_destroy_qp`,
-//! `ibv_qp_to_qp_ex`; [`post`]: the posting slots of `ibv_context.ops`; [`ex`]: the
-//! `ibv_wr_*` work-request API of `struct ibv_qp_ex`; [`mcast`]: multicast attach/detach.
-//! XRC QPs and `ibv_create_qp_ex`: [`crate::xrc`].
+//! `ibv_qp_to_qp_ex`, `ibv_create_qp_ex` (the `verbs_context.create_qp_ex` slot; its
+//! XRC_RECV target QPs are made by [`crate::xrc`]); [`post`]: the posting slots of
+//! `ibv_context.ops`; [`ex`]: the `ibv_wr_*` work-request API of `struct ibv_qp_ex`;
+//! [`mcast`]: multicast attach/detach. `ibv_open_qp`: [`crate::xrc`].
 //!
 //! Conventions as in [`crate::context`]: internal `uroce_<name>` symbols renamed by
 //! `.symver`, panics caught (`EIO`), handles checked against the registry
@@ -180,6 +181,73 @@ pub(crate) fn register_qp(
         },
     );
     p
+}
+
+/// `verbs_context.create_qp_ex(context, attr)`: an XRC_RECV QP in `attr->xrcd`
+/// (`IBV_QP_INIT_ATTR_XRCD`; no PD, CQs or queues of its own), or any other type on
+/// `attr->pd` as `ibv_create_qp` makes it (creation flags are not supported). With
+/// `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS` the `ibv_wr_*` operations are those of
+/// `send_ops_flags`, refused with `EOPNOTSUPP` if the QP type cannot do one of them (see
+/// [`crate::qp::ex`]). NULL + `errno`.
+///
+/// # Safety
+/// `attr` is NULL or points to a readable and writable `struct ibv_qp_init_attr_ex`.
+pub unsafe extern "C" fn vctx_create_qp_ex(
+    context: *mut ibv_context,
+    attr: *mut ibv_qp_init_attr_ex,
+) -> *mut ibv_qp {
+    guard(std::ptr::null_mut(), || {
+        // SAFETY: forwarded caller guarantee.
+        ptr_or_null(unsafe { create_qp_ex(context, attr) })
+    })
+}
+
+/// The body of the `verbs_context.create_qp_ex` slot function [`vctx_create_qp_ex`], for
+/// callers inside the library.
+///
+/// # Safety
+/// As for [`vctx_create_qp_ex`].
+pub(crate) unsafe fn create_qp_ex(
+    context: *mut ibv_context,
+    attr: *mut ibv_qp_init_attr_ex,
+) -> Result<*mut ibv_qp, FfiError> {
+    if attr.is_null() {
+        return Err(FfiError::Invalid("qp_init_attr_ex is NULL"));
+    }
+    // SAFETY: caller guarantee: readable attr (checked non-NULL).
+    let a = unsafe { attr.read() };
+    let known = IBV_QP_INIT_ATTR_PD
+        | IBV_QP_INIT_ATTR_XRCD
+        | IBV_QP_INIT_ATTR_CREATE_FLAGS
+        | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+    if a.comp_mask & !known != 0
+        || (a.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS != 0 && a.create_flags != 0)
+    {
+        return Err(FfiError::Unsupported(
+            "ibv_create_qp_ex with creation flags, TSO, RSS or source QPN",
+        ));
+    }
+    let send_ops = (a.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0).then_some(a.send_ops_flags);
+    if a.qp_type == IBV_QPT_XRC_RECV {
+        return crate::xrc::create_target_qp(context, &a, send_ops);
+    }
+    if a.comp_mask & IBV_QP_INIT_ATTR_PD == 0 {
+        return Err(FfiError::Invalid("ibv_create_qp_ex needs a PD"));
+    }
+    let mut ia = ibv_qp_init_attr {
+        qp_context: a.qp_context,
+        send_cq: a.send_cq,
+        recv_cq: a.recv_cq,
+        srq: a.srq,
+        cap: a.cap,
+        qp_type: a.qp_type,
+        sq_sig_all: a.sq_sig_all,
+    };
+    // SAFETY: `ia` is a valid, writable ibv_qp_init_attr on our stack.
+    let qp = unsafe { crate::qp::create_qp_with_ops(a.pd, &mut ia, send_ops) }?;
+    // SAFETY: caller guarantee: writable attr (checked non-NULL).
+    unsafe { (*attr).cap = ia.cap };
+    Ok(qp)
 }
 
 /// `ibv_modify_qp(qp, attr, attr_mask)`: 0 or the errno value (`EINVAL`: unknown QP, bad

@@ -200,7 +200,7 @@ pub(super) fn create_qp_ex(
                 .max(a.cap.max_send_sge.saturating_mul(16).min(64));
         }
         // SAFETY: `a` is a valid, writable init attr on this library's objects.
-        let qp = unsafe { crate::xrc::create_qp_ex(cur.verbs, &mut a) }
+        let qp = unsafe { crate::qp::create_qp_ex(cur.verbs, &mut a) }
             .map_err(|e| refused_by_verbs(OP, "ibv_create_qp_ex failed", &e))?;
         let bound = qp_ref(qp).and_then(|(q, _)| rid.bind_qp(&q).map_err(|e| cm_error(OP, &e)));
         if let Err(e) = bound {
