@@ -1,9 +1,9 @@
 //! The binding of QPs to the protocol layer's transport engines
 //! ([`uroce_proto::engine::Engine`]), and the hook through which the I/O layer drives them.
 //!
-//! In a context with a [`Transport`] installed (every context of a network device), a QP
-//! gets its engine at the INIT→RTR transition from `build_engine`, the one factory that
-//! knows the transports: it builds the engine for the QP's type from the QP's attributes
+//! A QP gets its engine at the INIT→RTR transition, on every context (the engine is the
+//! QP's only queue implementation; a context without a [`Transport`] never transmits),
+//! from `build_engine`, the one factory that knows the transports: it builds the engine for the QP's type from the QP's attributes
 //! (RC, and XRC_SEND / XRC_RECV as its two XRC halves: [`uroce_proto::rc::RcQp`]; UC:
 //! [`uroce_proto::uc::UcQp`]; UD and GSI: [`uroce_proto::ud::UdQp`], whose largest
 //! datagram is the port's active MTU). An XRC target QP resolves each request's SRQ number
@@ -661,16 +661,16 @@ pub(crate) fn reconfigure_engine(core: &Arc<QpCore>, inner: &mut QpInner) {
 
 /// Applies a state transition to the engine. Returns `true` when the transition was fully
 /// handled here (the QP has, or now gets, an engine), `false` when the generic path of
-/// `modify` must run (no transport, no engine for the type, RESET, INIT).
+/// `modify` must run (no engine for the type, RESET, INIT, ERR before RTR).
 pub(crate) fn modify_engine(
     core: &Arc<QpCore>,
     inner: &mut QpInner,
     cur: QpState,
     next: QpState,
 ) -> bool {
-    // Without a transport (a context used on its own, as the object-model tests do) the
-    // QP keeps its plain queues and the engine-facing queue API of `qp.rs` drives it.
-    if core.ctx.transport.get().is_none() || !engine_supported(core.qp_type) {
+    // Every context builds engines, with or without a transport: a QP has no other queues.
+    // Without a transport the engine's output simply waits (nothing is ever transmitted).
+    if !engine_supported(core.qp_type) {
         return false;
     }
     match next {

@@ -504,31 +504,6 @@ pub struct BatchPostError {
     pub error: PostError,
 }
 
-/// Why the transport engine's call into a queue failed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum EngineError {
-    /// `complete_send` with no started send WR.
-    #[error("no send WR is in flight")]
-    NoSendInFlight,
-    /// `complete_recv` with no taken receive WQE.
-    #[error("no receive WQE is in progress")]
-    NoRecvInProgress,
-    /// No receive WQE is available (RC: the responder answers with an RNR NAK).
-    #[error("no receive WQE available")]
-    NoRecvWqe,
-    /// The operation needs a queue the QP does not have.
-    #[error("the QP has no such queue")]
-    NoQueue,
-    /// The named SRQ does not exist or belongs to another XRC domain.
-    #[error("SRQ {0:#x} is unknown or not in this QP's XRC domain")]
-    BadSrq(u32),
-    /// The completion could not be stored: the CQ overflowed (CQ_ERR was raised) or was
-    /// already in error. The engine moves the QP to ERR.
-    #[error("CQ overrun: completion lost")]
-    CqOverrun,
-}
-
 /// Why `create_srq` failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]

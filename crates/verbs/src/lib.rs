@@ -147,6 +147,8 @@ pub mod device;
 pub mod engine;
 pub mod error;
 pub mod event;
+#[cfg(feature = "loopback")]
+pub mod loopback;
 pub mod mcast;
 // `unsafe` is allowed here only: registered memory is touched by address.
 #[allow(unsafe_code)]
@@ -178,8 +180,8 @@ pub use mr::AccessFlags;
 pub use mw::{BindMwWr, Mw, MwBindInfo, MwType};
 pub use pd::Pd;
 pub use qp::{
-    AtomicInfo, PathMigState, Qp, QpAttr, QpCap, QpInitAttr, QpInitInfo, QpRef, RdmaInfo,
-    RecvCompletion, RecvWqe, RecvWr, SendFlags, SendOpcode, SendWqe, SendWr, Sge, UdDest,
+    AtomicInfo, PathMigState, Qp, QpAttr, QpCap, QpInitAttr, QpInitInfo, QpRef, RdmaInfo, RecvWr,
+    SendFlags, SendOpcode, SendWr, Sge, UdDest,
 };
 pub use region::{Mr, MrRef, ReregMrError};
 pub use srq::{Srq, SrqAttr, SrqAttrMask, SrqInitAttr, SrqRef};

@@ -1,5 +1,5 @@
-//! Queue pairs: creation, `modify_qp` / `query_qp`, posting work requests, flushing, and the
-//! engine-facing queue API.
+//! Queue pairs: creation, `modify_qp` / `query_qp`, posting work requests and flushing;
+//! the work itself is done by the QP's protocol engine.
 //!
 //! # State machine
 //!
@@ -38,26 +38,18 @@
 //! [`QpRef::post_recv`] accepts WRs in every state but
 //! RESET and refuses on QPs that receive through an SRQ.
 //!
-//! # Engine API
+//! # One path: the protocol engine
 //!
-//! The transport engine drives the queues through these methods (all on [`QpRef`]):
-//! * [`QpRef::next_send_wqe`] — the next send WR to start, in order (RTS only); it is then
-//!   *in flight*.
-//! * [`QpRef::complete_send`] — completes the oldest in-flight send WR with a status. A CQE
-//!   is written when `sq_sig_all`, the WR was `SIGNALED`, or the status is an error
-//!   (§3.4). In SQD, completing the last in-flight WR raises `SQ_DRAINED`.
-//! * [`QpRef::take_recv_wqe`] — takes the next receive WQE from the RQ or the SRQ (which
-//!   raises `SRQ_LIMIT_REACHED` when it crosses its armed limit); XRC_RECV QPs use
-//!   [`QpRef::take_xrc_recv_wqe`] with the SRQ number from the packet.
-//! * [`QpRef::complete_recv`] — completes the oldest taken receive WQE.
-//! * [`QpRef::enter_error`] — moves the QP to ERR for an internal error (flushing as
-//!   above) and optionally raises an event (`QP_FATAL`, `QP_REQ_ERR`, `QP_ACCESS_ERR`).
-//! * [`QpRef::raise_event`] — raises any QP event, e.g. `COMM_EST`.
-//!
-//! A CQ overrun while completing returns [`EngineError::CqOverrun`]; the engine then moves
-//! the QP to ERR.
+//! A QP's queues are its transport engine's ([`uroce_proto::engine::Engine`], see
+//! [`crate::engine`]): the engine is built at INIT→RTR on every context, with or without a
+//! transport installed, and from then on every posted WR goes to it, the engine completes
+//! WRs (in order, with the signalled rule of IBA §10.7.2.4 and flush errors for every WR
+//! on ERR) and raises the QP's events; verbs moves its completions to the CQs and its
+//! events to the context's queue. Before RTR the QP has no engine: receives posted in INIT
+//! wait in the QP and move into the engine at RTR (or are flushed if the QP goes to ERR
+//! first). Without a transport nothing is ever transmitted; the object model's tests drive
+//! traffic through the in-process [`crate::engine::Transport`] of the `loopback` feature.
 
-use std::collections::VecDeque;
 use std::fmt;
 use std::ops::Deref;
 
@@ -73,8 +65,7 @@ use crate::context::{dec, try_inc, ContextCore, GSI_QPN, MAX_QPN};
 use crate::cq::{Cq, CqCore};
 use crate::device::Gid;
 use crate::error::{
-    BatchPostError, CreateQpError, DestroyError, EngineError, ModifyQpError, ObjectKind, PostError,
-    RaiseError,
+    BatchPostError, CreateQpError, DestroyError, ModifyQpError, ObjectKind, PostError, RaiseError,
 };
 use crate::event::{AsyncEvent, ElementKind, EventElement, EventType, Liveness};
 use crate::mr::AccessFlags;
@@ -82,7 +73,7 @@ use crate::pd::PdCore;
 use crate::srq::{Srq, SrqCore};
 use crate::sync::{lock, Arc, Mutex, MutexGuard, Ordering};
 use crate::table::{wait_unreferenced, InsertError};
-use crate::wc::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
+use crate::wc::{WcOpcode, WcStatus, WorkCompletion};
 use crate::xrcd::XrcdCore;
 
 /// Largest total length of a receive WR (roce-spec §4 notes: "< 2^31").
@@ -515,87 +506,10 @@ impl QpAttr {
     }
 }
 
-/// A send WR handed to the engine by [`QpRef::next_send_wqe`].
-#[derive(Debug, Clone)]
-pub struct SendWqe {
-    /// Send sequence number: 0 for the QP's first posted send WR, +1 per WR.
-    pub ssn: u64,
-    /// The work request as posted.
-    pub wr: SendWr,
-}
-
-/// A receive WQE handed to the engine by [`QpRef::take_recv_wqe`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RecvWqe {
-    /// The application's identifier.
-    pub wr_id: u64,
-    /// Buffers to receive into.
-    pub sg_list: Vec<Sge>,
-    /// The SRQ it came from, if any.
-    pub srq_num: Option<u32>,
-}
-
-/// What the engine reports for a receive completion ([`QpRef::complete_recv`]).
-/// The default is a successful [`WcOpcode::Recv`] of 0 bytes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RecvCompletion {
-    /// Status.
-    pub status: WcStatus,
-    /// [`WcOpcode::Recv`] or [`WcOpcode::RecvRdmaWithImm`].
-    pub opcode: WcOpcode,
-    /// Bytes placed (UD: including the 40-byte GRH).
-    pub byte_len: u32,
-    /// Immediate data, if the packet carried one (sets [`WcFlags::WITH_IMM`]).
-    pub imm_data: Option<u32>,
-    /// Invalidated R_Key of a SEND_WITH_INV (sets [`WcFlags::WITH_INV`]).
-    pub invalidated_rkey: Option<u32>,
-    /// Sender's QPN (UD).
-    pub src_qp: u32,
-    /// Extra flags (e.g. [`WcFlags::GRH`]).
-    pub wc_flags: WcFlags,
-    /// P_Key index.
-    pub pkey_index: u16,
-    /// Whether the packet had the SE bit (for solicited-only CQ notification).
-    pub solicited: bool,
-}
-
-impl Default for RecvCompletion {
-    fn default() -> RecvCompletion {
-        RecvCompletion {
-            status: WcStatus::Success,
-            opcode: WcOpcode::Recv,
-            byte_len: 0,
-            imm_data: None,
-            invalidated_rkey: None,
-            src_qp: 0,
-            wc_flags: WcFlags::empty(),
-            pkey_index: 0,
-            solicited: false,
-        }
-    }
-}
-
-struct PostedSend {
-    ssn: u64,
-    wr: SendWr,
-}
-
-struct TakenRecv {
-    wr: RecvWr,
-    /// The CQ the completion goes to, when not the QP's receive CQ (XRC SRQs).
-    cq: Option<Arc<CqCore>>,
-}
-
 pub(crate) struct QpInner {
     pub(crate) attr: QpAttr,
-    /// Posted send WRs; the first `sq_started` are in flight.
-    sq: VecDeque<PostedSend>,
-    sq_started: usize,
-    next_ssn: u64,
-    /// Posted receive WRs not yet taken.
-    rq: VecDeque<RecvWr>,
-    /// Receive WQEs taken by the engine and not yet completed, oldest first.
-    rq_taken: VecDeque<TakenRecv>,
+    /// Receive WRs posted in INIT, before the engine exists (they move into it at RTR).
+    init_recvs: Vec<RecvWr>,
     /// The transport engine, from the INIT→RTR transition until RESET (on a context with
     /// a transport).
     pub(crate) engine: Option<Box<dyn uroce_proto::engine::Engine>>,
@@ -636,7 +550,7 @@ impl QpInner {
     /// Removes and returns the receive WRs posted and not yet taken (they move into the
     /// engine at INIT→RTR).
     pub(crate) fn take_posted_recvs(&mut self) -> Vec<RecvWr> {
-        self.rq.drain(..).collect()
+        std::mem::take(&mut self.init_recvs)
     }
 }
 
@@ -767,11 +681,7 @@ impl QpCore {
                         cap: parts.cap,
                         ..QpAttr::default()
                     },
-                    sq: VecDeque::new(),
-                    sq_started: 0,
-                    next_ssn: 0,
-                    rq: VecDeque::new(),
-                    rq_taken: VecDeque::new(),
+                    init_recvs: Vec::new(),
                     engine: None,
                     delivered: 0,
                 }),
@@ -804,40 +714,27 @@ impl QpCore {
         self.qpn
     }
 
-    fn flush_wc_send(&self, p: &PostedSend) -> WorkCompletion {
+    fn flush_wc_send(&self, wr: &SendWr) -> WorkCompletion {
         WorkCompletion::error(
-            p.wr.wr_id,
+            wr.wr_id,
             WcStatus::WrFlushErr,
-            p.wr.opcode.wc_opcode(),
+            wr.opcode.wc_opcode(),
             self.qpn,
         )
     }
 
-    /// Moves the QP to ERR: flushes both queues (§3.5). Called with the lock held.
+    /// Moves a QP without an engine (RESET or INIT) to ERR: the receives posted in INIT
+    /// are flushed in order (§3.5). A QP with an engine is moved by the engine, which
+    /// flushes its own queues. Called with the lock held.
     fn enter_err_locked(this: &Arc<QpCore>, inner: &mut QpInner) {
         inner.attr.qp_state = QpState::Err;
         inner.attr.sq_draining = false;
-        inner.sq_started = 0;
-        let sends: Vec<PostedSend> = inner.sq.drain(..).collect();
-        if let Some(cq) = &this.send_cq {
-            for p in &sends {
-                // A full CQ has raised CQ_ERR; the remaining flushes are lost with it.
-                let _ = CqCore::push(cq, this.flush_wc_send(p), false);
-            }
-        }
-        let taken: Vec<TakenRecv> = inner.rq_taken.drain(..).collect();
-        let posted: Vec<RecvWr> = inner.rq.drain(..).collect();
-        for t in taken {
-            let wc =
-                WorkCompletion::error(t.wr.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, this.qpn);
-            if let Some(cq) = t.cq.as_ref().or(this.recv_cq.as_ref()) {
-                let _ = CqCore::push(cq, wc, false);
-            }
-        }
+        let posted = std::mem::take(&mut inner.init_recvs);
         if let Some(cq) = &this.recv_cq {
             for wr in posted {
                 let wc =
                     WorkCompletion::error(wr.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, this.qpn);
+                // A full CQ has raised CQ_ERR; the remaining flushes are lost with it.
                 let _ = CqCore::push(cq, wc, false);
             }
         }
@@ -854,10 +751,7 @@ impl QpCore {
             cq.purge_qp(self.qpn);
         }
         inner.engine = None;
-        inner.sq.clear();
-        inner.sq_started = 0;
-        inner.rq.clear();
-        inner.rq_taken.clear();
+        inner.init_recvs.clear();
         inner.attr = QpAttr {
             cap: self.cap,
             ..QpAttr::default()
@@ -1217,11 +1111,10 @@ impl QpRef {
                 QpState::Err => QpCore::enter_err_locked(core, &mut inner),
                 QpState::Reset => core.enter_reset_locked(&mut inner),
                 QpState::Sqd => {
+                    // Without an engine nothing is in flight: drained at once.
                     inner.attr.qp_state = QpState::Sqd;
-                    inner.attr.sq_draining = inner.sq_started > 0;
-                    if !inner.attr.sq_draining {
-                        QpRef::raise_on(core, EventType::SqDrained);
-                    }
+                    inner.attr.sq_draining = false;
+                    QpRef::raise_on(core, EventType::SqDrained);
                 }
                 other => inner.attr.qp_state = other,
             }
@@ -1244,30 +1137,15 @@ impl QpRef {
                 state,
             }),
             Some(PostOutcome::Flush) => {
-                let ssn = inner.next_ssn;
-                inner.next_ssn += 1;
-                let p = PostedSend { ssn, wr };
                 if let Some(cq) = &core.send_cq {
-                    let _ = CqCore::push(cq, core.flush_wc_send(&p), false);
+                    let _ = CqCore::push(cq, core.flush_wc_send(&wr), false);
                 }
-                Ok(())
-            }
-            Some(PostOutcome::Process | PostOutcome::Defer) if inner.engine.is_some() => {
-                crate::engine::post_send(core, &mut inner, wr)?;
-                drop(inner);
-                crate::engine::ring(core);
                 Ok(())
             }
             Some(PostOutcome::Process | PostOutcome::Defer) => {
-                if inner.sq.len() >= core.cap.max_send_wr as usize {
-                    return Err(PostError::QueueFull {
-                        queue: "send",
-                        max: core.cap.max_send_wr,
-                    });
-                }
-                let ssn = inner.next_ssn;
-                inner.next_ssn += 1;
-                inner.sq.push_back(PostedSend { ssn, wr });
+                crate::engine::post_send(core, &mut inner, wr)?;
+                drop(inner);
+                crate::engine::ring(core);
                 Ok(())
             }
         }
@@ -1299,39 +1177,17 @@ impl QpRef {
                 state,
             })),
             Some(PostOutcome::Flush) => {
-                for wr in wrs {
-                    let ssn = inner.next_ssn;
-                    inner.next_ssn += 1;
-                    let p = PostedSend { ssn, wr };
-                    if let Some(cq) = &core.send_cq {
-                        let _ = CqCore::push(cq, core.flush_wc_send(&p), false);
+                if let Some(cq) = &core.send_cq {
+                    for wr in &wrs {
+                        let _ = CqCore::push(cq, core.flush_wc_send(wr), false);
                     }
                 }
                 Ok(())
             }
-            Some(PostOutcome::Process | PostOutcome::Defer) if inner.engine.is_some() => {
+            Some(PostOutcome::Process | PostOutcome::Defer) => {
                 crate::engine::post_send_all(core, &mut inner, wrs)?;
                 drop(inner);
                 crate::engine::ring(core);
-                Ok(())
-            }
-            Some(PostOutcome::Process | PostOutcome::Defer) => {
-                let max = core.cap.max_send_wr as usize;
-                let room = max.saturating_sub(inner.sq.len());
-                if wrs.len() > room {
-                    return Err(BatchPostError {
-                        index: room,
-                        error: PostError::QueueFull {
-                            queue: "send",
-                            max: core.cap.max_send_wr,
-                        },
-                    });
-                }
-                for wr in wrs {
-                    let ssn = inner.next_ssn;
-                    inner.next_ssn += 1;
-                    inner.sq.push_back(PostedSend { ssn, wr });
-                }
                 Ok(())
             }
         }
@@ -1401,13 +1257,14 @@ impl QpRef {
                 crate::engine::post_recv(core, &mut inner, wr)
             }
             Some(PostOutcome::Process | PostOutcome::Defer) => {
-                if inner.rq.len() + inner.rq_taken.len() >= core.cap.max_recv_wr as usize {
+                // INIT: no engine yet; the WR waits in the QP until RTR.
+                if inner.init_recvs.len() >= core.cap.max_recv_wr as usize {
                     return Err(PostError::QueueFull {
                         queue: "receive",
                         max: core.cap.max_recv_wr,
                     });
                 }
-                inner.rq.push_back(wr);
+                inner.init_recvs.push(wr);
                 Ok(())
             }
         }
@@ -1421,182 +1278,6 @@ impl QpRef {
         for (index, wr) in wrs.into_iter().enumerate() {
             self.post_recv(wr)
                 .map_err(|error| BatchPostError { index, error })?;
-        }
-        Ok(())
-    }
-
-    /// Number of send WRs outstanding (in flight or not yet started).
-    pub fn send_queue_len(&self) -> usize {
-        self.lock().sq.len()
-    }
-
-    /// Number of send WRs in flight (started, not completed).
-    pub fn sends_in_flight(&self) -> usize {
-        self.lock().sq_started
-    }
-
-    /// Number of receive WRs outstanding on the QP's own RQ (posted or taken).
-    pub fn recv_queue_len(&self) -> usize {
-        let inner = self.lock();
-        inner.rq.len() + inner.rq_taken.len()
-    }
-
-    /// Engine API: the next send WR to start (RTS only), which is then in flight.
-    pub fn next_send_wqe(&self) -> Option<SendWqe> {
-        let mut inner = self.lock();
-        if !inner.attr.qp_state.starts_send_wqes() {
-            return None;
-        }
-        let idx = inner.sq_started;
-        let wqe = inner.sq.get(idx).map(|p| SendWqe {
-            ssn: p.ssn,
-            wr: p.wr.clone(),
-        })?;
-        inner.sq_started += 1;
-        Some(wqe)
-    }
-
-    /// Engine API: completes the oldest in-flight send WR with `status`. Returns the CQE if
-    /// one was generated (signaled rule, §3.4).
-    pub fn complete_send(&self, status: WcStatus) -> Result<Option<WorkCompletion>, EngineError> {
-        let core = &self.core;
-        let mut inner = self.lock();
-        if inner.sq_started == 0 {
-            return Err(EngineError::NoSendInFlight);
-        }
-        let p = inner.sq.pop_front().ok_or(EngineError::NoSendInFlight)?;
-        inner.sq_started -= 1;
-        let signaled =
-            core.sq_sig_all || p.wr.flags.contains(SendFlags::SIGNALED) || !status.is_success();
-        let wc = WorkCompletion {
-            wr_id: p.wr.wr_id,
-            status,
-            opcode: p.wr.opcode.wc_opcode(),
-            byte_len: u32::try_from(p.wr.total_len()).unwrap_or(u32::MAX),
-            qp_num: core.qpn,
-            ..WorkCompletion::default()
-        };
-        let pushed = match (&core.send_cq, signaled) {
-            (Some(cq), true) => CqCore::push(cq, wc, false).map_err(|_| EngineError::CqOverrun),
-            _ => Ok(()),
-        };
-        if inner.attr.qp_state == QpState::Sqd && inner.attr.sq_draining && inner.sq_started == 0 {
-            inner.attr.sq_draining = false;
-            QpRef::raise_on(core, EventType::SqDrained);
-        }
-        pushed.map(|()| signaled.then_some(wc))
-    }
-
-    /// Engine API: takes the next receive WQE from the QP's RQ or its SRQ.
-    pub fn take_recv_wqe(&self) -> Result<RecvWqe, EngineError> {
-        let core = &self.core;
-        if matches!(core.qp_type, QpType::XrcSend | QpType::XrcRecv) {
-            return Err(EngineError::NoQueue);
-        }
-        let mut inner = self.lock();
-        if matches!(inner.attr.qp_state, QpState::Reset | QpState::Err) {
-            return Err(EngineError::NoRecvWqe);
-        }
-        let (wr, srq_num) = match &core.srq {
-            Some(srq) => (
-                SrqCore::take(srq).ok_or(EngineError::NoRecvWqe)?,
-                Some(srq.srqn),
-            ),
-            None => (inner.rq.pop_front().ok_or(EngineError::NoRecvWqe)?, None),
-        };
-        let wqe = RecvWqe {
-            wr_id: wr.wr_id,
-            sg_list: wr.sg_list.clone(),
-            srq_num,
-        };
-        inner.rq_taken.push_back(TakenRecv { wr, cq: None });
-        Ok(wqe)
-    }
-
-    /// Engine API (XRC_RECV): takes a receive WQE from the XRC SRQ `srqn` named by the
-    /// packet; the SRQ must belong to this QP's XRC domain. Its completion goes to the SRQ's
-    /// CQ.
-    pub fn take_xrc_recv_wqe(&self, srqn: u32) -> Result<RecvWqe, EngineError> {
-        let core = &self.core;
-        if core.qp_type != QpType::XrcRecv {
-            return Err(EngineError::NoQueue);
-        }
-        let srq = core.ctx.srqs.get(srqn).ok_or(EngineError::BadSrq(srqn))?;
-        let (xrc_cq, same_domain) = match (&srq.xrc, &core.xrcd) {
-            (Some(x), Some(d)) => (x.cq.clone(), Arc::ptr_eq(&x.xrcd, d)),
-            _ => return Err(EngineError::BadSrq(srqn)),
-        };
-        if !same_domain {
-            return Err(EngineError::BadSrq(srqn));
-        }
-        let mut inner = self.lock();
-        if matches!(inner.attr.qp_state, QpState::Reset | QpState::Err) {
-            return Err(EngineError::NoRecvWqe);
-        }
-        let wr = SrqCore::take(&srq).ok_or(EngineError::NoRecvWqe)?;
-        let wqe = RecvWqe {
-            wr_id: wr.wr_id,
-            sg_list: wr.sg_list.clone(),
-            srq_num: Some(srqn),
-        };
-        inner.rq_taken.push_back(TakenRecv {
-            wr,
-            cq: Some(xrc_cq),
-        });
-        Ok(wqe)
-    }
-
-    /// Engine API: completes the oldest taken receive WQE.
-    pub fn complete_recv(&self, c: &RecvCompletion) -> Result<WorkCompletion, EngineError> {
-        let core = &self.core;
-        let mut inner = self.lock();
-        let t = inner
-            .rq_taken
-            .pop_front()
-            .ok_or(EngineError::NoRecvInProgress)?;
-        let mut flags = c.wc_flags;
-        if c.imm_data.is_some() {
-            flags |= WcFlags::WITH_IMM;
-        }
-        if c.invalidated_rkey.is_some() {
-            flags |= WcFlags::WITH_INV;
-        }
-        let wc = WorkCompletion {
-            wr_id: t.wr.wr_id,
-            status: c.status,
-            opcode: c.opcode,
-            byte_len: c.byte_len,
-            imm_data: c.imm_data.unwrap_or(0),
-            invalidated_rkey: c.invalidated_rkey.unwrap_or(0),
-            qp_num: core.qpn,
-            src_qp: c.src_qp,
-            wc_flags: flags,
-            pkey_index: c.pkey_index,
-            ..WorkCompletion::default()
-        };
-        let cq = t.cq.as_ref().or(core.recv_cq.as_ref());
-        match cq {
-            Some(cq) => CqCore::push(cq, wc, c.solicited)
-                .map(|()| wc)
-                .map_err(|_| EngineError::CqOverrun),
-            None => Err(EngineError::NoQueue),
-        }
-    }
-
-    /// Engine API: moves the QP to ERR after an internal error (flushing, §3.5) and raises
-    /// `event` if given (must be a QP event). Does nothing to a QP in RESET or already in
-    /// ERR, except raising the event.
-    pub fn enter_error(&self, event: Option<EventType>) -> Result<(), RaiseError> {
-        if let Some(e) = event {
-            e.expect_kind(ElementKind::Qp)?;
-        }
-        let core = &self.core;
-        let mut inner = self.lock();
-        if !matches!(inner.attr.qp_state, QpState::Reset | QpState::Err) {
-            QpCore::enter_err_locked(core, &mut inner);
-        }
-        if let Some(e) = event {
-            QpRef::raise_on(core, e);
         }
         Ok(())
     }
