@@ -28,13 +28,15 @@
 //! # Posting
 //!
 //! [`QpRef::post_send`] follows the post rules of roce-spec §4 notes: RESET/INIT/RTR refuse,
-//! RTS queues, SQD queues without starting, SQE/ERR flush. The opcode must suit the QP type
-//! (RC and XRC_SEND: all implemented opcodes; UC: SEND and RDMA WRITE with or without
-//! immediate, BIND_MW, LOCAL_INV; UD/GSI: SEND with or without immediate), the SGE count and inline size must fit
-//! the QP's capabilities, atomics need 8 local bytes and an 8-byte aligned remote address,
-//! UD needs a destination whose AH is in the QP's PD, XRC_SEND a 24-bit remote SRQ number.
-//! A refused WR produces no completion. [`QpRef::post_send_all`] posts a list all or none
-//! (every WR, the state and the queue room are checked before the first is queued).
+//! RTS queues, SQD queues without starting, SQE/ERR flush. Verbs checks what the QP was
+//! created with (the SGE count and inline size fit the QP's capabilities, the message the
+//! device's `max_msg_sz`, a UD destination's AH is in the QP's PD, an XRC_SEND remote SRQ
+//! number has 24 bits); the engine checks the protocol (the opcode suits the QP type,
+//! atomics have 8 local bytes and an 8-byte aligned remote address, a UD WR has a
+//! destination, ...) and refuses with [`PostError::Refused`] and a typed
+//! [`uroce_proto::wr::WrError`]. No check runs twice. A refused WR produces no completion.
+//! [`QpRef::post_send_all`] posts a list all or none (every WR, the state and the queue
+//! room are checked before the first is queued).
 //! [`QpRef::post_recv`] accepts WRs in every state but
 //! RESET and refuses on QPs that receive through an SRQ.
 //!
@@ -99,48 +101,6 @@ bitflags::bitflags! {
 /// Work-request opcodes (`enum ibv_wr_opcode`, ABI values): the protocol layer's one
 /// vocabulary.
 pub use uroce_proto::wr::SendOpcode;
-
-/// Whether the opcode carries local data that may be inlined.
-pub const fn opcode_may_inline(op: SendOpcode) -> bool {
-    matches!(
-        op,
-        SendOpcode::Send
-            | SendOpcode::SendWithImm
-            | SendOpcode::SendWithInv
-            | SendOpcode::RdmaWrite
-            | SendOpcode::RdmaWriteWithImm
-            | SendOpcode::AtomicWrite
-    )
-}
-
-/// Whether the opcode is valid on a QP of type `qp_type` and implemented by uroce
-/// (IBA 10.7.3, Table "Work Request Operations by Service Type"; IBA 1.5 ATOMIC WRITE on
-/// RC only: the XRC opcode space has no ATOMIC WRITE).
-pub const fn opcode_valid_for(op: SendOpcode, qp_type: QpType) -> bool {
-    use SendOpcode::*;
-    match qp_type {
-        QpType::Rc if matches!(op, AtomicWrite) => true,
-        QpType::Rc | QpType::XrcSend => matches!(
-            op,
-            RdmaWrite
-                | RdmaWriteWithImm
-                | Send
-                | SendWithImm
-                | RdmaRead
-                | AtomicCmpAndSwp
-                | AtomicFetchAndAdd
-                | LocalInv
-                | BindMw
-                | SendWithInv
-        ),
-        QpType::Uc => matches!(
-            op,
-            RdmaWrite | RdmaWriteWithImm | Send | SendWithImm | LocalInv | BindMw
-        ),
-        QpType::Ud | QpType::Gsi => matches!(op, Send | SendWithImm),
-        QpType::Smi | QpType::RawPacket | QpType::XrcRecv => false,
-    }
-}
 
 /// One scatter/gather element (the protocol layer's type).
 pub use uroce_proto::memory::Sge;
@@ -816,6 +776,12 @@ impl QpCore {
         Ok(())
     }
 
+    /// The capability checks of a send WR: what the QP was created with and the objects
+    /// it was given (no send queue on an XRC target, SGE count, inline size, the device's
+    /// largest message, the AH's PD, the width of an XRC SRQ number). Whether the WR is
+    /// valid for the transport (opcode for the QP type, atomic operand length and
+    /// alignment, inline with READ or atomics, a UD destination, a BIND_MW description) is
+    /// the engine's check, made when the WR reaches it; verbs does not repeat it.
     fn validate_send(&self, wr: &SendWr) -> Result<(), PostError> {
         let qp_type = self.qp_type;
         if qp_type == QpType::XrcRecv {
@@ -824,23 +790,11 @@ impl QpCore {
                 queue: "send",
             });
         }
-        if !opcode_valid_for(wr.opcode, qp_type) {
-            return Err(PostError::UnsupportedOpcode {
-                opcode: wr.opcode,
-                qp_type,
-            });
-        }
-        if wr.opcode == SendOpcode::BindMw && wr.bind_mw.is_none() {
-            return Err(PostError::Refused(uroce_proto::wr::WrError::MissingBind));
-        }
         if wr.flags.contains(SendFlags::INLINE) {
-            if !opcode_may_inline(wr.opcode) {
-                return Err(PostError::InlineNotAllowed(wr.opcode));
-            }
             // An ATOMIC WRITE's 8 bytes are its operand, carried with the WR as an
             // atomic's compare/swap values are (`ibv_wr_atomic_write` passes them by
-            // pointer): `max_inline_data` does not limit them; their length is checked
-            // below.
+            // pointer): `max_inline_data` does not limit them (the engine checks that
+            // they are 8).
             if wr.opcode != SendOpcode::AtomicWrite
                 && wr.inline_data.len() > self.cap.max_inline_data as usize
             {
@@ -860,32 +814,14 @@ impl QpCore {
         if len > max_msg {
             return Err(PostError::MessageTooLong { len, max: max_msg });
         }
-        if wr.opcode == SendOpcode::AtomicWrite && len != 8 {
-            // The 8 bytes stored at the target: from the SGE list or inline data.
-            return Err(PostError::AtomicWriteLength { len });
-        }
-        if wr.opcode.is_atomic() {
-            if len < 8 {
-                return Err(PostError::AtomicLength { len });
-            }
-            if wr.atomic.remote_addr % 8 != 0 {
-                return Err(PostError::AtomicAlignment {
-                    addr: wr.atomic.remote_addr,
-                });
+        if let Some(ud) = &wr.ud {
+            let same_pd = self.pd.as_ref().is_some_and(|pd| ud.ah.belongs_to(pd));
+            if !same_pd {
+                return Err(PostError::ForeignAh);
             }
         }
-        match qp_type {
-            QpType::Ud | QpType::Gsi => {
-                let ud = wr.ud.as_ref().ok_or(PostError::MissingUdDestination)?;
-                let same_pd = self.pd.as_ref().is_some_and(|pd| ud.ah.belongs_to(pd));
-                if !same_pd {
-                    return Err(PostError::ForeignAh);
-                }
-            }
-            QpType::XrcSend if wr.xrc_remote_srqn > MAX_QPN => {
-                return Err(PostError::BadRemoteSrqn(wr.xrc_remote_srqn));
-            }
-            _ => {}
+        if qp_type == QpType::XrcSend && wr.xrc_remote_srqn > MAX_QPN {
+            return Err(PostError::BadRemoteSrqn(wr.xrc_remote_srqn));
         }
         Ok(())
     }
@@ -1136,13 +1072,15 @@ impl QpRef {
                 queue: "send",
                 state,
             }),
-            Some(PostOutcome::Flush) => {
+            // ERR before RTR: no engine to check or flush the WR; flushed here.
+            Some(PostOutcome::Flush) if inner.engine.is_none() => {
                 if let Some(cq) = &core.send_cq {
                     let _ = CqCore::push(cq, core.flush_wc_send(&wr), false);
                 }
                 Ok(())
             }
-            Some(PostOutcome::Process | PostOutcome::Defer) => {
+            // The engine checks the WR, then queues it (RTS, SQD) or flushes it (ERR).
+            Some(_) => {
                 crate::engine::post_send(core, &mut inner, wr)?;
                 drop(inner);
                 crate::engine::ring(core);
@@ -1176,7 +1114,7 @@ impl QpRef {
                 queue: "send",
                 state,
             })),
-            Some(PostOutcome::Flush) => {
+            Some(PostOutcome::Flush) if inner.engine.is_none() => {
                 if let Some(cq) = &core.send_cq {
                     for wr in &wrs {
                         let _ = CqCore::push(cq, core.flush_wc_send(wr), false);
@@ -1184,7 +1122,7 @@ impl QpRef {
                 }
                 Ok(())
             }
-            Some(PostOutcome::Process | PostOutcome::Defer) => {
+            Some(_) => {
                 crate::engine::post_send_all(core, &mut inner, wrs)?;
                 drop(inner);
                 crate::engine::ring(core);
@@ -1241,7 +1179,7 @@ impl QpRef {
                 queue: "receive",
                 state,
             }),
-            Some(PostOutcome::Flush) => {
+            Some(PostOutcome::Flush) if inner.engine.is_none() => {
                 if let Some(cq) = &core.recv_cq {
                     let wc = WorkCompletion::error(
                         wr.wr_id,
@@ -1253,10 +1191,9 @@ impl QpRef {
                 }
                 Ok(())
             }
-            Some(PostOutcome::Process | PostOutcome::Defer) if inner.engine.is_some() => {
-                crate::engine::post_recv(core, &mut inner, wr)
-            }
-            Some(PostOutcome::Process | PostOutcome::Defer) => {
+            // The engine queues the WR, or flushes it in ERR.
+            Some(_) if inner.engine.is_some() => crate::engine::post_recv(core, &mut inner, wr),
+            Some(_) => {
                 // INIT: no engine yet; the WR waits in the QP until RTR.
                 if inner.init_recvs.len() >= core.cap.max_recv_wr as usize {
                     return Err(PostError::QueueFull {

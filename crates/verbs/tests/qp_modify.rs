@@ -5,6 +5,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
+use uroce_proto::wr::WrError;
 use uroce_verbs::{
     AccessFlags, AtomicInfo, AttrMask, EventType, ModifyQpError, PostError, QpAttr, QpInitAttr,
     QpState, QpType, RecvWr, SendFlags, SendOpcode, SendWr, Sge, WcStatus,
@@ -31,6 +32,35 @@ fn fixture(qp_type: QpType) -> Fixture {
         _pd: pd,
         cq,
         qp,
+    }
+}
+
+/// Moves a UD QP from RESET to RTS.
+fn ud_to_rts(qp: &uroce_verbs::QpRef) {
+    let init = QpAttr {
+        qp_state: QpState::Init,
+        qkey: 0x1111,
+        ..QpAttr::default()
+    };
+    qp.modify(
+        &init,
+        AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::QKEY,
+    )
+    .expect("UD RESET→INIT");
+    for state in [QpState::Rtr, QpState::Rts] {
+        let mask = if state == QpState::Rts {
+            AttrMask::STATE | AttrMask::SQ_PSN
+        } else {
+            AttrMask::STATE
+        };
+        qp.modify(
+            &QpAttr {
+                qp_state: state,
+                ..QpAttr::default()
+            },
+            mask,
+        )
+        .expect("UD modify");
     }
 }
 
@@ -340,7 +370,7 @@ fn post_send_rules() {
     };
     assert!(matches!(
         f.qp.post_send(read_inline),
-        Err(PostError::InlineNotAllowed(_))
+        Err(PostError::Refused(WrError::InlineForReadOrAtomic))
     ));
     let atomic = |addr: u64, len: u32| SendWr {
         opcode: SendOpcode::AtomicFetchAndAdd,
@@ -353,11 +383,13 @@ fn post_send_rules() {
     };
     assert!(matches!(
         f.qp.post_send(atomic(0x1004, 8)),
-        Err(PostError::AtomicAlignment { addr: 0x1004 })
+        Err(PostError::Refused(WrError::AtomicAlignment {
+            addr: 0x1004
+        }))
     ));
     assert!(matches!(
         f.qp.post_send(atomic(0x1000, 4)),
-        Err(PostError::AtomicLength { len: 4 })
+        Err(PostError::Refused(WrError::AtomicLength { len: 4 }))
     ));
     f.qp.post_send(atomic(0x1000, 8)).expect("valid atomic");
     let mw = SendWr {
@@ -455,10 +487,10 @@ fn opcode_validity_per_qp_type() {
     };
     assert!(matches!(
         uc.qp.post_send(read),
-        Err(PostError::UnsupportedOpcode {
+        Err(PostError::Refused(WrError::OpcodeNotSupported {
             opcode: SendOpcode::RdmaRead,
             qp_type: QpType::Uc
-        })
+        }))
     ));
     let write = SendWr {
         opcode: SendOpcode::RdmaWriteWithImm,
@@ -471,14 +503,19 @@ fn opcode_validity_per_qp_type() {
         opcode: SendOpcode::RdmaWrite,
         ..SendWr::default()
     };
-    // Opcode checks come before the state check.
+    // The protocol checks are the engine's: before RTS the state refuses.
+    assert!(matches!(
+        ud.qp.post_send(write.clone()),
+        Err(PostError::InvalidState { .. })
+    ));
+    ud_to_rts(&ud.qp);
     assert!(matches!(
         ud.qp.post_send(write),
-        Err(PostError::UnsupportedOpcode { .. })
+        Err(PostError::Refused(WrError::OpcodeNotSupported { .. }))
     ));
     assert!(matches!(
         ud.qp.post_send(SendWr::send(1, vec![])),
-        Err(PostError::MissingUdDestination)
+        Err(PostError::Refused(WrError::MissingDestination))
     ));
 }
 
