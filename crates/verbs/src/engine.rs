@@ -466,8 +466,8 @@ fn with_engine<R>(
     Some(r)
 }
 
-/// Moves the engine's completions to the CQs and its events to the event queue, and
-/// mirrors an engine-detected error into the QP's state.
+/// Moves the engine's completions to the CQs and its events to the event queue. (An
+/// engine-detected error needs no mirroring: the engine's state is the QP's.)
 fn drain(core: &Arc<QpCore>, inner: &mut QpInner) -> usize {
     let Some(engine) = inner.engine.as_deref_mut() else {
         return 0;
@@ -523,10 +523,6 @@ fn drain(core: &Arc<QpCore>, inner: &mut QpInner) -> usize {
             continue;
         }
         break;
-    }
-    if engine.state() == QpState::Err && inner.attr.qp_state != QpState::Err {
-        inner.attr.qp_state = QpState::Err;
-        inner.attr.sq_draining = false;
     }
     delivered
 }
@@ -684,7 +680,6 @@ pub(crate) fn modify_engine(
                 let _ = engine.post_recv(wr);
             }
             inner.engine = Some(engine);
-            inner.attr.qp_state = QpState::Rtr;
             true
         }
         QpState::Rts if inner.engine.is_some() => {
@@ -696,18 +691,15 @@ pub(crate) fn modify_engine(
                 rnr_retry: a.rnr_retry,
                 max_rd_atomic: a.max_rd_atomic,
             };
-            inner.attr.qp_state = QpState::Rts;
             with_engine(core, inner, |e, _| e.enter_rts(rts));
             true
         }
         QpState::Sqd if inner.engine.is_some() => {
-            inner.attr.qp_state = QpState::Sqd;
             inner.attr.sq_draining = true;
             with_engine(core, inner, |e, _| e.set_state(QpState::Sqd));
             true
         }
         QpState::Err | QpState::Sqe if inner.engine.is_some() => {
-            inner.attr.qp_state = QpState::Err;
             inner.attr.sq_draining = false;
             with_engine(core, inner, |e, _| e.set_state(QpState::Err));
             true

@@ -467,6 +467,9 @@ impl QpAttr {
 }
 
 pub(crate) struct QpInner {
+    /// The attributes `modify` set. `attr.qp_state` is the QP's state only while there is
+    /// no engine (RESET, INIT, or ERR reached before RTR): from RTR until RESET the state
+    /// is the engine's alone (see [`QpInner::state`]), never copied back here.
     pub(crate) attr: QpAttr,
     /// Receive WRs posted in INIT, before the engine exists (they move into it at RTR).
     init_recvs: Vec<RecvWr>,
@@ -507,6 +510,19 @@ pub(crate) struct QpParts {
 }
 
 impl QpInner {
+    /// The QP's state: the engine's while it has one, else the one kept in `attr`.
+    pub(crate) fn state(&self) -> QpState {
+        match &self.engine {
+            Some(e) => e.state(),
+            None => self.attr.qp_state,
+        }
+    }
+
+    /// Whether the send queue is draining: SQD entered, `SQ_DRAINED` not yet raised.
+    pub(crate) fn sq_draining(&self) -> bool {
+        self.attr.sq_draining && self.state() == QpState::Sqd
+    }
+
     /// Removes and returns the receive WRs posted and not yet taken (they move into the
     /// engine at INIT→RTR).
     pub(crate) fn take_posted_recvs(&mut self) -> Vec<RecvWr> {
@@ -963,7 +979,7 @@ impl QpRef {
 
     /// The current state.
     pub fn state(&self) -> QpState {
-        self.lock().attr.qp_state
+        self.lock().state()
     }
 
     /// Whether the QP is still published (not being destroyed).
@@ -985,6 +1001,8 @@ impl QpRef {
     pub fn query(&self) -> (QpAttr, QpInitInfo) {
         let inner = self.lock();
         let mut attr = inner.attr;
+        attr.qp_state = inner.state();
+        attr.sq_draining = inner.sq_draining();
         attr.cur_qp_state = attr.qp_state;
         let c = &self.core;
         (
@@ -1005,7 +1023,7 @@ impl QpRef {
     pub fn modify(&self, attr: &QpAttr, mask: AttrMask) -> Result<(), ModifyQpError> {
         let core = &self.core;
         let mut inner = self.lock();
-        let cur = inner.attr.qp_state;
+        let cur = inner.state();
         let next = if mask.contains(AttrMask::STATE) {
             attr.qp_state
         } else {
@@ -1015,7 +1033,7 @@ impl QpRef {
             .contains(AttrMask::CUR_STATE)
             .then_some(attr.cur_qp_state);
         check_modify(core.qp_type, cur, next, mask, cur_attr)?;
-        check_sq_drain(cur, next, inner.attr.sq_draining)?;
+        check_sq_drain(cur, next, inner.sq_draining())?;
         let max_mtu = core
             .ctx
             .device
@@ -1066,7 +1084,7 @@ impl QpRef {
         if !core.liveness.is_published() {
             return Err(PostError::Destroyed(ObjectKind::Qp));
         }
-        let state = inner.attr.qp_state;
+        let state = inner.state();
         match state.send_post() {
             None => Err(PostError::InvalidState {
                 queue: "send",
@@ -1108,7 +1126,7 @@ impl QpRef {
         if !core.liveness.is_published() {
             return Err(at_first(PostError::Destroyed(ObjectKind::Qp)));
         }
-        let state = inner.attr.qp_state;
+        let state = inner.state();
         match state.send_post() {
             None => Err(at_first(PostError::InvalidState {
                 queue: "send",
@@ -1173,7 +1191,7 @@ impl QpRef {
         if !core.liveness.is_published() {
             return Err(PostError::Destroyed(ObjectKind::Qp));
         }
-        let state = inner.attr.qp_state;
+        let state = inner.state();
         match state.recv_post() {
             None => Err(PostError::InvalidState {
                 queue: "receive",
