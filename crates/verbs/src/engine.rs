@@ -54,7 +54,7 @@ use crate::context::ContextCore;
 use crate::cq::CqCore;
 use crate::error::{BatchPostError, CreateQpError, PostError};
 use crate::event::EventType;
-use crate::mr::{key_index, AccessError, RemoteOp};
+use crate::mr::{key_index, required_access, AccessError};
 use crate::qp::{QpCore, QpInner, QpRef, RecvWr, SendFlags, SendWr};
 use crate::srq::SrqCore;
 use crate::sync::Arc;
@@ -164,7 +164,7 @@ impl<'a> QpMemory<'a> {
         let w = self
             .window(rkey)
             .ok_or(RemoteAccessError::BadKey { rkey })?;
-        let need = verbs_op(op).required_access();
+        let need = required_access(op);
         match crate::mw::check_access(&w, self.pd_id.get(), self.qpn, rkey, va, len, need) {
             crate::mw::WindowAccess::Region(r) => Ok(r),
             crate::mw::WindowAccess::BadKey => Err(RemoteAccessError::BadKey { rkey }),
@@ -213,14 +213,6 @@ fn remote_error(
     }
 }
 
-fn verbs_op(op: ProtoRemoteOp) -> RemoteOp {
-    match op {
-        ProtoRemoteOp::Read => RemoteOp::Read,
-        ProtoRemoteOp::Write => RemoteOp::Write,
-        ProtoRemoteOp::Atomic => RemoteOp::Atomic,
-    }
-}
-
 impl Memory for QpMemory<'_> {
     fn read_local(&self, lkey: u32, addr: u64, dst: &mut [u8]) -> Result<(), LocalAccessError> {
         let r = self.region(lkey).ok_or(LocalAccessError::BadKey { lkey })?;
@@ -250,7 +242,7 @@ impl Memory for QpMemory<'_> {
         let r = self
             .region(rkey)
             .ok_or(RemoteAccessError::BadKey { rkey })?;
-        r.mr.check_remote(self.pd_id.get(), rkey, va, len, verbs_op(op))
+        r.mr.check_remote(self.pd_id.get(), rkey, va, len, op)
             .map_err(|e| remote_error(rkey, va, len, op, e))
     }
 
@@ -730,7 +722,7 @@ fn to_engine_wr(wr: SendWr) -> pwr::SendWr {
     pwr::SendWr {
         wr_id: wr.wr_id,
         opcode: wr.opcode,
-        flags: pwr::SendFlags::from_bits_truncate(wr.flags.bits()),
+        flags: wr.flags,
         payload: if inline {
             pwr::SendPayload::Inline(wr.inline_data)
         } else {

@@ -5,22 +5,9 @@ use crate::ah::AhRef;
 /// Largest total length of a receive WR (roce-spec §4 notes: "< 2^31").
 pub const MAX_RECV_LEN: u64 = (1 << 31) - 1;
 
-bitflags::bitflags! {
-    /// Send WR flags (`ibv_send_flags`).
-    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-    pub struct SendFlags: u32 {
-        /// `IBV_SEND_FENCE`: wait for earlier READ/atomic WRs.
-        const FENCE = 1;
-        /// `IBV_SEND_SIGNALED`: generate a completion on success.
-        const SIGNALED = 2;
-        /// `IBV_SEND_SOLICITED`: set the SE bit (solicited event at the receiver).
-        const SOLICITED = 4;
-        /// `IBV_SEND_INLINE`: the payload is [`SendWr::inline_data`], copied at post time.
-        const INLINE = 8;
-        /// `IBV_SEND_IP_CSUM`: checksum offload (raw packet QPs; ignored).
-        const IP_CSUM = 16;
-    }
-}
+/// Send WR flags (`enum ibv_send_flags`): the protocol layer's type. With
+/// [`SendFlags::INLINE`] the payload is [`SendWr::inline_data`], copied at post time.
+pub use uroce_proto::wr::SendFlags;
 
 /// Work-request opcodes (`enum ibv_wr_opcode`, ABI values): the protocol layer's one
 /// vocabulary.
