@@ -105,8 +105,8 @@
 //!   fd ([`Context::async_fd`]), each acknowledged by the application.
 //! * QPs ([`qp`]): the IBTA modify table from `uroce_proto::qp_state` plus device value
 //!   checks, atomic application (unchanged on error, the error names the attribute),
-//!   flush to `WR_FLUSH_ERR` on ERR, SQD drain with `SQ_DRAINED`, and the engine-facing
-//!   queue API the transport uses.
+//!   flush to `WR_FLUSH_ERR` on ERR, SQD drain with `SQ_DRAINED`; the queues themselves
+//!   are the QP's protocol engine's (one path, see [`qp`]).
 //!
 //! ## Deviations and choices
 //!

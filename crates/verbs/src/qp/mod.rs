@@ -45,9 +45,11 @@
 //! A QP's queues are its transport engine's ([`uroce_proto::engine::Engine`], see
 //! [`crate::engine`]): the engine is built at INIT→RTR on every context, with or without a
 //! transport installed, and from then on every posted WR goes to it, the engine completes
-//! WRs (in order, with the signalled rule of IBA §10.7.2.4 and flush errors for every WR
-//! on ERR) and raises the QP's events; verbs moves its completions to the CQs and its
-//! events to the context's queue. Before RTR the QP has no engine: receives posted in INIT
+//! WRs (in order, a CQE for a send WR when `sq_sig_all`, the WR was `SIGNALED` or it
+//! failed, §3.4; flush errors for every WR on ERR) and raises the QP's events; verbs moves
+//! its completions to the CQs and its events to the context's queue. The engine's state is
+//! the QP's state (held once, never copied back); verbs keeps one only while the QP has no
+//! engine. Before RTR the QP has no engine: receives posted in INIT
 //! wait in the QP and move into the engine at RTR (or are flushed if the QP goes to ERR
 //! first). Without a transport nothing is ever transmitted; the object model's tests drive
 //! traffic through the in-process [`crate::engine::Transport`] of the `loopback` feature.
