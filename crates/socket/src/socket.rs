@@ -32,10 +32,11 @@
 //! [`RoceSocket::send_batch`] hands up to 64 datagrams to one `sendmmsg`;
 //! [`RoceSocket::recv_batch`] reads up to 64 with one `recvmmsg` into the preallocated
 //! slots of a [`RecvBatch`], checks each (truncation, source, ICRC, packet structure) and
-//! exposes the accepted ones through [`RecvBatch::iter`], each with the
-//! [`PacketRepr`] the structure check parsed: a received packet is parsed once, here, and
-//! the layers above route and process that parse. Neither path allocates per packet
-//! (fault injection, when enabled, copies packets).
+//! exposes the accepted ones through [`RecvBatch::iter`];
+//! [`RoceSocket::recv_batch_with`] hands each accepted packet to the caller as soon as it
+//! is checked, with the [`PacketRepr`] the structure check parsed, so that a packet is
+//! parsed once (the device's receive path). Neither path allocates per packet (fault
+//! injection, when enabled, copies packets).
 //!
 //! # Trains: segmentation offload (GSO) and receive coalescing (GRO)
 //! One datagram per system call tops out near 1.4 GB/s on loopback (baselines.md), so
@@ -487,8 +488,6 @@ struct PacketSlot {
     status: RecvStatus,
     /// The IPv4 header its ICRC was found valid for (accepted IPv4 packets).
     ident: Option<Ipv4Ident>,
-    /// Accepted packets: what the check parsed, kept so the packet is parsed once.
-    parsed: Option<Parsed>,
 }
 
 impl PacketSlot {
@@ -498,49 +497,7 @@ impl PacketSlot {
         len: 0,
         status: RecvStatus::Truncated,
         ident: None,
-        parsed: None,
     };
-}
-
-/// A parsed packet without its borrow of the batch's storage: the headers, and where the
-/// payload lies in the packet's bytes. [`RecvBatch::iter`] puts the two together again.
-#[derive(Debug, Clone, Copy)]
-struct Parsed {
-    /// The headers; `payload` is empty.
-    headers: PacketRepr<'static>,
-    /// The payload's first byte, counted from the packet's first (the BTH).
-    payload_at: usize,
-    /// The payload's length (without pad bytes).
-    payload_len: usize,
-}
-
-impl Parsed {
-    /// Keeps what `PacketRepr::parse(bytes)` gave (`packet`).
-    fn keep(bytes: &[u8], packet: &PacketRepr<'_>) -> Parsed {
-        let payload_len = packet.payload.len();
-        // The layout `parse` checked: headers, payload, pad bytes, ICRC.
-        let payload_at = bytes
-            .len()
-            .saturating_sub(ICRC_LEN + usize::from(packet.bth.pad_cnt) + payload_len);
-        Parsed {
-            headers: PacketRepr {
-                payload: &[],
-                ..*packet
-            },
-            payload_at,
-            payload_len,
-        }
-    }
-
-    /// The packet again, its payload in `bytes` (the bytes it was parsed from).
-    fn packet<'a>(&self, bytes: &'a [u8]) -> PacketRepr<'a> {
-        PacketRepr {
-            payload: bytes
-                .get(self.payload_at..self.payload_at + self.payload_len)
-                .unwrap_or_default(),
-            ..self.headers
-        }
-    }
 }
 
 /// Preallocated buffers for [`RoceSocket::recv_batch`]: `slots` datagrams of up to
@@ -670,25 +627,20 @@ impl RecvBatch {
         self.filled == 0
     }
 
-    /// The accepted packets of the last receive, in arrival order, each with the parse
-    /// its check made (a packet is parsed once, when it is received).
+    /// The accepted packets of the last receive, in arrival order.
     pub fn iter(&self) -> impl Iterator<Item = Received<'_>> + '_ {
-        self.packets.iter().take(self.filled).filter_map(|p| {
-            let (RecvStatus::Accepted(icrc), Some(parsed)) = (p.status, p.parsed) else {
-                return None;
-            };
-            let src = self.meta.get(p.datagram).and_then(|m| m.src)?;
-            let roce = self
-                .storage
-                .get(p.start..p.start.saturating_add(p.len))
-                .unwrap_or_default();
-            Some(Received {
-                src,
-                roce,
-                icrc,
-                ident: p.ident,
-                packet: parsed.packet(roce),
-            })
+        self.all().filter_map(|d| match (d.status, d.src) {
+            (RecvStatus::Accepted(icrc), Some(src)) => {
+                // Accepted means it parsed; the filter only keeps this panic-free.
+                PacketRepr::parse(d.bytes).ok().map(|packet| Received {
+                    src,
+                    roce: d.bytes,
+                    icrc,
+                    ident: d.ident,
+                    packet,
+                })
+            }
+            _ => None,
         })
     }
 
@@ -1450,6 +1402,25 @@ impl RoceSocket {
     /// # Errors
     /// [`SocketError::Recv`] if `recvmmsg` fails other than for "nothing waiting".
     pub fn recv_batch(&mut self, bufs: &mut RecvBatch) -> Result<usize, SocketError> {
+        self.recv_batch_with(bufs, |_| {})
+    }
+
+    /// [`RoceSocket::recv_batch`], handing each accepted packet to `deliver`, in arrival
+    /// order, as soon as it is checked, with the [`PacketRepr`] the check parsed: the
+    /// packet is parsed once, and nothing of the parse is stored (the device's receive
+    /// path). [`RecvBatch::iter`] parses the accepted packets again; it is for callers
+    /// that look at a batch later.
+    ///
+    /// # Errors
+    /// As [`RoceSocket::recv_batch`].
+    pub fn recv_batch_with<F>(
+        &mut self,
+        bufs: &mut RecvBatch,
+        mut deliver: F,
+    ) -> Result<usize, SocketError>
+    where
+        F: FnMut(Received<'_>),
+    {
         bufs.filled = 0;
         bufs.datagrams = 0;
         let slot_len = bufs.slot_len;
@@ -1514,10 +1485,21 @@ impl RoceSocket {
                     .storage
                     .get(entry.start..entry.start + entry.len)
                     .unwrap_or_default();
-                let (status, ident, parsed) = self.receive_one(meta.src, entry.status, bytes);
+                let mut packet = None;
+                let (status, ident) = self.receive_one(meta.src, entry.status, bytes, &mut packet);
                 entry.status = status;
                 entry.ident = ident;
-                entry.parsed = parsed;
+                if let (RecvStatus::Accepted(icrc), Some(packet), Some(src)) =
+                    (status, packet, meta.src)
+                {
+                    deliver(Received {
+                        src,
+                        roce: bytes,
+                        icrc,
+                        ident,
+                        packet,
+                    });
+                }
                 exact += u64::from(
                     status == RecvStatus::Accepted(IcrcCheck::Ok)
                         && ident.is_none_or(|i| i == Ipv4Ident::UROCE),
@@ -1536,18 +1518,20 @@ impl RoceSocket {
     /// Classifies, counts (drops and the slow ICRC paths; the caller counts packets,
     /// bytes and the fast path) and captures one received packet; `status` is
     /// `Truncated` for a piece that was cut short, anything else otherwise. Returns what
-    /// became of it, the IPv4 header its ICRC was found valid for and (accepted) its parse.
-    fn receive_one(
+    /// became of it and the IPv4 header its ICRC was found valid for; an accepted
+    /// packet's parse goes to `packet`.
+    fn receive_one<'b>(
         &mut self,
         src: Option<SocketAddr>,
         status: RecvStatus,
-        bytes: &[u8],
-    ) -> (RecvStatus, Option<Ipv4Ident>, Option<Parsed>) {
+        bytes: &'b [u8],
+        packet: &mut Option<PacketRepr<'b>>,
+    ) -> (RecvStatus, Option<Ipv4Ident>) {
         let c = &*self.counters;
-        let (status, ident, parsed) = if status == RecvStatus::Truncated {
-            (status, None, None)
+        let (status, ident) = if status == RecvStatus::Truncated {
+            (status, None)
         } else {
-            classify(self.policy, self.local, src, bytes, &mut self.ids)
+            classify(self.policy, self.local, src, bytes, &mut self.ids, packet)
         };
         let counter = match (status, ident) {
             (RecvStatus::Accepted(IcrcCheck::Ok), None) => None,
@@ -1580,7 +1564,7 @@ impl RoceSocket {
                 Counters::add(&c.capture_errors, 1);
             }
         }
-        (status, ident, parsed)
+        (status, ident)
     }
 }
 
@@ -1606,7 +1590,6 @@ pub fn gro_pieces(
         len: 0,
         status: RecvStatus::BadSource,
         ident: None,
-        parsed: None,
     };
     let mut entries = vec![blank; room];
     let used = split_datagram(&meta, 0, &mut entries);
@@ -1641,7 +1624,6 @@ fn split_datagram(meta: &RecvMeta, base: usize, entries: &mut [PacketSlot]) -> u
                     pending
                 },
                 ident: None,
-                parsed: None,
             };
             return 1;
         }
@@ -1664,7 +1646,6 @@ fn split_datagram(meta: &RecvMeta, base: usize, entries: &mut [PacketSlot]) -> u
                 len,
                 status: pending,
                 ident: None,
-                parsed: None,
             };
         }
         used += 1;
@@ -1678,7 +1659,6 @@ fn split_datagram(meta: &RecvMeta, base: usize, entries: &mut [PacketSlot]) -> u
                 len: meta.len - offset,
                 status: RecvStatus::Truncated,
                 ident: None,
-                parsed: None,
             };
             used += 1;
         }
@@ -1687,17 +1667,18 @@ fn split_datagram(meta: &RecvMeta, base: usize, entries: &mut [PacketSlot]) -> u
 }
 
 /// Decides what becomes of one received packet; also returns the IPv4 header its ICRC
-/// is valid for, when it was accepted for one, and an accepted packet's parse (the only
-/// one: [`RecvBatch::iter`] hands it out).
-fn classify(
+/// is valid for, when it was accepted for one. An accepted packet's parse (its structure
+/// check) is written to `packet`.
+fn classify<'b>(
     policy: IcrcPolicy,
     local: SocketAddr,
     src: Option<SocketAddr>,
-    bytes: &[u8],
+    bytes: &'b [u8],
     ids: &mut IdentSolver,
-) -> (RecvStatus, Option<Ipv4Ident>, Option<Parsed>) {
+    packet: &mut Option<PacketRepr<'b>>,
+) -> (RecvStatus, Option<Ipv4Ident>) {
     let Some(src) = src else {
-        return (RecvStatus::BadSource, None, None);
+        return (RecvStatus::BadSource, None);
     };
     let (check, ident) = match check_icrc(src, local, bytes, ids) {
         (IcrcCheck::Ok, Some(found)) if found != Ipv4Ident::UROCE && !policy.accepts(found) => {
@@ -1708,18 +1689,17 @@ fn classify(
     let accept = match check {
         IcrcCheck::Ok => true,
         IcrcCheck::Mismatch => policy == IcrcPolicy::AcceptUnverified && src.is_ipv4(),
-        IcrcCheck::Unverifiable => return (RecvStatus::Unverifiable, None, None),
+        IcrcCheck::Unverifiable => return (RecvStatus::Unverifiable, None),
     };
     if !accept {
-        return (RecvStatus::BadIcrc, None, None);
+        return (RecvStatus::BadIcrc, None);
     }
     match PacketRepr::parse(bytes) {
-        Ok(packet) => (
-            RecvStatus::Accepted(check),
-            ident,
-            Some(Parsed::keep(bytes, &packet)),
-        ),
-        Err(_) => (RecvStatus::ParseError, ident, None),
+        Ok(p) => {
+            *packet = Some(p);
+            (RecvStatus::Accepted(check), ident)
+        }
+        Err(_) => (RecvStatus::ParseError, ident),
     }
 }
 
@@ -1736,11 +1716,16 @@ mod tests {
     use uroce_wire::opcode::op;
     use uroce_wire::{bth, reth, Psn};
 
-    /// The parse a received packet keeps gives back exactly what parsing its bytes gives:
-    /// every header, and the payload without pad bytes, borrowed from those bytes.
+    /// `recv_batch_with` hands over every accepted packet once, in arrival order, with
+    /// the parse its check made: the same packets, sources and reprs as `RecvBatch::iter`
+    /// (which parses again), and what does not pass the check is not handed over.
     #[test]
-    fn a_kept_parse_is_the_parse() {
-        let bth = |opcode| bth::Repr {
+    fn packets_are_handed_over_with_their_one_parse() {
+        let ip: IpAddr = "127.0.0.1".parse().expect("ip");
+        let mut tx = RoceSocket::bind_port(ip, 0).expect("bind");
+        let mut rx = RoceSocket::bind_port(ip, 0).expect("bind");
+        let dst = rx.local_addr();
+        let bth = |opcode, psn| bth::Repr {
             opcode,
             solicited: false,
             mig_req: false,
@@ -1750,29 +1735,71 @@ mod tests {
             becn: false,
             dest_qp: 0x12,
             ack_req: true,
-            psn: Psn::new(7),
+            psn: Psn::new(psn),
         };
         let payload: Vec<u8> = (0..13u8).collect();
-        let packets = [
-            PacketRepr::new(bth(op::RC_SEND_ONLY), &payload[..]),
-            PacketRepr::new(bth(op::RC_SEND_ONLY), &payload[..12]),
-            PacketRepr::new(bth(op::RC_SEND_ONLY), &[]),
+        let reprs = [
+            PacketRepr::new(bth(op::RC_SEND_ONLY, 1), &payload[..]),
             PacketRepr {
                 reth: Some(reth::Repr {
                     va: 0x1000,
                     rkey: 0x99,
-                    dma_len: 13,
+                    dma_len: 12,
                 }),
-                ..PacketRepr::new(bth(op::RC_RDMA_WRITE_ONLY), &payload[..])
+                ..PacketRepr::new(bth(op::RC_RDMA_WRITE_ONLY, 2), &payload[..12])
             },
+            PacketRepr::new(bth(op::RC_SEND_ONLY, 3), &[]),
         ];
-        for pkt in packets {
-            let mut buf = vec![0u8; pkt.buffer_len()];
-            pkt.emit(&mut buf).expect("emit");
-            let parsed = PacketRepr::parse(&buf).expect("parse");
-            let kept = Parsed::keep(&buf, &parsed);
-            assert_eq!(kept.packet(&buf), parsed);
-            assert_eq!(kept.packet(&buf).payload, pkt.payload);
+        let mut bufs: Vec<Vec<u8>> = reprs
+            .iter()
+            .map(|p| {
+                let mut b = vec![0u8; p.buffer_len()];
+                p.emit(&mut b).expect("emit");
+                tx.seal(dst, &mut b).expect("seal");
+                b
+            })
+            .collect();
+        // A corrupted ICRC: dropped by the check, never handed over.
+        let mut bad = bufs[0].clone();
+        let last = bad.len() - 1;
+        bad[last] ^= 1;
+        bufs.insert(1, bad);
+        let out: Vec<OutPacket<'_>> = bufs.iter().map(|b| OutPacket { dst, roce: b }).collect();
+        assert_eq!(tx.send_batch(&out).expect("send"), out.len());
+        let mut batch = RecvBatch::new(8, 2048).expect("batch");
+        let mut handed = Vec::new();
+        let mut seen = Vec::new();
+        let mut read = 0;
+        // Bounded: 100 waits of at most 100 ms.
+        for _ in 0..100 {
+            if read == bufs.len() {
+                break;
+            }
+            let _ = rx.wait_readable(Some(Duration::from_millis(100)));
+            let n = rx
+                .recv_batch_with(&mut batch, |r| {
+                    assert_eq!(PacketRepr::parse(r.roce), Ok(r.packet));
+                    handed.push((r.src, r.packet.bth.psn.value(), r.packet.payload.to_vec()));
+                })
+                .expect("recv");
+            read += n;
+            seen.extend(
+                batch
+                    .iter()
+                    .map(|r| (r.src, r.packet.bth.psn.value(), r.packet.payload.to_vec())),
+            );
         }
+        assert_eq!(read, bufs.len());
+        assert_eq!(handed, seen);
+        let src = tx.local_addr();
+        assert_eq!(
+            handed,
+            vec![
+                (src, 1, payload.clone()),
+                (src, 2, payload[..12].to_vec()),
+                (src, 3, Vec::new()),
+            ]
+        );
+        assert_eq!(rx.counters().bad_icrc, 1);
     }
 }
