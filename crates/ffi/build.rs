@@ -1,6 +1,7 @@
 //! Links the cdylib as `libibverbs.so.1`: SONAME and the symbol version nodes of
 //! rdma-core 44 (`libibverbs.map`; the versioned names themselves are attached with
-//! `.symver` in `src/exports.rs`; docs/ARCHITECTURE.md, "ffi", says why).
+//! `.symver` next to each exported function, by the `symver!` macro of `src/entry.rs`;
+//! docs/ARCHITECTURE.md, "ffi", says why).
 
 fn main() {
     let dir = std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| ".".to_owned());

@@ -25,8 +25,8 @@ use uroce_net::NetDevice;
 use uroce_verbs::{AsyncEvent, EventElement};
 
 use crate::abi::*;
-use crate::device::FfiError;
 use crate::entry::*;
+use crate::error::FfiError;
 
 symver!(
     "uroce_ibv_get_async_event",

@@ -33,69 +33,7 @@ use uroce_verbs::device::{node_guid_for, LinkLayer, PortState, PORT_NUM};
 use uroce_verbs::Gid;
 
 use crate::abi::*;
-
-/// Why a device or context call failed; each maps to one `errno` value.
-#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
-pub enum FfiError {
-    /// A pointer argument was NULL or not an object uroce handed out (or it was closed).
-    #[error("{what} is NULL or not a live uroce object")]
-    BadHandle {
-        /// Which argument.
-        what: &'static str,
-    },
-    /// A port number other than 1.
-    #[error("port {port} does not exist (uroce devices have port 1 only)")]
-    BadPort {
-        /// The port asked for.
-        port: u32,
-    },
-    /// A GID index beyond the table.
-    #[error("GID index {index} is outside the table of {len} entries")]
-    BadGidIndex {
-        /// The index asked for.
-        index: u64,
-        /// Table length.
-        len: u32,
-    },
-    /// An argument value the call does not accept.
-    #[error("invalid argument: {0}")]
-    Invalid(&'static str),
-    /// The environment does not describe a usable device (e.g. `UROCE_ADDR` unparsable).
-    #[error("device configuration: {0}")]
-    Config(String),
-    /// Opening the network device failed (address not local, port taken, …).
-    #[error("cannot open device uroce0: {0}")]
-    Open(String),
-    /// The verbs layer refused the operation; `errno` is the verbs ABI's value for it.
-    #[error("{op}: {reason}")]
-    Refused {
-        /// The verbs call.
-        op: &'static str,
-        /// The errno value reported (EINVAL, ENOMEM, EBUSY, …).
-        errno: i32,
-        /// The verbs layer's explanation.
-        reason: String,
-    },
-    /// A feature this library does not implement (yet).
-    #[error("not supported: {0}")]
-    Unsupported(&'static str),
-}
-
-impl FfiError {
-    /// The `errno` value this error reports.
-    pub fn errno(&self) -> i32 {
-        match self {
-            FfiError::BadHandle { .. }
-            | FfiError::BadPort { .. }
-            | FfiError::BadGidIndex { .. }
-            | FfiError::Invalid(_)
-            | FfiError::Config(_) => libc::EINVAL,
-            FfiError::Open(_) => libc::ENODEV,
-            FfiError::Refused { errno, .. } => *errno,
-            FfiError::Unsupported(_) => libc::EOPNOTSUPP,
-        }
-    }
-}
+use crate::error::FfiError;
 
 /// The one device of the process.
 struct Dev {
@@ -251,32 +189,7 @@ fn new_context(
     // `pthread_mutex_t`, whose all-zero bytes are `PTHREAD_MUTEX_INITIALIZER`; every
     // field is therefore valid when zeroed.
     let mut vctx: Box<verbs_context> = unsafe { Box::new(std::mem::zeroed()) };
-    vctx.query_port = Some(crate::exports::vctx_query_port);
-    vctx.query_device_ex = crate::device_ex::vctx_query_device_ex as *const std::ffi::c_void;
-    vctx.create_cq_ex = crate::cq_ex::vctx_create_cq_ex as *const std::ffi::c_void;
-    vctx.alloc_td = crate::parent_domain::vctx_alloc_td as *const std::ffi::c_void;
-    vctx.dealloc_td = crate::parent_domain::vctx_dealloc_td as *const std::ffi::c_void;
-    vctx.alloc_parent_domain =
-        crate::parent_domain::vctx_alloc_parent_domain as *const std::ffi::c_void;
-    vctx.query_rt_values = crate::parent_domain::vctx_query_rt_values as *const std::ffi::c_void;
-    vctx.context.ops.poll_cq = Some(crate::verbs_api::ops_poll_cq);
-    vctx.context.ops.req_notify_cq = Some(crate::verbs_api::ops_req_notify_cq);
-    vctx.context.ops.post_send = Some(crate::verbs_api::ops_post_send);
-    vctx.context.ops.post_recv = Some(crate::verbs_api::ops_post_recv);
-    vctx.context.ops.post_srq_recv = Some(crate::verbs_api::ops_post_srq_recv);
-    vctx.context.ops.alloc_mw = Some(crate::mw::ops_alloc_mw);
-    vctx.context.ops.bind_mw = Some(crate::mw::ops_bind_mw);
-    vctx.context.ops.dealloc_mw = Some(crate::mw::ops_dealloc_mw);
-    vctx.open_xrcd = Some(crate::xrc::vctx_open_xrcd);
-    vctx.close_xrcd = Some(crate::xrc::vctx_close_xrcd);
-    vctx.create_srq_ex = Some(crate::xrc::vctx_create_srq_ex);
-    vctx.get_srq_num = Some(crate::xrc::vctx_get_srq_num);
-    vctx.create_qp_ex = Some(crate::xrc::vctx_create_qp_ex);
-    // The slot is untyped in the struct; the header casts it back to
-    // `struct ibv_qp *(*)(struct ibv_context *, struct ibv_qp_open_attr *)`.
-    let open_qp: unsafe extern "C" fn(*mut ibv_context, *mut ibv_qp_open_attr) -> *mut ibv_qp =
-        crate::xrc::vctx_open_qp;
-    vctx.open_qp = open_qp as *const std::ffi::c_void;
+    crate::table::fill(&mut vctx);
     vctx.sz = std::mem::size_of::<verbs_context>();
     vctx.context.device = dev;
     // `cmd_fd` names the device file (see `crate::import`): a program duplicates it to

@@ -16,8 +16,9 @@
 use std::ffi::c_int;
 
 use crate::abi::{ibv_context, ibv_device_attr};
-use crate::device::{self, FfiError, Registry};
+use crate::device::{self, Registry};
 use crate::entry::{errno_value, guard};
+use crate::error::FfiError;
 
 /// `IBV_DEVICE_SYS_IMAGE_GUID`: `sys_image_guid` is meaningful.
 pub const IBV_DEVICE_SYS_IMAGE_GUID: u32 = 1 << 11;

@@ -7,7 +7,7 @@ use std::ffi::c_int;
 use std::io::Write as _;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use crate::device::FfiError;
+use crate::error::FfiError;
 
 /// Sets the calling thread's `errno`.
 pub(crate) fn set_errno(e: c_int) {
@@ -42,6 +42,16 @@ pub(crate) fn report(e: &FfiError) {
             "uroce: refused ({}): {e}",
             std::io::Error::from_raw_os_error(e.errno())
         );
+    }
+}
+
+/// A result the caller cannot act on (the cleanup of an object on another object's error
+/// or destruction): reported and left in `errno` as the exported function would leave it,
+/// then dropped.
+pub(crate) fn ignore<T>(r: Result<T, FfiError>) {
+    if let Err(e) = r {
+        report(&e);
+        set_errno(e.errno());
     }
 }
 

@@ -45,8 +45,9 @@ use std::ffi::{c_int, c_void};
 use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd, RawFd};
 
 use crate::abi::*;
-use crate::device::{FfiError, Registry};
+use crate::device::Registry;
 use crate::entry::*;
+use crate::error::FfiError;
 use crate::objects::*;
 
 symver!("uroce_ibv_import_device", "ibv_import_device@@IBVERBS_1.10");

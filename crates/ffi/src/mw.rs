@@ -2,51 +2,33 @@
 //! `dealloc_mw` that the header inlines `ibv_alloc_mw`, `ibv_bind_mw` and `ibv_dealloc_mw`
 //! call, and the conversion of a BIND_MW work request's `wr.bind_mw` for `ibv_post_send`
 //! (LOCAL_INV and SEND_WITH_INV need only `invalidate_rkey`, converted with the rest of the
-//! WR). The windows live in a registry of their own, keyed by the address of their
-//! `struct ibv_mw`; regions and PDs are looked up in [`crate::objects`], never dereferenced.
+//! WR). The windows are entries of the object registry ([`crate::objects`], `windows`),
+//! keyed by the address of their `struct ibv_mw`, like the regions and PDs they are checked
+//! against; a pointer the registry does not know is never dereferenced.
 
-use std::collections::HashMap;
 use std::ffi::c_int;
-use std::sync::{LazyLock, Mutex, MutexGuard, PoisonError};
 
 use uroce_verbs::{AccessFlags, BindMwWr, Mw, MwBindInfo, MwType, SendFlags};
 
 use crate::abi::*;
-use crate::device::FfiError;
 use crate::entry::{errno_value, guard, ptr_or_null};
-use crate::objects::{objects, qp_ref, CBox};
+use crate::error::{refused, FfiError};
+use crate::objects::{objects, qp_ref, CBox, Objects};
 
 /// A memory window handed to the application.
-struct MwEntry {
+pub(crate) struct MwEntry {
     raw: CBox<ibv_mw>,
     mw: Mw,
 }
 
-static WINDOWS: LazyLock<Mutex<HashMap<usize, MwEntry>>> =
-    LazyLock::new(|| Mutex::new(HashMap::new()));
-
-/// Whether a live memory window was allocated through `pd` (a PD handle or a parent
-/// domain: the pointer the program passed to `ibv_alloc_mw`).
-pub(crate) fn any_on(pd: *mut ibv_pd) -> bool {
-    windows().values().any(|e| {
+/// Whether a live memory window of `objs` was allocated through `pd` (a PD handle or a
+/// parent domain: the pointer the program passed to `ibv_alloc_mw`).
+pub(crate) fn any_on(objs: &Objects, pd: *mut ibv_pd) -> bool {
+    objs.windows.values().any(|e| {
         // SAFETY: a registered window's `ibv_mw` is uroce's and live while the registry
-        // lock is held; only its `pd` field is read.
+        // lock (held by whoever holds `objs`) is held; only its `pd` field is read.
         unsafe { (*e.raw.ptr()).pd == pd }
     })
-}
-
-/// Locks the window registry (every mutation is one insert or remove, so a poisoned lock
-/// still guards consistent data).
-fn windows() -> MutexGuard<'static, HashMap<usize, MwEntry>> {
-    WINDOWS.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-fn refused(op: &'static str, errno: c_int, e: impl std::fmt::Display) -> FfiError {
-    FfiError::Refused {
-        op,
-        errno,
-        reason: e.to_string(),
-    }
 }
 
 /// The window's rights from `mw_access_flags`: the remote rights. `IBV_ACCESS_LOCAL_WRITE`
@@ -82,7 +64,8 @@ fn bind_info(info: &ibv_mw_bind_info) -> Result<MwBindInfo, FfiError> {
 /// `wr.bind_mw` of an `IBV_WR_BIND_MW` work request (type 2 windows): the window, the new
 /// R_Key the application chose and the bind.
 pub(crate) fn bind_mw_wr_from_c(b: &ibv_send_wr_bind_mw) -> Result<BindMwWr, FfiError> {
-    let mw_rkey = windows()
+    let mw_rkey = objects()
+        .windows
         .get(&(b.mw as usize))
         .map(|e| e.mw.rkey())
         .ok_or(FfiError::BadHandle { what: "mw" })?;
@@ -122,7 +105,7 @@ pub unsafe extern "C" fn ops_alloc_mw(pd: *mut ibv_pd, type_: ibv_mw_type) -> *m
                 type_,
             });
             let p = raw.ptr();
-            windows().insert(p as usize, MwEntry { raw, mw });
+            objects().windows.insert(p as usize, MwEntry { raw, mw });
             Ok(p)
         })())
     })
@@ -151,8 +134,9 @@ pub unsafe extern "C" fn ops_bind_mw(
             let flags = SendFlags::from_bits(b.send_flags)
                 .ok_or(FfiError::Invalid("unknown send_flags"))?;
             let (q, _) = qp_ref(qp)?;
-            let wins = windows();
-            let entry = wins
+            let objs = objects();
+            let entry = objs
+                .windows
                 .get(&(mw as usize))
                 .ok_or(FfiError::BadHandle { what: "mw" })?;
             let rkey = entry
@@ -175,7 +159,8 @@ pub unsafe extern "C" fn ops_bind_mw(
 pub unsafe extern "C" fn ops_dealloc_mw(mw: *mut ibv_mw) -> c_int {
     guard(libc::EIO, || {
         errno_value((|| {
-            let MwEntry { raw, mw: m } = windows()
+            let MwEntry { raw, mw: m } = objects()
+                .windows
                 .remove(&(mw as usize))
                 .ok_or(FfiError::BadHandle { what: "mw" })?;
             let r = m

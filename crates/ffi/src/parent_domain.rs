@@ -21,14 +21,15 @@
 //! domain is accepted and is a hint only: uroce's queues take their locks either way.
 //!
 //! `ibv_query_rt_values_ex` with `IBV_VALUES_MASK_RAW_CLOCK` returns the device clock that
-//! stamps completions (`IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`, see `crate::cq_ex`):
+//! stamps completions (`IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`, see `crate::cq::ex`):
 //! `CLOCK_MONOTONIC`, a 1 GHz clock (`hca_core_clock` = 1 000 000 kHz), as a `timespec`.
 
 use std::ffi::{c_int, c_void};
 
 use crate::abi::{ibv_context, ibv_pd};
-use crate::device::{FfiError, Registry};
+use crate::device::Registry;
 use crate::entry::{errno_value, guard, ptr_or_null};
+use crate::error::FfiError;
 use crate::objects::{objects, CBox, Objects};
 
 /// `struct ibv_td_init_attr`.
@@ -127,7 +128,7 @@ pub(crate) fn check_parent_domain(
 }
 
 /// Whether a QP, MR, SRQ, AH, extended CQ or memory window was made through the parent
-/// domain at `pd`. Lock order: the object registry, then the window registry.
+/// domain at `pd`.
 fn parent_domain_in_use(objs: &Objects, pd: *mut ibv_pd) -> bool {
     // Registered objects are live while the registry lock (held by whoever holds `objs`)
     // is held; only their `pd` field is read.
@@ -152,7 +153,7 @@ fn parent_domain_in_use(objs: &Objects, pd: *mut ibv_pd) -> bool {
         || objs.srqs.values().any(srq)
         || objs.ahs.values().any(ah)
         || objs.cqs.values().any(|c| c.parent_domain == pd as usize)
-        || crate::mw::any_on(pd)
+        || crate::mw::any_on(objs, pd)
 }
 
 /// The parent domain part of `ibv_dealloc_pd`: `None` when `pd` is not a parent domain,

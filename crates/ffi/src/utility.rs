@@ -3,15 +3,16 @@
 //! `ibv_query_qp_data_in_order`, and the provider-registration entry points that libmlx5
 //! and libefa call from their constructors when a program merely links them (perftest).
 //!
-//! Conventions as in [`crate::exports`]: internal `uroce_<name>` symbols renamed by
+//! Conventions as in [`crate::context`]: internal `uroce_<name>` symbols renamed by
 //! `.symver`, panics caught, `errno` set on failure.
 
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::mem::size_of;
 
 use crate::abi::*;
-use crate::device::{self, FfiError, Registry};
+use crate::device::{self, Registry};
 use crate::entry::*;
+use crate::error::FfiError;
 
 symver!("uroce_ibv_node_type_str", "ibv_node_type_str@@IBVERBS_1.1");
 symver!(
@@ -316,7 +317,7 @@ pub unsafe extern "C" fn uroce_ibv_get_sysfs_path() -> *const c_char {
 const DEFAULT_PKEY: u16 = 0xffff;
 
 /// The port's P_Key table length, after checking the context and port (port 1 only).
-fn pkey_table_len(context: *mut ibv_context, port_num: u8) -> Result<u16, device::FfiError> {
+fn pkey_table_len(context: *mut ibv_context, port_num: u8) -> Result<u16, FfiError> {
     let net = Registry::net(context)?;
     device::port_attr(&net, port_num).map(|p| p.pkey_tbl_len)
 }
@@ -337,7 +338,7 @@ pub unsafe extern "C" fn uroce_ibv_query_pkey(
     guard(-1, || {
         minus_one(pkey_table_len(context, port_num).and_then(|len| {
             if pkey.is_null() || index < 0 || index >= c_int::from(len) {
-                return Err(device::FfiError::Invalid("P_Key index or output"));
+                return Err(FfiError::Invalid("P_Key index or output"));
             }
             let key = if index == 0 { DEFAULT_PKEY } else { 0 };
             // SAFETY: `pkey` is non-NULL and writable (caller guarantee).
@@ -468,7 +469,7 @@ pub unsafe extern "C" fn uroce_ibv_reg_mr_iova(
     access: c_int,
 ) -> *mut ibv_mr {
     // SAFETY: forwarded caller guarantee.
-    unsafe { crate::verbs_api::reg_mr_iova(pd, addr, length, iova, access) }
+    unsafe { crate::mr::reg_mr_iova(pd, addr, length, iova, access) }
 }
 
 /// `ibv_query_qp_data_in_order(qp, op, flags)`: 0 (not guaranteed) for every QP and

@@ -1,8 +1,8 @@
 //! XRC through the `verbs_context` slots the header inlines call (IBA Vol 1 Annex A14):
 //! `open_xrcd` / `close_xrcd` (`ibv_open_xrcd`, `ibv_close_xrcd`), `create_srq_ex`
 //! (`ibv_create_srq_ex`, XRC or basic SRQs), `get_srq_num` (`ibv_get_srq_num`),
-//! `create_qp_ex` (`ibv_create_qp_ex`: XRC_RECV QPs in a domain, every other type through
-//! `ibv_create_qp`) and `open_qp` (`ibv_open_qp`: another handle for a target QP).
+//! the XRC_RECV part of `create_qp_ex` (`ibv_create_qp_ex`, in [`crate::qp`]: target QPs
+//! in a domain) and `open_qp` (`ibv_open_qp`: another handle for a target QP).
 //!
 //! Domains by file: `ibv_open_xrcd` with a file descriptor names the domain by the file's
 //! inode (device and inode number from `fstat`); every open of the same inode in this
@@ -30,8 +30,10 @@ use uroce_verbs::{AttrMask, CreateQpError, QpType, SrqInitAttr, Xrcd};
 
 use crate::abi::*;
 use crate::async_events::ObjKind;
-use crate::device::{FfiError, Registry};
+use crate::device::Registry;
 use crate::entry::*;
+use crate::error::refused;
+use crate::error::FfiError;
 use crate::handle::{Handle, HandlePtr};
 use crate::objects::*;
 
@@ -50,14 +52,6 @@ impl Objects {
         self.xrcds
             .get(&(xrcd as usize))
             .ok_or(FfiError::BadHandle { what: "xrcd" })
-    }
-}
-
-fn refused(op: &'static str, errno: c_int, e: impl std::fmt::Display) -> FfiError {
-    FfiError::Refused {
-        op,
-        errno,
-        reason: e.to_string(),
     }
 }
 
@@ -98,68 +92,79 @@ pub unsafe extern "C" fn vctx_open_xrcd(
     attr: *mut ibv_xrcd_init_attr,
 ) -> *mut ibv_xrcd {
     guard(std::ptr::null_mut(), || {
-        ptr_or_null((|| {
-            if attr.is_null() {
-                return Err(FfiError::Invalid("xrcd_init_attr is NULL"));
-            }
-            // SAFETY: caller guarantee: readable attr (checked non-NULL).
-            let a = unsafe { attr.read() };
-            if a.comp_mask & !(IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS) != 0 {
-                return Err(FfiError::Invalid("unknown xrcd_init_attr comp_mask bits"));
-            }
-            let fd = if a.comp_mask & IBV_XRCD_INIT_ATTR_FD != 0 {
-                a.fd
-            } else {
-                -1
-            };
-            let oflags = if a.comp_mask & IBV_XRCD_INIT_ATTR_OFLAGS != 0 {
-                a.oflags
-            } else {
-                0
-            };
-            let net = Registry::net(context)?;
-            let inode = if fd == -1 { None } else { Some(inode_of(fd)?) };
-            let mut objs = objects();
-            let existing = inode.and_then(|ino| {
-                objs.xrcds
-                    .values()
-                    .find(|e| e.inode == Some(ino) && Arc::ptr_eq(&e.net, &net))
-            });
-            let xrcd = match existing {
-                Some(_) if oflags & libc::O_EXCL != 0 => {
-                    return Err(refused(
-                        "ibv_open_xrcd",
-                        libc::EINVAL,
-                        "O_EXCL: the file already names a domain",
-                    ))
-                }
-                Some(e) => e.xrcd.share(),
-                None if inode.is_some() && oflags & libc::O_CREAT == 0 => {
-                    return Err(refused(
-                        "ibv_open_xrcd",
-                        libc::EINVAL,
-                        "the file names no domain and O_CREAT is not set",
-                    ))
-                }
-                None => net
-                    .context()
-                    .alloc_xrcd()
-                    .map_err(|e| refused("ibv_open_xrcd", libc::ENOMEM, e))?,
-            };
-            let raw = CBox::new(ibv_xrcd { context });
-            let p = raw.ptr();
-            objs.xrcds.insert(
-                p as usize,
-                XrcdEntry {
-                    raw,
-                    xrcd,
-                    inode,
-                    net,
-                },
-            );
-            Ok(p)
-        })())
+        // SAFETY: forwarded caller guarantee.
+        ptr_or_null(unsafe { open_xrcd(context, attr) })
     })
+}
+
+/// The body of the `verbs_context.open_xrcd` slot function [`vctx_open_xrcd`], for callers
+/// inside the library.
+///
+/// # Safety
+/// As for [`vctx_open_xrcd`].
+pub(crate) unsafe fn open_xrcd(
+    context: *mut ibv_context,
+    attr: *mut ibv_xrcd_init_attr,
+) -> Result<*mut ibv_xrcd, FfiError> {
+    if attr.is_null() {
+        return Err(FfiError::Invalid("xrcd_init_attr is NULL"));
+    }
+    // SAFETY: caller guarantee: readable attr (checked non-NULL).
+    let a = unsafe { attr.read() };
+    if a.comp_mask & !(IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS) != 0 {
+        return Err(FfiError::Invalid("unknown xrcd_init_attr comp_mask bits"));
+    }
+    let fd = if a.comp_mask & IBV_XRCD_INIT_ATTR_FD != 0 {
+        a.fd
+    } else {
+        -1
+    };
+    let oflags = if a.comp_mask & IBV_XRCD_INIT_ATTR_OFLAGS != 0 {
+        a.oflags
+    } else {
+        0
+    };
+    let net = Registry::net(context)?;
+    let inode = if fd == -1 { None } else { Some(inode_of(fd)?) };
+    let mut objs = objects();
+    let existing = inode.and_then(|ino| {
+        objs.xrcds
+            .values()
+            .find(|e| e.inode == Some(ino) && Arc::ptr_eq(&e.net, &net))
+    });
+    let xrcd = match existing {
+        Some(_) if oflags & libc::O_EXCL != 0 => {
+            return Err(refused(
+                "ibv_open_xrcd",
+                libc::EINVAL,
+                "O_EXCL: the file already names a domain",
+            ))
+        }
+        Some(e) => e.xrcd.share(),
+        None if inode.is_some() && oflags & libc::O_CREAT == 0 => {
+            return Err(refused(
+                "ibv_open_xrcd",
+                libc::EINVAL,
+                "the file names no domain and O_CREAT is not set",
+            ))
+        }
+        None => net
+            .context()
+            .alloc_xrcd()
+            .map_err(|e| refused("ibv_open_xrcd", libc::ENOMEM, e))?,
+    };
+    let raw = CBox::new(ibv_xrcd { context });
+    let p = raw.ptr();
+    objs.xrcds.insert(
+        p as usize,
+        XrcdEntry {
+            raw,
+            xrcd,
+            inode,
+            net,
+        },
+    );
+    Ok(p)
 }
 
 /// `verbs_context.close_xrcd(xrcd)`: closes this user; 0, `EBUSY` (the last user, while
@@ -213,79 +218,85 @@ pub unsafe extern "C" fn vctx_create_srq_ex(
     attr: *mut ibv_srq_init_attr_ex,
 ) -> *mut ibv_srq {
     guard(std::ptr::null_mut(), || {
-        ptr_or_null((|| {
-            if attr.is_null() {
-                return Err(FfiError::Invalid("srq_init_attr_ex is NULL"));
-            }
-            // SAFETY: caller guarantee: readable attr (checked non-NULL).
-            let a = unsafe { attr.read() };
-            let known = IBV_SRQ_INIT_ATTR_TYPE
-                | IBV_SRQ_INIT_ATTR_PD
-                | IBV_SRQ_INIT_ATTR_XRCD
-                | IBV_SRQ_INIT_ATTR_CQ;
-            if a.comp_mask & !known != 0 {
-                return Err(FfiError::Unsupported("tag-matching SRQs"));
-            }
-            let srq_type = if a.comp_mask & IBV_SRQ_INIT_ATTR_TYPE != 0 {
-                a.srq_type
-            } else {
-                IBV_SRQT_BASIC
-            };
-            if a.comp_mask & IBV_SRQ_INIT_ATTR_PD == 0 {
-                return Err(FfiError::Invalid("an SRQ needs a PD"));
-            }
-            let init = SrqInitAttr {
-                max_wr: a.attr.max_wr,
-                max_sge: a.attr.max_sge,
-                srq_limit: a.attr.srq_limit,
-            };
-            let mut objs = objects();
-            let pd = &objs.pd(a.pd)?.pd;
-            let made = match srq_type {
-                IBV_SRQT_BASIC => pd.create_srq(&init),
-                IBV_SRQT_XRC => {
-                    let need = IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ;
-                    if a.comp_mask & need != need {
-                        return Err(FfiError::Invalid("an XRC SRQ needs an XRC domain and a CQ"));
-                    }
-                    let cq = objs.cq(a.cq)?;
-                    objs.xrcd(a.xrcd)?.xrcd.create_srq(pd, cq, &init)
-                }
-                _ => return Err(FfiError::Unsupported("tag-matching SRQs")),
-            };
-            let srq = made.map_err(|e| {
-                let errno = match e {
-                    uroce_verbs::CreateSrqError::Limit { .. } => libc::ENOMEM,
-                    _ => libc::EINVAL,
-                };
-                refused("ibv_create_srq_ex", errno, e)
-            })?;
-            let granted = srq.query();
-            // SAFETY: ibv_srq is pointers, integers and glibc pthread objects, all valid
-            // zeroed (the pthread ones are then their static initialisers).
-            let mut c: ibv_srq = unsafe { zeroed() };
-            c.context = context;
-            c.srq_context = a.srq_context;
-            c.pd = a.pd;
-            c.handle = srq.srq_num();
-            let num = srq.srq_num();
-            let h = Handle::<SrqKind>::create(c, srq);
-            let p = Handle::c_ptr(h);
-            objs.srqs.insert(p as usize, SrqEntry { h: HandlePtr(h) });
-            crate::async_events::remember(
-                crate::async_events::ObjKind::Srq,
-                num,
-                context,
-                p as usize,
-            );
-            // SAFETY: caller guarantee: writable attr (checked non-NULL).
-            unsafe {
-                (*attr).attr.max_wr = granted.max_wr;
-                (*attr).attr.max_sge = granted.max_sge;
-            }
-            Ok(p)
-        })())
+        // SAFETY: forwarded caller guarantee.
+        ptr_or_null(unsafe { create_srq_ex(context, attr) })
     })
+}
+
+/// The body of the `verbs_context.create_srq_ex` slot function [`vctx_create_srq_ex`], for
+/// callers inside the library.
+///
+/// # Safety
+/// As for [`vctx_create_srq_ex`].
+pub(crate) unsafe fn create_srq_ex(
+    context: *mut ibv_context,
+    attr: *mut ibv_srq_init_attr_ex,
+) -> Result<*mut ibv_srq, FfiError> {
+    if attr.is_null() {
+        return Err(FfiError::Invalid("srq_init_attr_ex is NULL"));
+    }
+    // SAFETY: caller guarantee: readable attr (checked non-NULL).
+    let a = unsafe { attr.read() };
+    let known = IBV_SRQ_INIT_ATTR_TYPE
+        | IBV_SRQ_INIT_ATTR_PD
+        | IBV_SRQ_INIT_ATTR_XRCD
+        | IBV_SRQ_INIT_ATTR_CQ;
+    if a.comp_mask & !known != 0 {
+        return Err(FfiError::Unsupported("tag-matching SRQs"));
+    }
+    let srq_type = if a.comp_mask & IBV_SRQ_INIT_ATTR_TYPE != 0 {
+        a.srq_type
+    } else {
+        IBV_SRQT_BASIC
+    };
+    if a.comp_mask & IBV_SRQ_INIT_ATTR_PD == 0 {
+        return Err(FfiError::Invalid("an SRQ needs a PD"));
+    }
+    let init = SrqInitAttr {
+        max_wr: a.attr.max_wr,
+        max_sge: a.attr.max_sge,
+        srq_limit: a.attr.srq_limit,
+    };
+    let mut objs = objects();
+    let pd = &objs.pd(a.pd)?.pd;
+    let made = match srq_type {
+        IBV_SRQT_BASIC => pd.create_srq(&init),
+        IBV_SRQT_XRC => {
+            let need = IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ;
+            if a.comp_mask & need != need {
+                return Err(FfiError::Invalid("an XRC SRQ needs an XRC domain and a CQ"));
+            }
+            let cq = objs.cq(a.cq)?;
+            objs.xrcd(a.xrcd)?.xrcd.create_srq(pd, cq, &init)
+        }
+        _ => return Err(FfiError::Unsupported("tag-matching SRQs")),
+    };
+    let srq = made.map_err(|e| {
+        let errno = match e {
+            uroce_verbs::CreateSrqError::Limit { .. } => libc::ENOMEM,
+            _ => libc::EINVAL,
+        };
+        refused("ibv_create_srq_ex", errno, e)
+    })?;
+    let granted = srq.query();
+    // SAFETY: ibv_srq is pointers, integers and glibc pthread objects, all valid
+    // zeroed (the pthread ones are then their static initialisers).
+    let mut c: ibv_srq = unsafe { zeroed() };
+    c.context = context;
+    c.srq_context = a.srq_context;
+    c.pd = a.pd;
+    c.handle = srq.srq_num();
+    let num = srq.srq_num();
+    let h = Handle::<SrqKind>::create(c, srq);
+    let p = Handle::c_ptr(h);
+    objs.srqs.insert(p as usize, SrqEntry { h: HandlePtr(h) });
+    crate::async_events::remember(crate::async_events::ObjKind::Srq, num, context, p as usize);
+    // SAFETY: caller guarantee: writable attr (checked non-NULL).
+    unsafe {
+        (*attr).attr.max_wr = granted.max_wr;
+        (*attr).attr.max_sge = granted.max_sge;
+    }
+    Ok(p)
 }
 
 /// `verbs_context.get_srq_num(srq, srq_num)`: the SRQ's 24-bit number; 0 or the errno
@@ -327,81 +338,35 @@ fn register_target(
     b.state = qp.state().as_u32();
     b.qp_type = IBV_QPT_XRC_RECV;
     // A target QP has no send queue: every ibv_wr_* operation is refused.
-    crate::verbs_api::register_qp(objs, c, qp, 0, 0, net)
+    crate::qp::register_qp(objs, c, qp, 0, 0, net)
 }
 
-/// `verbs_context.create_qp_ex(context, attr)`: an XRC_RECV QP in `attr->xrcd`
-/// (`IBV_QP_INIT_ATTR_XRCD`; no PD, CQs or queues of its own), or any other type on
-/// `attr->pd` as `ibv_create_qp` makes it (creation flags are not supported). With
-/// `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS` the `ibv_wr_*` operations are those of
-/// `send_ops_flags`, refused with `EOPNOTSUPP` if the QP type cannot do one of them (see
-/// [`crate::qp_ex`]). NULL + `errno`.
-///
-/// # Safety
-/// `attr` is NULL or points to a readable and writable `struct ibv_qp_init_attr_ex`.
-pub unsafe extern "C" fn vctx_create_qp_ex(
+/// The XRC_RECV part of `ibv_create_qp_ex` ([`crate::qp::create_qp_ex`]): a target QP in
+/// `a.xrcd` (`IBV_QP_INIT_ATTR_XRCD`; no PD, CQs or queues of its own), with its first
+/// handle.
+pub(crate) fn create_target_qp(
     context: *mut ibv_context,
-    attr: *mut ibv_qp_init_attr_ex,
-) -> *mut ibv_qp {
-    guard(std::ptr::null_mut(), || {
-        ptr_or_null((|| {
-            if attr.is_null() {
-                return Err(FfiError::Invalid("qp_init_attr_ex is NULL"));
-            }
-            // SAFETY: caller guarantee: readable attr (checked non-NULL).
-            let a = unsafe { attr.read() };
-            let known = IBV_QP_INIT_ATTR_PD
-                | IBV_QP_INIT_ATTR_XRCD
-                | IBV_QP_INIT_ATTR_CREATE_FLAGS
-                | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
-            if a.comp_mask & !known != 0
-                || (a.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS != 0 && a.create_flags != 0)
-            {
-                return Err(FfiError::Unsupported(
-                    "ibv_create_qp_ex with creation flags, TSO, RSS or source QPN",
-                ));
-            }
-            let send_ops =
-                (a.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0).then_some(a.send_ops_flags);
-            if a.qp_type == IBV_QPT_XRC_RECV {
-                if let Some(flags) = send_ops {
-                    crate::qp_ex::check_send_ops(QpType::XrcRecv, flags)?;
-                }
-                if a.comp_mask & IBV_QP_INIT_ATTR_XRCD == 0 {
-                    return Err(FfiError::Invalid("an XRC_RECV QP needs an XRC domain"));
-                }
-                let mut objs = objects();
-                let e = objs.xrcd(a.xrcd)?;
-                let net = Arc::clone(&e.net);
-                let qp = e.xrcd.create_qp().map_err(|e| {
-                    let errno = match e {
-                        CreateQpError::UnsupportedType(_) => libc::EOPNOTSUPP,
-                        CreateQpError::Limit { .. } => libc::ENOMEM,
-                        _ => libc::EINVAL,
-                    };
-                    refused("ibv_create_qp_ex", errno, e)
-                })?;
-                return Ok(register_target(&mut objs, qp, context, a.qp_context, net));
-            }
-            if a.comp_mask & IBV_QP_INIT_ATTR_PD == 0 {
-                return Err(FfiError::Invalid("ibv_create_qp_ex needs a PD"));
-            }
-            let mut ia = ibv_qp_init_attr {
-                qp_context: a.qp_context,
-                send_cq: a.send_cq,
-                recv_cq: a.recv_cq,
-                srq: a.srq,
-                cap: a.cap,
-                qp_type: a.qp_type,
-                sq_sig_all: a.sq_sig_all,
-            };
-            // SAFETY: `ia` is a valid, writable ibv_qp_init_attr on our stack.
-            let qp = unsafe { crate::verbs_api::create_qp_with_ops(a.pd, &mut ia, send_ops) }?;
-            // SAFETY: caller guarantee: writable attr (checked non-NULL).
-            unsafe { (*attr).cap = ia.cap };
-            Ok(qp)
-        })())
-    })
+    a: &ibv_qp_init_attr_ex,
+    send_ops: Option<u64>,
+) -> Result<*mut ibv_qp, FfiError> {
+    if let Some(flags) = send_ops {
+        crate::qp::ex::check_send_ops(QpType::XrcRecv, flags)?;
+    }
+    if a.comp_mask & IBV_QP_INIT_ATTR_XRCD == 0 {
+        return Err(FfiError::Invalid("an XRC_RECV QP needs an XRC domain"));
+    }
+    let mut objs = objects();
+    let e = objs.xrcd(a.xrcd)?;
+    let net = Arc::clone(&e.net);
+    let qp = e.xrcd.create_qp().map_err(|e| {
+        let errno = match e {
+            CreateQpError::UnsupportedType(_) => libc::EOPNOTSUPP,
+            CreateQpError::Limit { .. } => libc::ENOMEM,
+            _ => libc::EINVAL,
+        };
+        refused("ibv_create_qp_ex", errno, e)
+    })?;
+    Ok(register_target(&mut objs, qp, context, a.qp_context, net))
 }
 
 /// `verbs_context.open_qp(context, attr)`: another handle for XRC_RECV QP

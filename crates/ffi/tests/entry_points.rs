@@ -11,7 +11,7 @@ use std::mem::{offset_of, size_of, MaybeUninit};
 use std::net::Ipv4Addr;
 
 use uroce_ffi::abi::*;
-use uroce_ffi::exports::*;
+use uroce_ffi::context::*;
 use uroce_ffi::utility::{uroce_ibv_get_pkey_index, uroce_ibv_query_pkey};
 
 /// A loopback address no other test uses.

@@ -17,12 +17,16 @@ use std::net::Ipv4Addr;
 use std::ptr::{null, null_mut};
 
 use uroce_ffi::abi::*;
-use uroce_ffi::cq_resize::uroce_ibv_resize_cq;
+use uroce_ffi::ah::*;
+use uroce_ffi::context::*;
+use uroce_ffi::cq::resize::uroce_ibv_resize_cq;
+use uroce_ffi::cq::*;
 use uroce_ffi::device_ex::*;
-use uroce_ffi::exports::*;
-use uroce_ffi::mr_rereg::*;
+use uroce_ffi::mr::rereg::*;
+use uroce_ffi::mr::*;
+use uroce_ffi::pd::*;
+use uroce_ffi::qp::*;
 use uroce_ffi::utility::uroce__ibv_query_gid_table;
-use uroce_ffi::verbs_api::*;
 
 /// A loopback address no other test uses.
 const ADDR: Ipv4Addr = Ipv4Addr::new(127, 0, 52, 2);

@@ -9,7 +9,7 @@ use std::ffi::{c_char, CStr};
 use std::net::Ipv4Addr;
 
 use uroce_ffi::abi::*;
-use uroce_ffi::exports::*;
+use uroce_ffi::context::*;
 use uroce_ffi::utility::uroce_ibv_get_sysfs_path;
 
 /// A loopback address no other test uses.

@@ -19,8 +19,13 @@ use std::ptr::null_mut;
 use std::time::{Duration, Instant};
 
 use uroce_ffi::abi::*;
-use uroce_ffi::exports::*;
-use uroce_ffi::verbs_api::*;
+use uroce_ffi::ah::*;
+use uroce_ffi::context::*;
+use uroce_ffi::cq::*;
+use uroce_ffi::mr::*;
+use uroce_ffi::pd::*;
+use uroce_ffi::qp::*;
+use uroce_ffi::srq::*;
 
 /// A loopback address no other test uses.
 const ADDR: Ipv4Addr = Ipv4Addr::new(127, 0, 54, 3);

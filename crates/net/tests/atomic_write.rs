@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use pair::{connect, ConnectOpts, Side, SideConfig};
 use uroce_net::{NetConfig, NetDevice};
+use uroce_proto::wr::WrError;
 use uroce_verbs::{
     AccessFlags, Cq, MemBlock, Mr, PostError, QpCap, QpInitAttr, QpType, RdmaInfo, SendFlags,
     SendOpcode, SendWr, WcOpcode, WcStatus, WorkCompletion,
@@ -153,13 +154,13 @@ fn atomic_write_stores_eight_bytes_as_one_word() {
 
 #[test]
 fn atomic_write_errors() {
-    // Post time: not 8 bytes; not on UC (refused by the verbs layer).
+    // Post time: not 8 bytes; not on UC (refused by the engine).
     let (a, b) = pair("127.0.46.3", "127.0.46.4");
     let mut w = SendWr::atomic_write(1, b.mr.rkey(), b.mr.iova(), P1);
     w.inline_data.pop();
     assert!(matches!(
         a.qp.post_send(w),
-        Err(PostError::AtomicWriteLength { len: 7 })
+        Err(PostError::Refused(WrError::AtomicLength { len: 7 }))
     ));
 
     // A misaligned address: the target NAKs an invalid request, memory untouched.
@@ -193,11 +194,16 @@ fn atomic_write_errors() {
     let uc = pd
         .create_qp(&QpInitAttr::new(QpType::Uc, &cq, &cq, QpCap::default()))
         .expect("uc qp");
+    // The UC engine refuses it (it checks the WR once the QP has one: RTS).
+    let conn = uroce_verbs::UcConnect::new("127.0.46.8".parse().expect("peer"), 0x11);
+    for (attr, mask) in [conn.init_attr(), conn.rtr_attr(), conn.rts_attr()] {
+        uc.modify(&attr, mask).expect("UC to RTS");
+    }
     assert!(matches!(
         uc.post_send(SendWr::atomic_write(4, 1, 0, P1)),
-        Err(PostError::UnsupportedOpcode {
+        Err(PostError::Refused(WrError::OpcodeNotSupported {
             opcode: SendOpcode::AtomicWrite,
             qp_type: QpType::Uc
-        })
+        }))
     ));
 }

@@ -119,8 +119,18 @@ fn a_device_dropped_in_its_own_event_sink_still_sends_the_queued_mad() {
         }
     };
     assert_eq!(got, Ok(REASON));
-    // The passive device really went (its sink held the last reference).
-    assert!(sink.dev.lock().unwrap().is_none());
+    // The passive device really went (its sink held the last reference). The sink lets
+    // go of it just after the REJ left, on the CM thread, which a loaded host may not
+    // have run yet when the REJ is seen here: wait for it (bounded: 500 × 10 ms).
+    let mut gone = false;
+    for _ in 0..500 {
+        gone = sink.dev.lock().unwrap().is_none();
+        if gone {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(gone, "the sink let go of its device");
 }
 
 #[test]

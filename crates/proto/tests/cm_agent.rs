@@ -919,3 +919,51 @@ fn class_port_info_get_is_answered_with_get_resp() {
     assert!(w.agents[B].poll_transmit().is_none());
     assert_eq!(w.agents[B].stats().ignored, ignored + 2);
 }
+
+#[test]
+fn communication_ids_stay_in_the_configured_range() {
+    use uroce_proto::cm::{CmError, IdRange};
+    assert_eq!(AgentConfig::default().id_range, IdRange::ALL);
+    assert!(IdRange::new(0, 5).is_none() && IdRange::new(6, 5).is_none());
+    assert_eq!(
+        IdRange::from_range(0x0300_0000..=0x03ff_ffff)
+            .unwrap()
+            .count(),
+        1 << 24
+    );
+    // Four IDs, allotment starting at the third: 12, 13, then wrapping to 10, 11.
+    let range = IdRange::new(10, 13).unwrap();
+    let mut a = CmAgent::new(AgentConfig {
+        first_id: 12,
+        id_range: range,
+        ..AgentConfig::default()
+    });
+    let service = |i: u64| SERVICE + i;
+    let ids: Vec<u32> = (0..4)
+        .map(|i| a.listen(service(i), None).unwrap().0)
+        .collect();
+    assert_eq!(ids, [12, 13, 10, 11]);
+    // The range is full.
+    assert_eq!(a.listen(service(4), None), Err(CmError::NoIdsLeft));
+    let now = Instant::from_nanos(1);
+    assert_eq!(
+        a.connect(now, &connect_params(B, A, QPN_A)),
+        Err(CmError::NoIdsLeft)
+    );
+    // A freed ID comes back, still inside the range.
+    a.stop_listening(ConnId(13)).unwrap();
+    assert_eq!(a.listen(service(5), None), Ok(ConnId(13)));
+    a.stop_listening(ConnId(10)).unwrap();
+    let c = a.connect(now, &connect_params(B, A, QPN_A)).unwrap();
+    assert_eq!(c, ConnId(10));
+    // A first ID outside the range starts at its first; a one-ID range wraps onto itself.
+    let mut b = CmAgent::new(AgentConfig {
+        first_id: 1,
+        id_range: IdRange::new(u32::MAX, u32::MAX).unwrap(),
+        ..AgentConfig::default()
+    });
+    assert_eq!(b.listen(service(0), None), Ok(ConnId(u32::MAX)));
+    assert_eq!(b.listen(service(1), None), Err(CmError::NoIdsLeft));
+    b.stop_listening(ConnId(u32::MAX)).unwrap();
+    assert_eq!(b.listen(service(1), None), Ok(ConnId(u32::MAX)));
+}

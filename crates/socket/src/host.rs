@@ -14,6 +14,8 @@
 //! * the **freed slots** and when each was freed (see *Quarantine*);
 //! * the **order of every group** (`address:port` → slot by index, [`GroupOrder`]) and
 //!   whether it is *certain*;
+//! * the **CM listeners**: which slot listens on which service ID, so that every group's
+//!   program sends REQs and SIDR_REQs for it to that member (see *CM listeners*);
 //! * a **generation**, bumped by every change, so that a member that sees a new one knows
 //!   the program may have to be attached again.
 //!
@@ -50,6 +52,8 @@
 //!   the order of their closes ([`GroupOrder::after_unseen_closes`]); the group is then
 //!   marked *uncertain* (its order is a guess) until a member probes it and records the
 //!   order it found ([`Locked::set_order`]).
+//! * [`Locked::listen`] / [`Locked::unlisten`]: a member's CM agent starts or stops
+//!   listening on a service ID.
 //! * [`Locked::commit`]: writes the registry if anything changed (with the next
 //!   generation) and releases the lock; dropping a [`Locked`] discards its changes.
 //! * [`Registry::read`] / [`Registry::list`]: a snapshot without the lock.
@@ -58,9 +62,29 @@
 //! Whoever changes a group's order attaches the new program ([`Locked::table`] →
 //! [`crate::steer::SteeringTable::program`] → [`crate::steer::attach`]) through one of its
 //! own sockets of that group before it commits: a joiner after binding, a leaver before
-//! closing, a reaper after reaping (the windows of misdelivery each leaves are in
-//! [`crate::steer`]). A member that receives a datagram for a slot not its own (the sign
+//! closing, a reaper after reaping, a member that listens or stops listening after
+//! recording it (the windows of misdelivery each leaves are in [`crate::steer`]). A member that receives a datagram for a slot not its own (the sign
 //! of a stale program after a member was killed) should take the lock and reap.
+//!
+//! ## CM listeners
+//! Each member runs its own CM agent; the steering program sends the MADs of a connection
+//! to the member whose slot is in the communication ID (a member allots IDs from
+//! [`QpnLayout::comm_ids`]), and a REQ or SIDR_REQ to the member listening on its service
+//! ID, which only this registry knows ([`HostState::listeners`], at most
+//! [`MAX_LISTENERS`]: a steering program holds no more). One member per service ID
+//! ([`HostError::ServiceTaken`]): two processes of a host cannot listen on one service,
+//! as two listeners on one port of one CM cannot.
+//!
+//! **A listener that exits while REQs arrive.** [`Locked::leave`] and [`Locked::reap`]
+//! drop the listeners of the slots they free, and the generation moves, so members attach
+//! a program without them: from then on REQs for those services go to the designated
+//! member, whose CM has no listener for them and answers REJ "invalid service ID" (SIDR_REP
+//! "unsupported"), as a lone process does once its listener is gone. Before that (a killed
+//! listener not yet reaped), its REQs go to its old index, now another member's socket or,
+//! past the end, one chosen by hash, which rejects them the same way. Connections the
+//! listener had accepted are gone with its process; their MADs go to the designated
+//! member too (their IDs' slot has no member), which drops them or answers a DREQ with a
+//! DREP. A slot in quarantine keeps a reused slot from inheriting them.
 //!
 //! ## Quarantine
 //! A slot comes back only after [`Registry::quarantine`] (default
@@ -77,8 +101,9 @@
 //! descriptor, so the model would be wrong. The device runtime must not let a child keep
 //! them. The device runtime's shared device (`uroce-net`, `NetConfig::shared`) joins when
 //! it opens, binds and attaches, leaves when it closes, attaches again when the generation
-//! moves, and reaps on misdelivery and every second; probing an uncertain group and
-//! handing GSI MADs from the designated member to the others are not done yet.
+//! moves, and reaps on misdelivery and every second. Allotting communication IDs from the
+//! slot's range, recording the CM's listeners and probing an uncertain group are not done
+//! by it yet.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -91,7 +116,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rustix::fs::{flock, FlockOperation};
 
-use crate::steer::{GroupOrder, QpnLayout, SteeringTable, MAX_ROUTES};
+use crate::steer::{GroupOrder, QpnLayout, SteeringTable, MAX_LISTENERS, MAX_ROUTES};
 
 /// Environment variable that chooses the registry's directory.
 pub const HOST_DIR_ENV: &str = "UROCE_HOST_DIR";
@@ -189,6 +214,18 @@ pub enum HostError {
         /// The slot.
         slot: u16,
     },
+    /// Another member listens on the service ID.
+    #[error("service ID {service:#x} already has a listener (slot {slot})")]
+    ServiceTaken {
+        /// The service ID.
+        service: u64,
+        /// The slot of the member listening on it.
+        slot: u16,
+    },
+    /// The host already has [`MAX_LISTENERS`] listeners, as many as a steering program
+    /// holds.
+    #[error("the host already has {MAX_LISTENERS} CM listeners")]
+    TooManyListeners,
     /// This process's own `/proc/self/stat` could not be read.
     #[error("cannot read the start time of process {pid}")]
     NoStartTime {
@@ -244,6 +281,9 @@ pub struct HostState {
     pub freed: BTreeMap<u16, u64>,
     /// Every group (`address:port`) that has member sockets.
     pub groups: BTreeMap<SocketAddr, GroupState>,
+    /// The CM listeners: service ID → the slot of the member listening on it (at most
+    /// [`MAX_LISTENERS`]).
+    pub listeners: BTreeMap<u64, u16>,
 }
 
 impl HostState {
@@ -255,6 +295,7 @@ impl HostState {
             members: BTreeMap::new(),
             freed: BTreeMap::new(),
             groups: BTreeMap::new(),
+            listeners: BTreeMap::new(),
         }
     }
 
@@ -285,6 +326,9 @@ impl HostState {
                 let _ = write!(t, " {s}");
             }
             t.push('\n');
+        }
+        for (service, slot) in &self.listeners {
+            let _ = writeln!(t, "listen {service:#018x} {slot}");
         }
         t
     }
@@ -330,6 +374,15 @@ impl HostState {
                 Some("freed") => {
                     let s = slot(words.next())?;
                     state.freed.insert(s, num(words.next())?);
+                }
+                Some("listen") => {
+                    let service = words
+                        .next()
+                        .and_then(|w| w.strip_prefix("0x"))
+                        .and_then(|w| u64::from_str_radix(w, 16).ok())
+                        .ok_or_else(|| bad("a service ID (0x…) expected"))?;
+                    let s = slot(words.next())?;
+                    state.listeners.insert(service, s);
                 }
                 Some("group") => {
                     let addr: SocketAddr = words
@@ -601,8 +654,9 @@ impl Locked<'_> {
         Ok(slot)
     }
 
-    /// Frees `slot` and removes its sockets from every group (the member closes them
-    /// before committing).
+    /// Frees `slot`, removes its sockets from every group (the member closes them
+    /// before committing) and drops its CM listeners (their REQs go to the designated
+    /// member from the next program on).
     ///
     /// # Errors
     /// [`HostError::NotMember`].
@@ -620,12 +674,51 @@ impl Locked<'_> {
         Ok(m)
     }
 
+    /// Marks `slots` freed now and drops their listeners.
     fn free(&mut self, slots: &[u16]) {
         let now = now_ms();
         for &s in slots {
             self.state.freed.insert(s, now);
         }
+        self.state.listeners.retain(|_, s| !slots.contains(s));
         self.changed = true;
+    }
+
+    /// Records that the member of `slot` listens on `service` (its CM agent accepts REQs
+    /// and SIDR_REQs for it): the steering programs attached from now on send them to it.
+    /// The member attaches the new program of each of its groups before it commits.
+    /// Listening again on a service it already has changes nothing.
+    ///
+    /// # Errors
+    /// [`HostError::NotMember`], [`HostError::ServiceTaken`] when another member listens on
+    /// it, [`HostError::TooManyListeners`] when the host has [`MAX_LISTENERS`].
+    pub fn listen(&mut self, slot: u16, service: u64) -> Result<(), HostError> {
+        if !self.state.members.contains_key(&slot) {
+            return Err(HostError::NotMember { slot });
+        }
+        match self.state.listeners.get(&service) {
+            Some(&s) if s == slot => return Ok(()),
+            Some(&s) => return Err(HostError::ServiceTaken { service, slot: s }),
+            None => {}
+        }
+        if self.state.listeners.len() >= MAX_LISTENERS {
+            return Err(HostError::TooManyListeners);
+        }
+        self.state.listeners.insert(service, slot);
+        self.changed = true;
+        Ok(())
+    }
+
+    /// Records that the member of `slot` no longer listens on `service`: from the next
+    /// program on, its REQs go to the designated member, which rejects them. False if
+    /// `slot` did not listen on it.
+    pub fn unlisten(&mut self, slot: u16, service: u64) -> bool {
+        if self.state.listeners.get(&service) != Some(&slot) {
+            return false;
+        }
+        self.state.listeners.remove(&service);
+        self.changed = true;
+        true
     }
 
     /// Records that the member of `slot` bound a socket to the group `addr` while holding
@@ -662,7 +755,7 @@ impl Locked<'_> {
 
     /// Removes the members whose process is gone and returns them; their sockets were
     /// closed by the kernel, unseen, and each group's order is updated as far as that can
-    /// be known (see the module documentation).
+    /// be known (see the module documentation). Their CM listeners are dropped.
     pub fn reap(&mut self) -> Vec<Member> {
         let dead: Vec<Member> = self
             .state
@@ -711,11 +804,15 @@ impl Locked<'_> {
         self.changed = true;
     }
 
-    /// The steering table of `addr`'s group; `None` when it has no member socket or its
-    /// order is uncertain.
+    /// The steering table of `addr`'s group, with the host's CM listeners; `None` when
+    /// the group has no member socket or its order is uncertain.
     pub fn table(&self, addr: SocketAddr) -> Option<SteeringTable> {
         let g = self.state.groups.get(&addr).filter(|g| g.certain)?;
-        SteeringTable::from_order(self.state.layout, &g.order)
+        let mut t = SteeringTable::from_order(self.state.layout, &g.order)?;
+        for (&service, &slot) in &self.state.listeners {
+            t.listen(service, slot);
+        }
+        Some(t)
     }
 
     /// Writes the registry if anything changed, with the next generation, and releases
@@ -786,7 +883,10 @@ mod tests {
                 certain: false,
             },
         );
+        s.listeners.insert(0x0000_0000_0106_1C06, 3);
+        s.listeners.insert(u64::MAX, 1);
         let t = s.to_text();
+        assert!(t.contains("listen 0x0000000001061c06 3\n"), "{t}");
         assert_eq!(HostState::parse(&t), Ok(s));
         for bad in [
             "",
@@ -797,6 +897,10 @@ mod tests {
             "uroce-host 1\ngroup 1.2.3.4:1 maybe 1\n",
             "uroce-host 1\ngeneration 1 2\n",
             "uroce-host 1\nwhat 1\n",
+            "uroce-host 1\nlisten 12 1\n",
+            "uroce-host 1\nlisten 0x1\n",
+            "uroce-host 1\nlisten 0xg 1\n",
+            "uroce-host 1\nlisten 0x1 1 2\n",
         ] {
             assert!(HostState::parse(bad).is_err(), "{bad:?}");
         }
@@ -937,6 +1041,93 @@ mod tests {
         );
         assert!(l.state().freed.contains_key(&x));
         l.commit().unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A REQ for `service` to QP1 (BTH, DETH, MAD), as the steering program sees it.
+    fn req_for(service: u64) -> Vec<u8> {
+        use crate::steer::{MAD_OFFSET, MIN_MAD_DATAGRAM_LEN};
+        use uroce_wire::cm::Req;
+        use uroce_wire::mad::{self, cm_attr};
+        let mut d = vec![0u8; MIN_MAD_DATAGRAM_LEN as usize];
+        d[0] = uroce_wire::opcode::op::UD_SEND_ONLY;
+        d[7] = 1;
+        let m = &mut d[MAD_OFFSET as usize..];
+        let mut h = mad::Header::new_unchecked(&mut m[..mad::LEN]);
+        h.set_mgmt_class(mad::MGMT_CLASS_CM);
+        h.set_attribute_id(cm_attr::REQ);
+        Req::new_unchecked(&mut m[mad::LEN..]).set_service_id(service);
+        d
+    }
+
+    #[test]
+    fn listeners_are_recorded_and_go_with_their_member() {
+        const SVC: u64 = 0x0000_0000_0106_1C06;
+        const SVC2: u64 = 0x0000_0000_0106_1C07;
+        let dir = scratch("listen");
+        let reg = Registry::open(&dir, QpnLayout::default()).unwrap();
+        let a: SocketAddr = "127.0.83.20:4791".parse().unwrap();
+        let mut l = reg.lock().unwrap();
+        let me = l.join().unwrap();
+        let other = l.join().unwrap();
+        let dead = l.join_as(u32::MAX - 5, 1).unwrap();
+        for s in [me, other, dead] {
+            l.joined_group(s, a).unwrap();
+        }
+        l.listen(dead, SVC).unwrap();
+        l.listen(dead, SVC).unwrap(); // again: nothing changes
+        l.listen(other, SVC2).unwrap();
+        assert!(matches!(
+            l.listen(me, SVC),
+            Err(HostError::ServiceTaken { service: SVC, slot }) if slot == dead
+        ));
+        assert!(matches!(
+            l.listen(99, 5),
+            Err(HostError::NotMember { slot: 99 })
+        ));
+        let t = l.table(a).unwrap();
+        assert_eq!(
+            t.index_for_datagram(&req_for(SVC)),
+            2,
+            "the listener's index"
+        );
+        assert_eq!(t.index_for_datagram(&req_for(SVC2)), 1);
+        assert_eq!(t.index_for_datagram(&req_for(7)), 0, "nobody: designated");
+        let g1 = l.commit().unwrap();
+        assert_eq!(reg.read().unwrap().listeners.len(), 2);
+
+        // The listener of SVC is killed while REQs arrive: once reaped, its listener is
+        // gone, the generation moves, and the next program sends its REQs to the
+        // designated member (index 0, which rejects them).
+        let mut l = reg.lock().unwrap();
+        assert_eq!(l.reap().len(), 1);
+        assert_eq!(l.state().listeners.get(&SVC), None);
+        let t = l.table(a).unwrap();
+        assert_eq!(t.index_for_datagram(&req_for(SVC)), 0);
+        assert_eq!(t.index_for_datagram(&req_for(SVC2)), 1);
+        let g2 = l.commit().unwrap();
+        assert!(g2 > g1);
+
+        // Unlisten: only by its member; leave drops the rest.
+        let mut l = reg.lock().unwrap();
+        assert!(!l.unlisten(me, SVC2));
+        assert!(l.unlisten(other, SVC2));
+        assert!(!l.unlisten(other, SVC2));
+        l.listen(other, SVC).unwrap();
+        l.leave(other).unwrap();
+        assert!(l.state().listeners.is_empty());
+        let t = l.table(a).unwrap();
+        assert_eq!(t.index_for_datagram(&req_for(SVC)), 0);
+        assert!(l.commit().unwrap() > g2);
+
+        // At most MAX_LISTENERS.
+        let mut l = reg.lock().unwrap();
+        for i in 0..MAX_LISTENERS as u64 {
+            l.listen(me, 0x1000 + i).unwrap();
+        }
+        assert!(matches!(l.listen(me, 1), Err(HostError::TooManyListeners)));
+        l.listen(me, 0x1000).unwrap(); // one it has: fine
+        drop(l);
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -4,14 +4,17 @@
 //! socket to each device address, port 4791, with `SO_REUSEPORT`; the sockets of one
 //! `address:4791` form a *reuseport group*, and one classic BPF program attached to the
 //! group chooses, for every arriving datagram, the member socket that owns the
-//! destination QP named in its BTH. This module has the pieces that need no registry:
-//! the QPN layout that names an owner ([`QpnLayout`]), a model of the kernel's member
+//! destination QP named in its BTH, or for a CM MAD to QP1 the member that owns its
+//! connection or listens on its service (see *QP1*). This module has the pieces that need
+//! no registry: the QPN and communication-ID layout that names an owner ([`QpnLayout`]),
+//! a model of the kernel's member
 //! order ([`GroupOrder`]), the program generator ([`SteeringTable::program`]), and the
 //! system calls ([`bind_member`], [`attach`], [`detach`]). [`crate::host`] keeps the
-//! per-host registry (who holds which slot, the member order of every group). The device
-//! runtime (`uroce-net`) uses both for a shared device (`NetConfig::shared`, opt-in).
+//! per-host registry (who holds which slot, the member order of every group, who listens
+//! on which CM service). The device runtime (`uroce-net`) uses both for a shared device
+//! (`NetConfig::shared`, opt-in); it does not yet steer the CM (see [`crate::host`]).
 //!
-//! ## What the kernel does (Linux `net/core/sock_reuseport.c`, `net/core/filter.c`)
+//! ## What the kernel does (Linux's reuseport and socket-filter code)
 //! * A reuseport program for UDP sees the datagram **from its UDP payload**: the kernel
 //!   pulls the UDP header before running it, so offset 0 is the BTH opcode, bytes 5–7 are
 //!   the destination QP (IBA vol 1 §9.2), and `len` is the payload length.
@@ -43,20 +46,55 @@
 //! allots as it likes. With the default 8 bits a host has up to 254 members of 65 536 QP
 //! numbers each. Two slots are reserved:
 //! * **slot 0** holds QP0 (SMI, unused on RoCE) and QP1 (GSI: the CM's MADs, IBA vol 1
-//!   §13.4) and no member's QPs. Everything in it goes to the *designated member*
+//!   §13.4) and no member's QPs. QP0 goes to the *designated member*
 //!   ([`SteeringTable::designated`], which the registry chooses: the live member with the
-//!   lowest slot). Which process listens for a MAD's service ID cannot be read from the
-//!   BTH, so the designated member must hand GSI MADs on to the other members; that is
-//!   device-runtime work.
+//!   lowest slot); QP1 is steered by what its MAD says (next section).
 //! * **the top slot** (all ones) holds the multicast QPN 0xFFFFFF. Multicast datagrams
 //!   arrive on group sockets, not on the unicast sockets steered here ([`crate::mcast`]),
 //!   so a unicast datagram to it is malformed; it is reserved so that no member can own
 //!   QPN 0xFFFFFF.
 //!
+//! ## QP1: CM MADs by communication ID or service ID
+//! Every process runs its own CM agent, so a MAD to QP1 must reach the process whose
+//! connection or listener it concerns; the program reads that from the MAD itself, in the
+//! kernel, and nothing is forwarded between members. A datagram to QP1 is a UD SEND only:
+//! BTH (12 bytes), DETH (8), then the 256-byte MAD, whose common header (24 bytes: the
+//! management class at byte 1, the attribute ID at 16–17; IBA vol 1 §13.4.2) is followed
+//! by the CM message (IBA vol 1 §12.6), at UDP payload offset [`CM_BODY_OFFSET`] (44).
+//! * **Communication IDs are allotted per member like QPNs**: the top
+//!   [`QpnLayout::slot_bits`] bits of the 32-bit ID are the member's slot
+//!   ([`QpnLayout::comm_ids`]; with the default layout, slot 3 allots 0x0300_0000 ..=
+//!   0x03FF_FFFF), and each member's CM agent allots only from its range
+//!   (`uroce_proto::cm::AgentConfig::id_range`).
+//! * **MRA, REJ, REP, RTU, DREQ, DREP, LAP and APR** answer or continue a connection this
+//!   host started or accepted: their RemoteCommID (CM offset 4) is *our* ID, and they go
+//!   to the member of its slot. **SIDR_REP** likewise by its RequestID (CM offset 0),
+//!   which the requester chose.
+//! * **REQ and SIDR_REQ** start something: they go to the member listening on their
+//!   ServiceID (CM offset 8 in both, two 32-bit loads), from the table of listeners
+//!   compiled into the program ([`SteeringTable::listen`]; the registry keeps it,
+//!   [`crate::host`]). A service nobody listens on goes to the designated member, whose CM
+//!   answers REJ "invalid service ID" or SIDR_REP "unsupported" as a lone process does. A
+//!   retransmitted REQ goes to the same listener, which matches it to the connection it
+//!   made.
+//! * **Anything else** to QP1 (ClassPortInfo, an unknown attribute, another management
+//!   class, a datagram shorter than BTH + DETH + MAD ([`MIN_MAD_DATAGRAM_LEN`]), one that
+//!   is not a UD SEND only) and to QP0 goes to the designated member; so does an ID of a
+//!   slot without a member (its process left or was killed: the designated member's CM
+//!   drops the MAD as unmatched, or answers a DREQ with a DREP).
+//!
+//! **A listener that exits while REQs arrive.** Until the program is replaced, REQs for
+//! its service go to its index, now another member's socket (the last member moved into
+//! it) or, past the end, a member chosen by hash: that member's CM has no listener for the
+//! service and answers REJ "invalid service ID" (a lone process that stops listening does
+//! the same). Once the listener has left or been reaped and the program re-attached
+//! without it, REQs for the service go to the designated member, which rejects them the
+//! same way. A requester that retries later reaches whichever member listens then.
+//!
 //! ## Unknown slots: the designated member, not an out-of-range index
 //! A datagram for a slot nobody holds (a QP of a member that left or was killed, a forged
-//! QPN), a datagram shorter than a BTH, and one for slot 0 all go to the designated
-//! member, by an explicit index. Returning an out-of-range index instead would hand them
+//! QPN), a datagram shorter than a BTH, one to QP0 and one to QP1 that the CM branch does
+//! not steer all go to the designated member, by an explicit index. Returning an out-of-range index instead would hand them
 //! to a member chosen by hash, spreading them over the host; one fixed receiver makes
 //! them deterministic and countable in one place (it drops them, as IBA says for a
 //! packet to a QP that does not exist, and counts them). The program falls back to hash
@@ -88,15 +126,24 @@
 //!
 //! ## Left for the device runtime
 //! Binding one member socket per device address with [`bind_member`] (and turning it into
-//! a `RoceSocket`), allotting QPNs inside its slot, re-attaching when the registry's
-//! generation changes, dropping and counting misdelivered datagrams, forwarding GSI MADs
-//! from the designated member, and resolving an uncertain order with probes.
+//! a `RoceSocket`), allotting QPNs and communication IDs inside its slot
+//! ([`QpnLayout::qpn`], [`QpnLayout::comm_ids`] as the CM agent's ID range), recording
+//! its CM listeners in the registry (`Locked::listen` / `Locked::unlisten` in
+//! [`crate::host`]) and re-attaching then, re-attaching when the registry's generation
+//! changes, dropping and counting misdelivered datagrams
+//! ([`SteeringTable::index_for_datagram`] tells which), and resolving an uncertain order
+//! with probes.
 
+use std::collections::BTreeMap;
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
+use std::ops::RangeInclusive;
 use std::os::fd::AsFd;
 
 use rustix::net::{sockopt, AddressFamily, SocketFlags, SocketType};
+use uroce_wire::mad::{self, cm_attr};
+use uroce_wire::opcode::op::UD_SEND_ONLY;
+use uroce_wire::{bth, deth};
 
 /// The BTH opcode of a steering probe (see the module docs): prefix 0xC0, unassigned by
 /// IBA vol 1 §9.2.
@@ -108,6 +155,32 @@ pub const MIN_STEERED_LEN: u32 = 12;
 
 /// The multicast QPN (IBA vol 1 §10.5.2.3), in the reserved top slot.
 pub const MULTICAST_QPN: u32 = 0xFF_FFFF;
+
+/// Where the MAD starts in a datagram to QP1: after the BTH and the DETH (a MAD travels
+/// in a UD SEND only, IBA vol 1 §13.5.1.1 and §9.2).
+pub const MAD_OFFSET: u32 = (bth::LEN + deth::LEN) as u32;
+
+/// Where the CM message starts: after the MAD common header (IBA vol 1 §13.4.2).
+pub const CM_BODY_OFFSET: u32 = MAD_OFFSET + mad::LEN as u32;
+
+/// The shortest datagram to QP1 steered by its CM message: BTH, DETH and a whole MAD
+/// (shorter ones, which no CM parses, go to the designated member).
+pub const MIN_MAD_DATAGRAM_LEN: u32 = MAD_OFFSET + mad::MAD_LEN as u32;
+
+/// The most listened service IDs one program steers ([`SteeringTable::listen`]); the
+/// registry refuses more (`crate::host::HostError::TooManyListeners`), and a table with
+/// more is cut to its lowest service IDs, the others' REQs going to the designated member.
+pub const MAX_LISTENERS: usize = 256;
+
+// Offsets in the UDP payload of the fields the QP1 branch reads.
+const MGMT_CLASS_AT: u32 = MAD_OFFSET + 1;
+const ATTR_ID_AT: u32 = MAD_OFFSET + 16;
+/// RemoteCommID of MRA, REJ, REP, RTU, DREQ, DREP, LAP and APR (IBA vol 1 Tables
+/// 107-115); RequestID of SIDR_REP (Table 120).
+const REMOTE_COMM_ID_AT: u32 = CM_BODY_OFFSET + 4;
+const SIDR_REQUEST_ID_AT: u32 = CM_BODY_OFFSET;
+/// ServiceID of REQ (Table 106) and SIDR_REQ (Table 119), both at CM offset 8.
+const SERVICE_ID_AT: u32 = CM_BODY_OFFSET + 8;
 
 /// How a 24-bit QPN names its owner: the top `slot_bits` bits are the member's slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -177,6 +250,29 @@ impl QpnLayout {
     pub const fn is_member_slot(self, slot: u16) -> bool {
         slot >= 1 && slot <= self.max_slot()
     }
+
+    /// How far a 32-bit communication ID is shifted right to leave its slot (its top
+    /// [`QpnLayout::slot_bits`] bits, as in a QPN).
+    pub const fn comm_id_shift(self) -> u8 {
+        32 - self.slot_bits
+    }
+
+    /// The slot of communication ID `id`: its top [`QpnLayout::slot_bits`] bits.
+    pub const fn comm_slot_of(self, id: u32) -> u16 {
+        (id >> self.comm_id_shift()) as u16
+    }
+
+    /// The communication IDs the member of `slot` allots (every ID whose top bits are the
+    /// slot; none is 0); `None` when `slot` is not a member slot. The CM agent of a
+    /// member takes them as its ID range (`uroce_proto::cm::AgentConfig::id_range`).
+    pub const fn comm_ids(self, slot: u16) -> Option<RangeInclusive<u32>> {
+        if !self.is_member_slot(slot) {
+            return None;
+        }
+        let shift = self.comm_id_shift();
+        let first = (slot as u32) << shift;
+        Some(first..=first | (u32::MAX >> self.slot_bits))
+    }
 }
 
 /// One classic BPF instruction (`struct sock_filter` of `linux/filter.h`), in a form the
@@ -196,6 +292,7 @@ pub struct Insn {
 // The opcodes the generator uses (linux/bpf_common.h), as u16 like `Insn::code`.
 const LD: u16 = 0x00;
 const W: u16 = 0x00;
+const H: u16 = 0x08;
 const B: u16 = 0x10;
 const ABS: u16 = 0x20;
 const LEN: u16 = 0x80;
@@ -203,6 +300,7 @@ const ALU: u16 = 0x04;
 const AND: u16 = 0x50;
 const RSH: u16 = 0x70;
 const JMP: u16 = 0x05;
+const JA: u16 = 0x00;
 const JEQ: u16 = 0x10;
 const JGE: u16 = 0x30;
 const K: u16 = 0x00;
@@ -225,8 +323,18 @@ const fn jump(code: u16, k: u32, jt: u8, jf: u8) -> Insn {
 /// The kernel's limit on the length of a classic BPF program (`BPF_MAXINSNS`).
 pub const MAX_INSNS: usize = 4096;
 
-/// The most slots one program routes: 11 fixed instructions, two per route.
-pub const MAX_ROUTES: usize = (MAX_INSNS - 11) / 2;
+/// The instructions of a program without routes and listeners
+/// ([`SteeringTable::program`]).
+pub const FIXED_INSNS: usize = 39;
+
+/// Instructions per listened service ID.
+const LISTENER_INSNS: usize = 5;
+
+/// The most slots one program routes: [`FIXED_INSNS`] fixed instructions, five for each
+/// of at most [`MAX_LISTENERS`] listeners, two per route, within [`MAX_INSNS`]: 1388.
+pub const MAX_ROUTES: usize = (MAX_INSNS - FIXED_INSNS - LISTENER_INSNS * MAX_LISTENERS) / 2;
+
+const _: () = assert!(FIXED_INSNS + 2 * MAX_ROUTES + LISTENER_INSNS * MAX_LISTENERS <= MAX_INSNS);
 
 /// The member order of one reuseport group as the kernel keeps it: `order[i]` is the
 /// slot of the member socket at index `i` (see the module docs). Maintained by whoever
@@ -350,6 +458,8 @@ pub struct SteeringTable {
     designated: u32,
     /// (slot, index), ascending by slot, member slots only.
     routes: Vec<(u16, u32)>,
+    /// Service ID -> the slot of the member listening on it.
+    listeners: BTreeMap<u64, u16>,
 }
 
 impl SteeringTable {
@@ -359,6 +469,7 @@ impl SteeringTable {
             layout,
             designated,
             routes: Vec::new(),
+            listeners: BTreeMap::new(),
         }
     }
 
@@ -404,15 +515,111 @@ impl SteeringTable {
         self.designated
     }
 
-    /// The index a datagram for `qpn` should reach.
+    /// The index a datagram for `qpn` should reach (for QP1, see
+    /// [`SteeringTable::index_for_datagram`]).
     pub fn index_for(&self, qpn: u32) -> u32 {
-        let slot = self.layout.slot_of(qpn);
-        self.routes
-            .binary_search_by_key(&slot, |r| r.0)
-            .map_or(self.designated, |i| self.routes[i].1)
+        self.index_of_slot(self.layout.slot_of(qpn))
     }
 
-    /// The classic BPF program that steers like [`SteeringTable::index_for`]:
+    /// The index of `slot`'s member; the designated member's for a slot without a route.
+    pub fn index_of_slot(&self, slot: u16) -> u32 {
+        self.route_of(slot).unwrap_or(self.designated)
+    }
+
+    /// The index of `slot`'s member among the routes the program holds (the lowest
+    /// [`MAX_ROUTES`]).
+    fn route_of(&self, slot: u16) -> Option<u32> {
+        let routes = self.routes.get(..MAX_ROUTES).unwrap_or(&self.routes);
+        routes
+            .binary_search_by_key(&slot, |r| r.0)
+            .ok()
+            .map(|i| routes[i].1)
+    }
+
+    /// Sends REQs and SIDR_REQs for `service_id` to the member of `slot` (replacing
+    /// another listener of it). Without a route for `slot` they still go to the designated
+    /// member. Ignored for a slot no member can hold.
+    pub fn listen(&mut self, service_id: u64, slot: u16) {
+        if self.layout.is_member_slot(slot) {
+            self.listeners.insert(service_id, slot);
+        }
+    }
+
+    /// REQs and SIDR_REQs for `service_id` go to the designated member again.
+    pub fn unlisten(&mut self, service_id: u64) {
+        self.listeners.remove(&service_id);
+    }
+
+    /// The listened service IDs and the slot of each, ascending by service ID.
+    pub fn listeners(&self) -> &BTreeMap<u64, u16> {
+        &self.listeners
+    }
+
+    /// The listeners the program steers: at most [`MAX_LISTENERS`], the lowest service
+    /// IDs, each with the index of its member (listeners without a route left out).
+    fn listener_routes(&self) -> impl Iterator<Item = (u64, u32)> + '_ {
+        self.listeners
+            .iter()
+            .take(MAX_LISTENERS)
+            .filter_map(|(&service, &slot)| Some((service, self.route_of(slot)?)))
+    }
+
+    /// The index the program gives the datagram whose UDP payload is `payload` (the
+    /// same decision, written plainly; see [`SteeringTable::program`]). A member that
+    /// receives a datagram for which this is not its own index got it from a stale
+    /// program.
+    pub fn index_for_datagram(&self, payload: &[u8]) -> u32 {
+        let d = self.designated;
+        let u8_at = |at: u32| payload.get(at as usize).copied();
+        let u32_at = |at: u32| {
+            let at = at as usize;
+            payload
+                .get(at..at + 4)
+                .and_then(|b| b.try_into().ok())
+                .map(u32::from_be_bytes)
+        };
+        let Some(word) = u32_at(4).filter(|_| payload.len() >= MIN_STEERED_LEN as usize) else {
+            return d;
+        };
+        if payload.first() == Some(&PROBE_OPCODE) {
+            return word;
+        }
+        let qpn = word & 0xFF_FFFF;
+        let slot = self.layout.slot_of(qpn);
+        if slot != 0 {
+            return self.index_of_slot(slot);
+        }
+        if qpn != mad::GSI_QPN
+            || payload.len() < MIN_MAD_DATAGRAM_LEN as usize
+            || payload.first() != Some(&UD_SEND_ONLY)
+            || u8_at(MGMT_CLASS_AT) != Some(mad::MGMT_CLASS_CM)
+        {
+            return d;
+        }
+        let (Some(hi), Some(lo)) = (u8_at(ATTR_ID_AT), u8_at(ATTR_ID_AT + 1)) else {
+            return d;
+        };
+        let id_slot = |at: u32| u32_at(at).map(|id| self.layout.comm_slot_of(id));
+        match u16::from_be_bytes([hi, lo]) {
+            cm_attr::REQ | cm_attr::SIDR_REQ => {
+                let (Some(hi), Some(lo)) = (u32_at(SERVICE_ID_AT), u32_at(SERVICE_ID_AT + 4))
+                else {
+                    return d;
+                };
+                let service = u64::from(hi) << 32 | u64::from(lo);
+                self.listener_routes()
+                    .find(|&(s, _)| s == service)
+                    .map_or(d, |(_, index)| index)
+            }
+            cm_attr::SIDR_REP => id_slot(SIDR_REQUEST_ID_AT).map_or(d, |s| self.index_of_slot(s)),
+            cm_attr::MRA..=cm_attr::APR => {
+                id_slot(REMOTE_COMM_ID_AT).map_or(d, |s| self.index_of_slot(s))
+            }
+            _ => d,
+        }
+    }
+
+    /// The classic BPF program that steers like [`SteeringTable::index_for_datagram`]:
     ///
     /// ```text
     ///   ld   len                 ; payload length
@@ -425,18 +632,57 @@ impl SteeringTable {
     ///   ld   [4]                 ; bytes 4-7: reserved byte, then the destination QP
     ///   and  #0xffffff
     ///   rsh  #local_bits         ; a = slot
+    ///   jeq  #0, +1, +0          ; slot 0: QP0 or QP1
+    ///   ja   routes
+    ///   ld   [4]                 ; QP0 or QP1?
+    ///   and  #0xffffff
+    ///   jeq  #1, +1, +0
+    ///   ret  #designated         ; QP0 (unused on RoCE)
+    ///   ld   len                 ; a whole MAD after BTH and DETH?
+    ///   jge  #276, +1, +0
+    ///   ret  #designated
+    ///   ldb  [0]                 ; in a UD SEND only?
+    ///   jeq  #0x64, +1, +0
+    ///   ret  #designated
+    ///   ldb  [21]                ; management class CM?
+    ///   jeq  #0x07, +1, +0
+    ///   ret  #designated
+    ///   ldh  [36]                ; attribute ID
+    ///   jeq  #REQ, req, +0
+    ///   jeq  #SIDR_REQ, req, +0
+    ///   jeq  #SIDR_REP, sidr_rep, +0
+    ///   jge  #APR+1, +1, +0      ; above APR: designated
+    ///   jge  #MRA, +1, +0        ; MRA ..= APR (less SIDR): by RemoteCommID
+    ///   ret  #designated         ; ClassPortInfo, anything else
+    ///   ld   [48]                ; RemoteCommID (CM offset 4)
+    ///   ja   +1
+    /// sidr_rep:
+    ///   ld   [44]                ; RequestID (CM offset 0)
+    ///   rsh  #comm_id_shift      ; a = the ID's slot
+    ///   ja   routes
+    /// req:
+    ///   ld   [52]                ; ServiceID, high word (CM offset 8)
+    ///   jeq  #service_1_hi, +0, +3  ; one group of five per listener
+    ///   ld   [56]                ; low word
+    ///   jeq  #service_1_lo, +0, +1
+    ///   ret  #index_1
+    ///   ...
+    ///   ret  #designated         ; nobody listens
+    /// routes:
     ///   jeq  #slot_1, +0, +1     ; one pair per routed slot
     ///   ret  #index_1
     ///   ...
     ///   ret  #designated
     /// ```
     ///
-    /// Every jump is short (the kernel's offsets are 8 bits). The program has 11
-    /// instructions plus two per route, so at most [`MAX_ROUTES`] routes fit the kernel's
-    /// [`MAX_INSNS`]; a table with more (only possible with 12 slot bits) is cut to the
-    /// routes of its lowest slots, and the registry never allots a slot above
-    /// [`MAX_ROUTES`]. The compare chain costs two instructions per member before the
-    /// last member's; a host has few members.
+    /// Conditional jumps are short (the kernel's offsets are 8 bits); the two into the
+    /// route chain are `ja`, whose offset is 32 bits. The program has [`FIXED_INSNS`]
+    /// instructions, five per listener and two per route, so at most [`MAX_LISTENERS`]
+    /// listeners (the lowest service IDs) and [`MAX_ROUTES`] routes (the lowest slots)
+    /// fit the kernel's [`MAX_INSNS`] together; the registry never allots a slot above
+    /// [`MAX_ROUTES`] nor records more listeners. The compare chains cost two
+    /// instructions per member and five per listener before the one that matches; a
+    /// host has few of both.
     pub fn program(&self) -> Vec<Insn> {
         let d = self.designated;
         let mut p = vec![
@@ -450,7 +696,54 @@ impl SteeringTable {
             stmt(LD | W | ABS, 4),
             stmt(ALU | AND | K, 0xFF_FFFF),
             stmt(ALU | RSH | K, u32::from(self.layout.local_bits())),
+            jump(JMP | JEQ | K, 0, 1, 0),
         ];
+        let to_routes_from_qpn = p.len();
+        p.push(stmt(JMP | JA, 0));
+        p.extend_from_slice(&[
+            stmt(LD | W | ABS, 4),
+            stmt(ALU | AND | K, 0xFF_FFFF),
+            jump(JMP | JEQ | K, mad::GSI_QPN, 1, 0),
+            stmt(RET | K, d),
+            stmt(LD | W | LEN, 0),
+            jump(JMP | JGE | K, MIN_MAD_DATAGRAM_LEN, 1, 0),
+            stmt(RET | K, d),
+            stmt(LD | B | ABS, 0),
+            jump(JMP | JEQ | K, u32::from(UD_SEND_ONLY), 1, 0),
+            stmt(RET | K, d),
+            stmt(LD | B | ABS, MGMT_CLASS_AT),
+            jump(JMP | JEQ | K, u32::from(mad::MGMT_CLASS_CM), 1, 0),
+            stmt(RET | K, d),
+            stmt(LD | H | ABS, ATTR_ID_AT),
+            // The dispatch on the attribute ID: its instruction 11 is `req`, 8 `sidr_rep`.
+            jump(JMP | JEQ | K, u32::from(cm_attr::REQ), 10, 0),
+            jump(JMP | JEQ | K, u32::from(cm_attr::SIDR_REQ), 9, 0),
+            jump(JMP | JEQ | K, u32::from(cm_attr::SIDR_REP), 5, 0),
+            jump(JMP | JGE | K, u32::from(cm_attr::APR) + 1, 1, 0),
+            jump(JMP | JGE | K, u32::from(cm_attr::MRA), 1, 0),
+            stmt(RET | K, d),
+            stmt(LD | W | ABS, REMOTE_COMM_ID_AT),
+            stmt(JMP | JA, 1),
+            stmt(LD | W | ABS, SIDR_REQUEST_ID_AT),
+            stmt(ALU | RSH | K, u32::from(self.layout.comm_id_shift())),
+        ]);
+        let to_routes_from_id = p.len();
+        p.push(stmt(JMP | JA, 0));
+        for (service, index) in self.listener_routes() {
+            p.extend_from_slice(&[
+                stmt(LD | W | ABS, SERVICE_ID_AT),
+                jump(JMP | JEQ | K, (service >> 32) as u32, 0, 3),
+                stmt(LD | W | ABS, SERVICE_ID_AT + 4),
+                jump(JMP | JEQ | K, service as u32, 0, 1),
+                stmt(RET | K, index),
+            ]);
+        }
+        p.push(stmt(RET | K, d));
+        let routes = p.len();
+        for at in [to_routes_from_qpn, to_routes_from_id] {
+            // Forward, and shorter than the program: fits.
+            p[at].k = u32::try_from(routes - at - 1).unwrap_or(0);
+        }
         for &(slot, index) in self.routes.iter().take(MAX_ROUTES) {
             p.push(jump(JMP | JEQ | K, u32::from(slot), 0, 1));
             p.push(stmt(RET | K, index));
@@ -552,6 +845,14 @@ mod tests {
                         None => return 0,
                     }
                 }
+                c if c == LD | H | ABS => {
+                    let k = i.k as usize;
+                    match payload.get(k..k + 2) {
+                        Some(w) => a = u32::from(u16::from_be_bytes(w.try_into().unwrap())),
+                        None => return 0,
+                    }
+                }
+                c if c == JMP | JA => pc += i.k as usize,
                 c if c == ALU | AND | K => a &= i.k,
                 c if c == ALU | RSH | K => a >>= i.k,
                 c if c == JMP | JEQ | K || c == JMP | JGE | K => {
@@ -568,6 +869,123 @@ mod tests {
             }
         }
         panic!("program did not return");
+    }
+
+    /// The program's index and the model's, which must agree.
+    fn steer(t: &SteeringTable, p: &[Insn], d: &[u8]) -> u32 {
+        let got = run(p, d);
+        assert_eq!(got, t.index_for_datagram(d), "program and model disagree");
+        got
+    }
+
+    /// A datagram to QP1: BTH (UD SEND only), DETH, a CM MAD with attribute `attr` whose
+    /// body `body` writes, ICRC.
+    fn gsi(attr: u16, body: impl FnOnce(&mut [u8])) -> Vec<u8> {
+        let mut d = vec![0u8; MIN_MAD_DATAGRAM_LEN as usize + 4];
+        d[0] = UD_SEND_ONLY;
+        d[5..8].copy_from_slice(&[0, 0, 1]);
+        let m = &mut d[MAD_OFFSET as usize..];
+        let mut h = mad::Header::new_unchecked(&mut m[..mad::LEN]);
+        h.set_base_version(mad::BASE_VERSION);
+        h.set_mgmt_class(mad::MGMT_CLASS_CM);
+        h.set_class_version(mad::CM_CLASS_VERSION);
+        h.set_response_method(false, mad::METHOD_SEND);
+        h.set_transaction_id(0x1234_5678_9ABC_DEF0);
+        h.set_attribute_id(attr);
+        body(&mut m[mad::LEN..mad::MAD_LEN]);
+        d
+    }
+
+    /// The peer's communication ID in the messages below: never read by the program.
+    const PEER_ID: u32 = 0x7E57_0001;
+
+    /// A message of `attr` answering or continuing our connection `ours` (its
+    /// RemoteCommID; SIDR_REP's RequestID).
+    fn answer(attr: u16, ours: u32) -> Vec<u8> {
+        use uroce_wire::cm::{Apr, Drep, Dreq, Lap, Mra, Rej, Rep, Rtu, SidrRep};
+        gsi(attr, |b| match attr {
+            cm_attr::MRA => {
+                let mut v = Mra::new_unchecked(b);
+                v.set_local_comm_id(PEER_ID);
+                v.set_remote_comm_id(ours);
+            }
+            cm_attr::REJ => {
+                let mut v = Rej::new_unchecked(b);
+                v.set_local_comm_id(PEER_ID);
+                v.set_remote_comm_id(ours);
+            }
+            cm_attr::REP => {
+                let mut v = Rep::new_unchecked(b);
+                v.set_local_comm_id(PEER_ID);
+                v.set_remote_comm_id(ours);
+                v.set_local_qpn(0x05_0001);
+            }
+            cm_attr::RTU => {
+                let mut v = Rtu::new_unchecked(b);
+                v.set_local_comm_id(PEER_ID);
+                v.set_remote_comm_id(ours);
+            }
+            cm_attr::DREQ => {
+                let mut v = Dreq::new_unchecked(b);
+                v.set_local_comm_id(PEER_ID);
+                v.set_remote_comm_id(ours);
+                v.set_remote_qpn(0x07_0001);
+            }
+            cm_attr::DREP => {
+                let mut v = Drep::new_unchecked(b);
+                v.set_local_comm_id(PEER_ID);
+                v.set_remote_comm_id(ours);
+            }
+            cm_attr::LAP => {
+                let mut v = Lap::new_unchecked(b);
+                v.set_local_comm_id(PEER_ID);
+                v.set_remote_comm_id(ours);
+            }
+            cm_attr::APR => {
+                let mut v = Apr::new_unchecked(b);
+                v.set_local_comm_id(PEER_ID);
+                v.set_remote_comm_id(ours);
+            }
+            cm_attr::SIDR_REP => {
+                let mut v = SidrRep::new_unchecked(b);
+                v.set_request_id(ours);
+                v.set_service_id(0xFFFF_FFFF_FFFF_FFFF);
+            }
+            _ => unreachable!(),
+        })
+    }
+
+    /// Every message that carries our communication ID.
+    const ANSWERS: [u16; 9] = [
+        cm_attr::MRA,
+        cm_attr::REJ,
+        cm_attr::REP,
+        cm_attr::RTU,
+        cm_attr::DREQ,
+        cm_attr::DREP,
+        cm_attr::LAP,
+        cm_attr::APR,
+        cm_attr::SIDR_REP,
+    ];
+
+    /// A REQ (or SIDR_REQ) for `service`.
+    fn request(sidr: bool, service: u64) -> Vec<u8> {
+        use uroce_wire::cm::{Req, SidrReq};
+        if sidr {
+            gsi(cm_attr::SIDR_REQ, |b| {
+                let mut v = SidrReq::new_unchecked(b);
+                v.set_request_id(PEER_ID);
+                v.set_pkey(0xFFFF);
+                v.set_service_id(service);
+            })
+        } else {
+            gsi(cm_attr::REQ, |b| {
+                let mut v = Req::new_unchecked(b);
+                v.set_local_comm_id(PEER_ID);
+                v.set_service_id(service);
+                v.set_local_qpn(0x05_0002);
+            })
+        }
     }
 
     fn bth_to(qpn: u32) -> [u8; 12] {
@@ -593,6 +1011,15 @@ mod tests {
         assert_eq!((l4.max_slot(), l4.max_local()), (14, 0xF_FFFF));
         assert_eq!(l4.qpn(14, 7), Some(0xE0_0007));
         assert!(QpnLayout::new(1).is_none() && QpnLayout::new(13).is_none());
+        // Communication IDs: the same slots in their top bits.
+        assert_eq!(l.comm_ids(3), Some(0x0300_0000..=0x03FF_FFFF));
+        assert_eq!(l.comm_slot_of(0x03AB_CDEF), 3);
+        assert_eq!(l.comm_ids(0), None);
+        assert_eq!(l.comm_ids(255), None);
+        assert_eq!(l4.comm_ids(14), Some(0xE000_0000..=0xEFFF_FFFF));
+        assert_eq!(l4.comm_slot_of(0xEFFF_FFFF), 14);
+        let l12 = QpnLayout::new(12).unwrap();
+        assert_eq!(l12.comm_ids(1), Some(0x0010_0000..=0x001F_FFFF));
     }
 
     #[test]
@@ -706,11 +1133,140 @@ mod tests {
         let l = QpnLayout::new(12).unwrap();
         let order = GroupOrder::from_slots((1..=l.max_slot()).collect());
         let p = SteeringTable::from_order(l, &order).unwrap().program();
-        assert_eq!(p.len(), MAX_INSNS - 1);
+        assert_eq!(p.len(), FIXED_INSNS + 2 * MAX_ROUTES);
         let top = l.qpn(MAX_ROUTES as u16, 1).unwrap();
         assert_eq!(run(&p, &bth_to(top)), MAX_ROUTES as u32 - 1);
         let cut = l.qpn(MAX_ROUTES as u16 + 1, 1).unwrap();
         assert_eq!(run(&p, &bth_to(cut)), 0, "cut: designated");
         assert!(SteeringTable::from_order(l, &GroupOrder::default()).is_none());
+    }
+
+    const S_TCP: u64 = 0x0000_0000_0106_1C06; // RDMA CM, TCP port space, port 7174
+    const S_UDP: u64 = 0x0000_0000_0111_1C06;
+    const S_HIGH: u64 = 0x1111_2222_0106_1C06; // same low word as S_TCP
+    const S_NO_ROUTE: u64 = 0x0000_0000_0106_0001;
+
+    #[test]
+    fn cm_mads_reach_the_member_that_owns_them() {
+        let l = QpnLayout::default();
+        let order = GroupOrder::from_slots(vec![7, 2, 200, 5]);
+        let mut t = SteeringTable::from_order(l, &order).unwrap();
+        t.listen(S_TCP, 200);
+        t.listen(S_UDP, 5);
+        t.listen(S_HIGH, 7);
+        t.listen(S_NO_ROUTE, 9); // slot 9 has no socket in this group
+        t.listen(1, 0); // ignored: slot 0 is no member's
+        assert_eq!(t.listeners().len(), 4);
+        let p = t.program();
+        assert_eq!(p.len(), FIXED_INSNS + 2 * 4 + 5 * 3);
+        let designated = 1;
+        // Messages for our communication IDs: to the member whose slot is the ID's.
+        for (i, &slot) in order.slots().iter().enumerate() {
+            let ids = l.comm_ids(slot).unwrap();
+            for id in [
+                *ids.start(),
+                ids.start() + 1,
+                0x1234 | ids.start(),
+                *ids.end(),
+            ] {
+                for attr in ANSWERS {
+                    let d = answer(attr, id);
+                    assert_eq!(steer(&t, &p, &d), i as u32, "attr {attr:#x} id {id:#x}");
+                }
+            }
+        }
+        // IDs of slot 0 (0 is none), of a slot without a member, of the top slot.
+        for id in [0, 1, 0x00FF_FFFF, 0x0300_0000, 0xFE00_0000, u32::MAX] {
+            for attr in ANSWERS {
+                assert_eq!(steer(&t, &p, &answer(attr, id)), designated, "{id:#x}");
+            }
+        }
+        // REQ and SIDR_REQ: to the listener of the service.
+        for sidr in [false, true] {
+            assert_eq!(steer(&t, &p, &request(sidr, S_TCP)), 2);
+            assert_eq!(steer(&t, &p, &request(sidr, S_UDP)), 3);
+            assert_eq!(steer(&t, &p, &request(sidr, S_HIGH)), 0);
+            // Nobody listens, or the listener has no socket here: the designated
+            // member, which rejects.
+            for other in [S_NO_ROUTE, S_TCP + 1, S_TCP ^ 1 << 32, 0, u64::MAX] {
+                assert_eq!(steer(&t, &p, &request(sidr, other)), designated);
+            }
+        }
+        // Anything else to QP1: ClassPortInfo, unknown attributes, another class, not
+        // a UD SEND only (an immediate would move the MAD), a short MAD.
+        for attr in [cm_attr::CLASS_PORT_INFO, 0x0F, 0x1B, 0x0110, 0xFFFF] {
+            let d = gsi(attr, |b| b[..8].copy_from_slice(&S_TCP.to_be_bytes()));
+            assert_eq!(steer(&t, &p, &d), designated, "attr {attr:#x}");
+        }
+        let mut other_class = request(false, S_TCP);
+        other_class[MGMT_CLASS_AT as usize] = 0x04; // performance management
+        assert_eq!(steer(&t, &p, &other_class), designated);
+        let mut imm = answer(cm_attr::REP, l.comm_ids(5).unwrap().start() + 9);
+        imm[0] = UD_SEND_ONLY + 1;
+        assert_eq!(steer(&t, &p, &imm), designated);
+        let rep = answer(cm_attr::REP, l.comm_ids(5).unwrap().start() + 9);
+        assert_eq!(steer(&t, &p, &rep[..MIN_MAD_DATAGRAM_LEN as usize]), 3);
+        // Every truncation of every kind: program and model agree, none falls to the
+        // kernel's 0 for a load beyond the end.
+        for d in [rep.clone(), request(false, S_TCP), request(true, S_UDP)] {
+            for n in 0..d.len() {
+                let want = if n < MIN_MAD_DATAGRAM_LEN as usize {
+                    designated
+                } else {
+                    t.index_for_datagram(&d)
+                };
+                assert_eq!(steer(&t, &p, &d[..n]), want, "len {n}");
+            }
+        }
+        // To QP0, or to a QP of a member's slot, the same bytes are not a MAD.
+        let mut qp0 = request(false, S_TCP);
+        qp0[7] = 0;
+        assert_eq!(steer(&t, &p, &qp0), designated);
+        let mut to_qp = request(false, S_TCP);
+        to_qp[5..8].copy_from_slice(&l.qpn(7, 1).unwrap().to_be_bytes()[1..]);
+        assert_eq!(steer(&t, &p, &to_qp), 0);
+        // The QPN path is unchanged by the listeners.
+        for (i, &slot) in order.slots().iter().enumerate() {
+            let qpn = l.qpn(slot, 77).unwrap();
+            assert_eq!(steer(&t, &p, &bth_to(qpn)), i as u32);
+        }
+        assert_eq!(steer(&t, &p, &probe(9, 1)), 9);
+        // A listener leaves: its REQs go to the designated member.
+        t.unlisten(S_TCP);
+        let p = t.program();
+        assert_eq!(steer(&t, &p, &request(false, S_TCP)), designated);
+        assert_eq!(steer(&t, &p, &request(true, S_UDP)), 3);
+    }
+
+    #[test]
+    fn the_largest_program_holds_every_route_and_listener() {
+        // 12 slot bits: MAX_ROUTES routes, MAX_LISTENERS listeners and more.
+        let l = QpnLayout::new(12).unwrap();
+        let order = GroupOrder::from_slots((1..=l.max_slot()).collect());
+        let mut t = SteeringTable::from_order(l, &order).unwrap();
+        let slot_of = |i: u64| 1 + (i % MAX_ROUTES as u64) as u16;
+        for i in 0..MAX_LISTENERS as u64 + 10 {
+            t.listen(S_TCP + i, slot_of(i));
+        }
+        let p = t.program();
+        assert!(p.len() <= MAX_INSNS, "{}", p.len());
+        assert_eq!(
+            p.len(),
+            FIXED_INSNS + 2 * MAX_ROUTES + LISTENER_INSNS * MAX_LISTENERS
+        );
+        let last = MAX_LISTENERS as u64 - 1;
+        let want = order.index_of(slot_of(last)).unwrap();
+        assert_eq!(steer(&t, &p, &request(false, S_TCP + last)), want);
+        assert_eq!(steer(&t, &p, &request(true, S_TCP)), 0);
+        // Beyond the limit: the designated member (index 0, slot 1).
+        assert_eq!(steer(&t, &p, &request(false, S_TCP + last + 1)), 0);
+        // The last route, by QPN and by communication ID.
+        let top = MAX_ROUTES as u16;
+        let want = order.index_of(top).unwrap();
+        assert_eq!(steer(&t, &p, &bth_to(l.qpn(top, 1).unwrap())), want);
+        let id = *l.comm_ids(top).unwrap().end();
+        assert_eq!(steer(&t, &p, &answer(cm_attr::DREQ, id)), want);
+        let id = *l.comm_ids(top + 1).unwrap().start();
+        assert_eq!(steer(&t, &p, &answer(cm_attr::DREQ, id)), 0, "cut route");
     }
 }

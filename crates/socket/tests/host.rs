@@ -1,7 +1,8 @@
 //! The per-host registry (`uroce_socket::host`) across processes: a child process (this
 //! test binary again, running [`child_member`]) joins the registry and a steered
-//! `SO_REUSEPORT` group next to this process, is killed with SIGKILL, and is reaped,
-//! first as a zombie and then gone; steering is right before and after.
+//! `SO_REUSEPORT` group next to this process and listens on a CM service, is killed with
+//! SIGKILL while REQs for it arrive, and is reaped, first as a zombie and then gone;
+//! steering is right before and after.
 
 use std::io::{self, BufRead as _, BufReader};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
@@ -9,10 +10,32 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use uroce_socket::host::{Registry, HOST_DIR_ENV};
-use uroce_socket::steer::{self, QpnLayout};
+use uroce_socket::steer::{self, QpnLayout, MAD_OFFSET, MIN_MAD_DATAGRAM_LEN};
+use uroce_wire::cm::Req;
+use uroce_wire::mad::{self, cm_attr};
 
 /// Set (to the group's address) only in the child process.
 const CHILD_ENV: &str = "UROCE_HOST_TEST_CHILD";
+
+/// The CM service ID the child listens on (RDMA CM, TCP port 20010).
+const SERVICE: u64 = 0x0000_0000_0106_4E2A;
+
+/// A REQ for [`SERVICE`] to QP1, with `tag` at byte 12 (in the DETH's Q_Key).
+fn req(tag: u8) -> Vec<u8> {
+    let mut d = vec![0u8; MIN_MAD_DATAGRAM_LEN as usize + 4];
+    d[0] = uroce_wire::opcode::op::UD_SEND_ONLY;
+    d[7] = 1;
+    d[12] = tag;
+    let m = &mut d[MAD_OFFSET as usize..];
+    let mut h = mad::Header::new_unchecked(&mut m[..mad::LEN]);
+    h.set_base_version(mad::BASE_VERSION);
+    h.set_mgmt_class(mad::MGMT_CLASS_CM);
+    h.set_class_version(mad::CM_CLASS_VERSION);
+    h.set_response_method(false, mad::METHOD_SEND);
+    h.set_attribute_id(cm_attr::REQ);
+    Req::new_unchecked(&mut m[mad::LEN..mad::MAD_LEN]).set_service_id(SERVICE);
+    d
+}
 
 fn datagram(qpn: u32, tag: u8) -> Vec<u8> {
     let mut b = vec![0u8; 16];
@@ -25,7 +48,7 @@ fn datagram(qpn: u32, tag: u8) -> Vec<u8> {
 /// Waits up to `wait` for a datagram on the non-blocking `s`.
 fn recv_within(s: &UdpSocket, wait: Duration) -> Option<Vec<u8>> {
     let deadline = Instant::now() + wait;
-    let mut buf = [0u8; 64];
+    let mut buf = [0u8; 512];
     loop {
         match s.recv(&mut buf) {
             Ok(n) => return Some(buf[..n].to_vec()),
@@ -47,7 +70,8 @@ fn attach(l: &uroce_socket::host::Locked<'_>, s: &UdpSocket, addr: SocketAddr) {
 
 /// The child's part (does nothing in an ordinary test run): joins the registry named by
 /// `UROCE_HOST_DIR`, binds a member socket to the group in `UROCE_HOST_TEST_CHILD`,
-/// attaches the new program, says `ready <slot>`, and waits to be killed (at most 30 s).
+/// listens on [`SERVICE`], attaches the new program, says `ready <slot>`, and waits to be
+/// killed (at most 30 s).
 #[test]
 fn child_member() {
     let Ok(addr) = std::env::var(CHILD_ENV) else {
@@ -60,6 +84,7 @@ fn child_member() {
     let slot = l.join().expect("join");
     let s = steer::bind_member(addr).expect("bind");
     l.joined_group(slot, addr).expect("group");
+    l.listen(slot, SERVICE).expect("listen");
     attach(&l, &s, addr);
     l.commit().expect("commit");
     println!("ready {slot}");
@@ -119,10 +144,14 @@ fn a_killed_member_is_reaped_and_steering_recovers() {
     let state = reg.read().unwrap();
     assert_eq!(state.groups[&addr].order.slots(), &[mine, theirs]);
 
-    // Steered across processes: the child's QPNs reach the child, not this process.
+    assert_eq!(state.listeners.get(&SERVICE), Some(&theirs));
+
+    // Steered across processes: the child's QPNs and the REQs for its service reach the
+    // child, not this process.
     let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
     tx.send_to(&datagram(layout.qpn(theirs, 5).unwrap(), 1), addr)
         .unwrap();
+    tx.send_to(&req(11), addr).unwrap();
     tx.send_to(&datagram(layout.qpn(mine, 5).unwrap(), 2), addr)
         .unwrap();
     assert_eq!(
@@ -131,8 +160,23 @@ fn a_killed_member_is_reaped_and_steering_recovers() {
     );
     assert_eq!(recv_within(&me, Duration::from_millis(100)), None);
 
-    // SIGKILL. The child is a zombie until waited for: already dead to the registry.
+    // SIGKILL. The child is a zombie until waited for: already dead to the registry, and
+    // its socket closed by the kernel as it exited.
     child.kill().unwrap();
+    let member = *members.iter().find(|m| m.slot == theirs).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while member.is_alive() {
+        assert!(Instant::now() < deadline, "the killed child still runs");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // A REQ for its service before anyone reaps: the stale program names index 1, past
+    // the end of the group now, so the kernel hashes it to a member, this process, whose
+    // CM has no listener for it and would reject it.
+    tx.send_to(&req(12), addr).unwrap();
+    assert_eq!(
+        recv_within(&me, Duration::from_secs(5)).map(|d| d[12]),
+        Some(12)
+    );
     let deadline = Instant::now() + Duration::from_secs(10);
     let reaped = loop {
         let mut l = reg.lock().unwrap();
@@ -140,6 +184,7 @@ fn a_killed_member_is_reaped_and_steering_recovers() {
         if !reaped.is_empty() {
             assert_eq!(l.state().groups[&addr].order.slots(), &[mine]);
             assert!(l.state().groups[&addr].certain);
+            assert!(l.state().listeners.is_empty(), "its listener went with it");
             attach(&l, &me, addr);
             l.commit().unwrap();
             break reaped;
@@ -158,7 +203,8 @@ fn a_killed_member_is_reaped_and_steering_recovers() {
     assert_eq!(state.members.len(), 1);
     assert!(state.freed.contains_key(&theirs));
 
-    // Its QPNs now reach the designated member, this process; so do its own.
+    // Its QPNs now reach the designated member, this process; so do its own, and the
+    // REQs for the service it listened on (rejected there: nobody listens).
     for (slot, tag) in [(theirs, 3), (mine, 4)] {
         tx.send_to(&datagram(layout.qpn(slot, 9).unwrap(), tag), addr)
             .unwrap();
@@ -167,6 +213,11 @@ fn a_killed_member_is_reaped_and_steering_recovers() {
             Some(tag)
         );
     }
+    tx.send_to(&req(13), addr).unwrap();
+    assert_eq!(
+        recv_within(&me, Duration::from_secs(5)).map(|d| d[12]),
+        Some(13)
+    );
     // Reaping again finds nothing; a second reap of a gone (waited) process is a no-op.
     let mut l = reg.lock().unwrap();
     assert!(l.reap().is_empty());

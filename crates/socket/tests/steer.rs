@@ -247,7 +247,7 @@ fn a_plain_socket_and_a_group_exclude_each_other() {
 
 /// The largest programs the generator makes are accepted by the kernel and steer their
 /// last route: every slot of the default layout, and the [`steer::MAX_ROUTES`] routes of
-/// the 12-bit layout (4095 instructions).
+/// the 12-bit layout, each with [`steer::MAX_LISTENERS`] listeners (4095 instructions).
 #[test]
 fn the_largest_programs_are_accepted() {
     let mut g = Group::bind(IpAddr::V4(Ipv4Addr::new(127, 0, 79, 13)), &[1, 2]).unwrap();
@@ -258,6 +258,9 @@ fn the_largest_programs_are_accepted() {
         let top = layout.max_slot().min(steer::MAX_ROUTES as u16);
         for slot in 1..=top {
             t.route(slot, u32::from(slot % 2));
+        }
+        for i in 0..steer::MAX_LISTENERS as u64 {
+            t.listen(0x0106_0000 + i, 1 + (i % 2) as u16);
         }
         let p = t.program();
         assert!(p.len() <= steer::MAX_INSNS);

@@ -1,9 +1,9 @@
 //! The binding of QPs to the protocol layer's transport engines
 //! ([`uroce_proto::engine::Engine`]), and the hook through which the I/O layer drives them.
 //!
-//! In a context with a [`Transport`] installed (every context of a network device), a QP
-//! gets its engine at the INIT→RTR transition from `build_engine`, the one factory that
-//! knows the transports: it builds the engine for the QP's type from the QP's attributes
+//! A QP gets its engine at the INIT→RTR transition, on every context (the engine is the
+//! QP's only queue implementation; a context without a [`Transport`] never transmits),
+//! from `build_engine`, the one factory that knows the transports: it builds the engine for the QP's type from the QP's attributes
 //! (RC, and XRC_SEND / XRC_RECV as its two XRC halves: [`uroce_proto::rc::RcQp`]; UC:
 //! [`uroce_proto::uc::UcQp`]; UD and GSI: [`uroce_proto::ud::UdQp`], whose largest
 //! datagram is the port's active MTU). An XRC target QP resolves each request's SRQ number
@@ -54,7 +54,7 @@ use crate::context::ContextCore;
 use crate::cq::CqCore;
 use crate::error::{BatchPostError, CreateQpError, PostError};
 use crate::event::EventType;
-use crate::mr::{key_index, AccessError, RemoteOp};
+use crate::mr::{key_index, required_access, AccessError};
 use crate::qp::{QpCore, QpInner, QpRef, RecvWr, SendFlags, SendWr};
 use crate::srq::SrqCore;
 use crate::sync::Arc;
@@ -164,7 +164,7 @@ impl<'a> QpMemory<'a> {
         let w = self
             .window(rkey)
             .ok_or(RemoteAccessError::BadKey { rkey })?;
-        let need = verbs_op(op).required_access();
+        let need = required_access(op);
         match crate::mw::check_access(&w, self.pd_id.get(), self.qpn, rkey, va, len, need) {
             crate::mw::WindowAccess::Region(r) => Ok(r),
             crate::mw::WindowAccess::BadKey => Err(RemoteAccessError::BadKey { rkey }),
@@ -213,14 +213,6 @@ fn remote_error(
     }
 }
 
-fn verbs_op(op: ProtoRemoteOp) -> RemoteOp {
-    match op {
-        ProtoRemoteOp::Read => RemoteOp::Read,
-        ProtoRemoteOp::Write => RemoteOp::Write,
-        ProtoRemoteOp::Atomic => RemoteOp::Atomic,
-    }
-}
-
 impl Memory for QpMemory<'_> {
     fn read_local(&self, lkey: u32, addr: u64, dst: &mut [u8]) -> Result<(), LocalAccessError> {
         let r = self.region(lkey).ok_or(LocalAccessError::BadKey { lkey })?;
@@ -250,7 +242,7 @@ impl Memory for QpMemory<'_> {
         let r = self
             .region(rkey)
             .ok_or(RemoteAccessError::BadKey { rkey })?;
-        r.mr.check_remote(self.pd_id.get(), rkey, va, len, verbs_op(op))
+        r.mr.check_remote(self.pd_id.get(), rkey, va, len, op)
             .map_err(|e| remote_error(rkey, va, len, op, e))
     }
 
@@ -466,8 +458,8 @@ fn with_engine<R>(
     Some(r)
 }
 
-/// Moves the engine's completions to the CQs and its events to the event queue, and
-/// mirrors an engine-detected error into the QP's state.
+/// Moves the engine's completions to the CQs and its events to the event queue. (An
+/// engine-detected error needs no mirroring: the engine's state is the QP's.)
 fn drain(core: &Arc<QpCore>, inner: &mut QpInner) -> usize {
     let Some(engine) = inner.engine.as_deref_mut() else {
         return 0;
@@ -523,10 +515,6 @@ fn drain(core: &Arc<QpCore>, inner: &mut QpInner) -> usize {
             continue;
         }
         break;
-    }
-    if engine.state() == QpState::Err && inner.attr.qp_state != QpState::Err {
-        inner.attr.qp_state = QpState::Err;
-        inner.attr.sq_draining = false;
     }
     delivered
 }
@@ -661,16 +649,16 @@ pub(crate) fn reconfigure_engine(core: &Arc<QpCore>, inner: &mut QpInner) {
 
 /// Applies a state transition to the engine. Returns `true` when the transition was fully
 /// handled here (the QP has, or now gets, an engine), `false` when the generic path of
-/// `modify` must run (no transport, no engine for the type, RESET, INIT).
+/// `modify` must run (no engine for the type, RESET, INIT, ERR before RTR).
 pub(crate) fn modify_engine(
     core: &Arc<QpCore>,
     inner: &mut QpInner,
     cur: QpState,
     next: QpState,
 ) -> bool {
-    // Without a transport (a context used on its own, as the object-model tests do) the
-    // QP keeps its plain queues and the engine-facing queue API of `qp.rs` drives it.
-    if core.ctx.transport.get().is_none() || !engine_supported(core.qp_type) {
+    // Every context builds engines, with or without a transport: a QP has no other queues.
+    // Without a transport the engine's output simply waits (nothing is ever transmitted).
+    if !engine_supported(core.qp_type) {
         return false;
     }
     match next {
@@ -684,7 +672,6 @@ pub(crate) fn modify_engine(
                 let _ = engine.post_recv(wr);
             }
             inner.engine = Some(engine);
-            inner.attr.qp_state = QpState::Rtr;
             true
         }
         QpState::Rts if inner.engine.is_some() => {
@@ -696,18 +683,15 @@ pub(crate) fn modify_engine(
                 rnr_retry: a.rnr_retry,
                 max_rd_atomic: a.max_rd_atomic,
             };
-            inner.attr.qp_state = QpState::Rts;
             with_engine(core, inner, |e, _| e.enter_rts(rts));
             true
         }
         QpState::Sqd if inner.engine.is_some() => {
-            inner.attr.qp_state = QpState::Sqd;
             inner.attr.sq_draining = true;
             with_engine(core, inner, |e, _| e.set_state(QpState::Sqd));
             true
         }
         QpState::Err | QpState::Sqe if inner.engine.is_some() => {
-            inner.attr.qp_state = QpState::Err;
             inner.attr.sq_draining = false;
             with_engine(core, inner, |e, _| e.set_state(QpState::Err));
             true
@@ -738,7 +722,7 @@ fn to_engine_wr(wr: SendWr) -> pwr::SendWr {
     pwr::SendWr {
         wr_id: wr.wr_id,
         opcode: wr.opcode,
-        flags: pwr::SendFlags::from_bits_truncate(wr.flags.bits()),
+        flags: wr.flags,
         payload: if inline {
             pwr::SendPayload::Inline(wr.inline_data)
         } else {

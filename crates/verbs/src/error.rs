@@ -10,7 +10,6 @@ use std::net::IpAddr;
 use uroce_proto::qp_state::{AttrMask, ModifyError, QpState, QpType};
 
 use crate::event::{ElementKind, EventType};
-use crate::qp::SendOpcode;
 
 /// Object kinds, for error messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -423,14 +422,6 @@ pub enum PostError {
     /// The QP receives from an SRQ; post to the SRQ instead.
     #[error("the QP is attached to an SRQ; post receives to the SRQ")]
     SrqAttached,
-    /// The opcode is not valid for the QP type, or not implemented.
-    #[error("opcode {opcode:?} is not supported on a {qp_type} QP")]
-    UnsupportedOpcode {
-        /// The opcode.
-        opcode: SendOpcode,
-        /// The QP type.
-        qp_type: QpType,
-    },
     /// More SGEs than the queue allows.
     #[error("{num} SGEs exceed the queue's max_sge {max}")]
     TooManySge {
@@ -447,31 +438,6 @@ pub enum PostError {
         /// The limit.
         max: u32,
     },
-    /// The INLINE flag on an opcode that carries no local data to inline.
-    #[error("IBV_SEND_INLINE is not valid for {0:?}")]
-    InlineNotAllowed(SendOpcode),
-    /// An atomic WR whose local buffer is shorter than 8 bytes.
-    #[error("atomic WR needs an 8-byte local buffer, has {len}")]
-    AtomicLength {
-        /// Total SGE length.
-        len: u64,
-    },
-    /// An ATOMIC WRITE (IBA 1.5) whose payload (SGEs or inline data) is not exactly the
-    /// 8 bytes it stores.
-    #[error("an ATOMIC WRITE carries exactly 8 bytes, this one {len}")]
-    AtomicWriteLength {
-        /// Total SGE or inline length.
-        len: u64,
-    },
-    /// An atomic WR whose remote address is not 8-byte aligned.
-    #[error("atomic remote address {addr:#x} is not 8-byte aligned")]
-    AtomicAlignment {
-        /// The remote address.
-        addr: u64,
-    },
-    /// A UD/GSI send without destination (AH, remote QPN, Q_Key).
-    #[error("a UD send WR needs a destination (AH, remote QPN, Q_Key)")]
-    MissingUdDestination,
     /// The AH belongs to another protection domain than the QP.
     #[error("the AH belongs to another protection domain")]
     ForeignAh,
@@ -510,31 +476,6 @@ pub struct BatchPostError {
     pub index: usize,
     /// Why it was refused.
     pub error: PostError,
-}
-
-/// Why the transport engine's call into a queue failed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum EngineError {
-    /// `complete_send` with no started send WR.
-    #[error("no send WR is in flight")]
-    NoSendInFlight,
-    /// `complete_recv` with no taken receive WQE.
-    #[error("no receive WQE is in progress")]
-    NoRecvInProgress,
-    /// No receive WQE is available (RC: the responder answers with an RNR NAK).
-    #[error("no receive WQE available")]
-    NoRecvWqe,
-    /// The operation needs a queue the QP does not have.
-    #[error("the QP has no such queue")]
-    NoQueue,
-    /// The named SRQ does not exist or belongs to another XRC domain.
-    #[error("SRQ {0:#x} is unknown or not in this QP's XRC domain")]
-    BadSrq(u32),
-    /// The completion could not be stored: the CQ overflowed (CQ_ERR was raised) or was
-    /// already in error. The engine moves the QP to ERR.
-    #[error("CQ overrun: completion lost")]
-    CqOverrun,
 }
 
 /// Why `create_srq` failed.

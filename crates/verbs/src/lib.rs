@@ -105,8 +105,8 @@
 //!   fd ([`Context::async_fd`]), each acknowledged by the application.
 //! * QPs ([`qp`]): the IBTA modify table from `uroce_proto::qp_state` plus device value
 //!   checks, atomic application (unchanged on error, the error names the attribute),
-//!   flush to `WR_FLUSH_ERR` on ERR, SQD drain with `SQ_DRAINED`, and the engine-facing
-//!   queue API the transport uses.
+//!   flush to `WR_FLUSH_ERR` on ERR, SQD drain with `SQ_DRAINED`; the queues themselves
+//!   are the QP's protocol engine's (one path, see [`qp`]).
 //!
 //! ## Deviations and choices
 //!
@@ -147,6 +147,8 @@ pub mod device;
 pub mod engine;
 pub mod error;
 pub mod event;
+#[cfg(feature = "loopback")]
+pub mod loopback;
 pub mod mcast;
 // `unsafe` is allowed here only: registered memory is touched by address.
 #[allow(unsafe_code)]
@@ -178,8 +180,8 @@ pub use mr::AccessFlags;
 pub use mw::{BindMwWr, Mw, MwBindInfo, MwType};
 pub use pd::Pd;
 pub use qp::{
-    AtomicInfo, PathMigState, Qp, QpAttr, QpCap, QpInitAttr, QpInitInfo, QpRef, RdmaInfo,
-    RecvCompletion, RecvWqe, RecvWr, SendFlags, SendOpcode, SendWqe, SendWr, Sge, UdDest,
+    AtomicInfo, PathMigState, Qp, QpAttr, QpCap, QpInitAttr, QpInitInfo, QpRef, RdmaInfo, RecvWr,
+    SendFlags, SendOpcode, SendWr, Sge, UdDest,
 };
 pub use region::{Mr, MrRef, ReregMrError};
 pub use srq::{Srq, SrqAttr, SrqAttrMask, SrqInitAttr, SrqRef};

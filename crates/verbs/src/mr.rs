@@ -87,26 +87,18 @@ pub fn key_index(key: u32) -> u32 {
     key >> KEY_RANDOM_BITS
 }
 
-/// The kind of remote access a request performs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum RemoteOp {
-    /// RDMA READ: needs [`AccessFlags::REMOTE_READ`].
-    Read,
-    /// RDMA WRITE (also ATOMIC_WRITE): needs [`AccessFlags::REMOTE_WRITE`].
-    Write,
-    /// Compare-and-swap or fetch-and-add: needs [`AccessFlags::REMOTE_ATOMIC`] and an
-    /// 8-byte-aligned VA.
-    Atomic,
-}
+/// The kind of remote access a request performs (the protocol layer's type): READ needs
+/// [`AccessFlags::REMOTE_READ`], WRITE (also ATOMIC WRITE) [`AccessFlags::REMOTE_WRITE`],
+/// compare-and-swap and fetch-and-add [`AccessFlags::REMOTE_ATOMIC`] and an 8-byte-aligned
+/// VA.
+pub use uroce_proto::memory::RemoteOp;
 
-impl RemoteOp {
-    /// The access flag this operation needs on the region.
-    pub fn required_access(self) -> AccessFlags {
-        match self {
-            RemoteOp::Read => AccessFlags::REMOTE_READ,
-            RemoteOp::Write => AccessFlags::REMOTE_WRITE,
-            RemoteOp::Atomic => AccessFlags::REMOTE_ATOMIC,
-        }
+/// The access flag `op` needs on the region.
+pub fn required_access(op: RemoteOp) -> AccessFlags {
+    match op {
+        RemoteOp::Read => AccessFlags::REMOTE_READ,
+        RemoteOp::Write => AccessFlags::REMOTE_WRITE,
+        RemoteOp::Atomic => AccessFlags::REMOTE_ATOMIC,
     }
 }
 
@@ -369,7 +361,7 @@ impl MrCore {
         }
         self.check_pd(pd_id)?;
         self.offset_of(va, len)?;
-        let needed = op.required_access();
+        let needed = required_access(op);
         if !self.access.contains(needed) {
             return Err(AccessError::NoPermission { needed });
         }

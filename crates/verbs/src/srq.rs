@@ -299,13 +299,6 @@ impl SrqRef {
         Ok(())
     }
 
-    /// Engine API: takes the oldest receive WQE (for a basic SRQ the transport normally
-    /// goes through [`crate::QpRef::take_recv_wqe`]); raises `SRQ_LIMIT_REACHED` when the
-    /// count drops below the armed limit.
-    pub fn take_wqe(&self) -> Option<RecvWr> {
-        SrqCore::take(&self.core)
-    }
-
     /// Raises an SRQ event (`SRQ_ERR`, `SRQ_LIMIT_REACHED`) on the context's queue. Returns
     /// whether it was queued (not if the SRQ is being destroyed).
     pub fn raise_event(&self, event: EventType) -> Result<bool, RaiseError> {

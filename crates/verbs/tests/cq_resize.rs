@@ -5,42 +5,32 @@ mod common;
 
 use common::*;
 use uroce_verbs::{
-    Context, Cq, EngineError, Pd, Qp, QpInitAttr, QpState, QpType, RecvCompletion, RecvWr,
-    ResizeCqError, WcOpcode, WcStatus, WorkCompletion,
+    Context, Cq, EventType, Pd, Qp, QpInitAttr, QpState, QpType, RecvWr, ResizeCqError,
 };
 
-/// A QP in RTR whose receive completions go to `cq`, with `n` receives posted.
-fn receiver(ctx: &Context, cq: &Cq, n: u64) -> (Pd, Qp) {
+/// A QP in RTR whose receive completions go to `cq`, with `n` receives posted, and the
+/// QP that sends to it over the loopback.
+fn receiver(ctx: &Context, lo: &std::sync::Arc<Loopback>, cq: &Cq, n: u64) -> (Pd, Qp, Sender) {
     let pd = ctx.alloc_pd().expect("pd");
     let qp = pd
         .create_qp(&QpInitAttr::new(QpType::Rc, cq, cq, caps(64)))
         .expect("qp");
-    rc_to(&qp, QpState::Rtr);
+    let sender = sender_to(ctx, lo, &pd, &qp, QpState::Rtr);
     for id in 0..n {
         qp.post_recv(RecvWr::new(id, vec![])).expect("post");
     }
-    (pd, qp)
-}
-
-/// The engine receives one message: takes a WQE and completes it.
-fn deliver(qp: &Qp) -> Result<WorkCompletion, EngineError> {
-    qp.take_recv_wqe()?;
-    qp.complete_recv(&RecvCompletion {
-        status: WcStatus::Success,
-        opcode: WcOpcode::Recv,
-        byte_len: 8,
-        ..RecvCompletion::default()
-    })
+    (pd, qp, sender)
 }
 
 #[test]
 fn resize_keeps_entries_and_moves_the_overrun_point() {
-    let ctx = context();
+    let (ctx, lo) = loopback_context();
     let max = ctx.device().attr().max_cqe;
     let cq = cq(&ctx, 3);
-    let (_pd, qp) = receiver(&ctx, &cq, 16);
-    deliver(&qp).expect("1");
-    deliver(&qp).expect("2");
+    let (_pd, qp, sender) = receiver(&ctx, &lo, &cq, 16);
+    sender.send_empty(&ctx);
+    sender.send_empty(&ctx);
+    assert_eq!(cq.len(), 2);
 
     assert_eq!(
         cq.resize(1),
@@ -62,10 +52,18 @@ fn resize_keeps_entries_and_moves_the_overrun_point() {
     // Grow: three more fit (5), the sixth overruns.
     assert_eq!(cq.resize(5), Ok(5));
     for _ in 0..3 {
-        deliver(&qp).expect("fits the new size");
+        sender.send_empty(&ctx);
     }
+    assert_eq!(cq.len(), 5, "fits the new size");
     assert!(!cq.is_overrun());
-    assert_eq!(deliver(&qp), Err(EngineError::CqOverrun));
+    let _ = drain_events(&ctx);
+    sender.send_empty(&ctx);
+    assert!(cq.is_overrun(), "the sixth overruns");
+    // The receiving QP could not complete its work: it is in ERR (QP_FATAL).
+    assert_eq!(qp.state(), QpState::Err);
+    let events = drain_events(&ctx);
+    assert!(events.contains(&EventType::CqErr), "{events:?}");
+    assert!(events.contains(&EventType::QpFatal), "{events:?}");
     let ids: Vec<u64> = cq.poll(16).iter().map(|wc| wc.wr_id).collect();
     assert_eq!(
         ids,

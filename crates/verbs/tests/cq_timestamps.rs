@@ -5,30 +5,16 @@
 mod common;
 
 use common::*;
-use uroce_verbs::{
-    AttrMask, Clocks, Qp, QpAttr, QpInitAttr, QpState, QpType, RecvCompletion, RecvWr, WcOpcode,
-    WcStatus, WorkCompletion,
-};
+use uroce_verbs::{AttrMask, Clocks, QpAttr, QpInitAttr, QpState, QpType, RecvWr, WorkCompletion};
 
 fn now(c: rustix::time::ClockId) -> u64 {
     let t = rustix::time::clock_gettime(c);
     t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
 }
 
-fn deliver(qp: &Qp) {
-    qp.take_recv_wqe().expect("wqe");
-    qp.complete_recv(&RecvCompletion {
-        status: WcStatus::Success,
-        opcode: WcOpcode::Recv,
-        byte_len: 1,
-        ..RecvCompletion::default()
-    })
-    .expect("complete");
-}
-
 #[test]
 fn stamps_follow_their_completions() {
-    let ctx = context();
+    let (ctx, lo) = loopback_context();
     let cq = cq(&ctx, 64);
     assert!(cq.enable_timestamps(Clocks::MONOTONIC | Clocks::REALTIME));
     let pd = ctx.alloc_pd().expect("pd");
@@ -36,20 +22,20 @@ fn stamps_follow_their_completions() {
         let qp = pd
             .create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq, caps(32)))
             .expect("qp");
-        rc_to(&qp, QpState::Rtr);
+        let sender = sender_to(&ctx, &lo, &pd, &qp, QpState::Rtr);
         for id in 0..16 {
             qp.post_recv(RecvWr::new(id, vec![])).expect("post");
         }
-        qp
+        (qp, sender)
     };
-    let (a, b) = (make(), make());
+    let ((a, to_a), (b, to_b)) = (make(), make());
     // Windows of A's and B's completions, in push order: a0 b0 a1 b1 a2 b2.
     let mut windows = Vec::new();
     for _ in 0..3 {
-        for qp in [&a, &b] {
+        for (qp, sender) in [(&a, &to_a), (&b, &to_b)] {
             let m0 = now(rustix::time::ClockId::Monotonic);
             let r0 = now(rustix::time::ClockId::Realtime);
-            deliver(qp);
+            sender.send_empty(&ctx);
             let m1 = now(rustix::time::ClockId::Monotonic);
             let r1 = now(rustix::time::ClockId::Realtime);
             windows.push((qp.qp_num(), (m0, m1), (r0, r1)));
@@ -91,17 +77,17 @@ fn stamps_follow_their_completions() {
 
 #[test]
 fn unstamped_cq_returns_no_stamp_and_late_enable_is_refused() {
-    let ctx = context();
+    let (ctx, lo) = loopback_context();
     let cq = cq(&ctx, 8);
     let pd = ctx.alloc_pd().expect("pd");
     let qp = pd
         .create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq, caps(8)))
         .expect("qp");
-    rc_to(&qp, QpState::Rtr);
+    let sender = sender_to(&ctx, &lo, &pd, &qp, QpState::Rtr);
     for id in 0..2 {
         qp.post_recv(RecvWr::new(id, vec![])).expect("post");
     }
-    deliver(&qp);
+    sender.send_empty(&ctx);
     assert!(
         !cq.enable_timestamps(Clocks::MONOTONIC),
         "a CQ holding unstamped completions cannot start stamping"
@@ -110,7 +96,7 @@ fn unstamped_cq_returns_no_stamp_and_late_enable_is_refused() {
     assert_eq!(wc.wr_id, 0);
     assert_eq!(stamp, None);
     assert!(cq.enable_timestamps(Clocks::REALTIME), "empty again");
-    deliver(&qp);
+    sender.send_empty(&ctx);
     let (_, stamp) = cq.poll_stamped().expect("completion");
     let stamp = stamp.expect("stamped now");
     assert_eq!(stamp.monotonic_ns, 0, "only the clock asked for");

@@ -5,6 +5,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
+use uroce_proto::wr::WrError;
 use uroce_verbs::{
     AccessFlags, AtomicInfo, AttrMask, EventType, ModifyQpError, PostError, QpAttr, QpInitAttr,
     QpState, QpType, RecvWr, SendFlags, SendOpcode, SendWr, Sge, WcStatus,
@@ -13,7 +14,7 @@ use uroce_wire::pmtu::Pmtu;
 use uroce_wire::psn::Psn;
 
 struct Fixture {
-    ctx: uroce_verbs::Context,
+    _ctx: uroce_verbs::Context,
     _pd: uroce_verbs::Pd,
     cq: uroce_verbs::Cq,
     qp: uroce_verbs::Qp,
@@ -27,10 +28,39 @@ fn fixture(qp_type: QpType) -> Fixture {
         .create_qp(&QpInitAttr::new(qp_type, &cq, &cq, caps(8)))
         .expect("qp");
     Fixture {
-        ctx,
+        _ctx: ctx,
         _pd: pd,
         cq,
         qp,
+    }
+}
+
+/// Moves a UD QP from RESET to RTS.
+fn ud_to_rts(qp: &uroce_verbs::QpRef) {
+    let init = QpAttr {
+        qp_state: QpState::Init,
+        qkey: 0x1111,
+        ..QpAttr::default()
+    };
+    qp.modify(
+        &init,
+        AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::QKEY,
+    )
+    .expect("UD RESET→INIT");
+    for state in [QpState::Rtr, QpState::Rts] {
+        let mask = if state == QpState::Rts {
+            AttrMask::STATE | AttrMask::SQ_PSN
+        } else {
+            AttrMask::STATE
+        };
+        qp.modify(
+            &QpAttr {
+                qp_state: state,
+                ..QpAttr::default()
+            },
+            mask,
+        )
+        .expect("UD modify");
     }
 }
 
@@ -229,14 +259,26 @@ fn reset_returns_to_initial_attributes() {
     assert_eq!(q.qp_state, QpState::Reset);
     assert_eq!(q.dest_qp_num, 0);
     assert_eq!(q.cap, caps(8), "caps survive");
-    assert_eq!(f.qp.send_queue_len(), 0, "queue discarded");
+    assert!(
+        f.qp.engine_counters().is_none(),
+        "the engine, and the queue it held, discarded"
+    );
     assert!(f.cq.is_empty(), "RESET discards without completions");
 }
 
 #[test]
 fn sqd_drains_then_raises_sq_drained() {
-    let f = fixture(QpType::Rc);
-    rc_to(&f.qp, QpState::Rts);
+    let (ctx, lo) = loopback_context();
+    let pd = ctx.alloc_pd().expect("pd");
+    let cq = cq(&ctx, 256);
+    let qp = pd
+        .create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq, caps(8)))
+        .expect("qp");
+    // The peer QP receives what `qp` sends.
+    let peer = sender_to(&ctx, &lo, &pd, &qp, QpState::Rts);
+    for id in 0..3 {
+        peer.qp.post_recv(RecvWr::new(id, vec![])).expect("post");
+    }
     let sqd = QpAttr {
         qp_state: QpState::Sqd,
         ..QpAttr::default()
@@ -246,37 +288,45 @@ fn sqd_drains_then_raises_sq_drained() {
         ..QpAttr::default()
     };
     // Nothing in flight: SQ_DRAINED immediately.
-    f.qp.modify(&sqd, AttrMask::STATE).expect("RTS→SQD");
-    let ev = f.ctx.try_get_async_event().expect("SQ_DRAINED");
+    qp.modify(&sqd, AttrMask::STATE).expect("RTS→SQD");
+    let ev = ctx.try_get_async_event().expect("SQ_DRAINED");
     assert_eq!(ev.event_type(), EventType::SqDrained);
-    assert!(ev.qp().expect("qp").same_qp(&f.qp));
+    assert!(ev.qp().expect("qp").same_qp(&qp));
     ev.ack();
-    f.qp.modify(&rts, AttrMask::STATE).expect("SQD→RTS");
+    qp.modify(&rts, AttrMask::STATE).expect("SQD→RTS");
 
-    // Two in flight, one waiting.
-    for id in 0..3 {
-        f.qp.post_send(SendWr::send(id, vec![])).expect("post");
+    // Two in flight (transmitted, not yet acknowledged), one waiting.
+    for id in 0..2 {
+        qp.post_send(SendWr::send(id, vec![])).expect("post");
     }
-    assert_eq!(f.qp.next_send_wqe().expect("wqe").ssn, 0);
-    assert_eq!(f.qp.next_send_wqe().expect("wqe").ssn, 1);
-    f.qp.modify(&sqd, AttrMask::STATE).expect("RTS→SQD");
-    assert!(f.qp.query().0.sq_draining);
-    assert!(f.ctx.try_get_async_event().is_none(), "still draining");
-    assert!(f.qp.next_send_wqe().is_none(), "SQD starts nothing new");
-    let err = f.qp.modify(&rts, AttrMask::STATE).expect_err("draining");
+    assert_eq!(lo.transmit(&ctx), 2);
+    qp.post_send(SendWr::send(2, vec![])).expect("post");
+    qp.modify(&sqd, AttrMask::STATE).expect("RTS→SQD");
+    assert!(qp.query().0.sq_draining);
+    assert!(ctx.try_get_async_event().is_none(), "still draining");
+    assert_eq!(lo.transmit(&ctx), 0, "SQD starts nothing new");
+    let err = qp.modify(&rts, AttrMask::STATE).expect_err("draining");
     assert_eq!(err.attr(), Some(AttrMask::STATE));
-    f.qp.complete_send(WcStatus::Success).expect("complete");
-    assert!(f.ctx.try_get_async_event().is_none());
-    f.qp.complete_send(WcStatus::Success).expect("complete");
-    let ev = f
-        .ctx
+    // Everything arrives: the second completes, the QP is drained.
+    lo.progress(&ctx);
+    let ev = ctx
         .get_async_event(Some(Duration::from_secs(1)))
         .expect("SQ_DRAINED after the last in-flight WR");
     assert_eq!(ev.event_type(), EventType::SqDrained);
     drop(ev);
-    assert!(!f.qp.query().0.sq_draining);
-    f.qp.modify(&rts, AttrMask::STATE).expect("SQD→RTS");
-    assert_eq!(f.qp.next_send_wqe().expect("the third WR").wr.wr_id, 2);
+    assert!(ctx.try_get_async_event().is_none(), "raised once");
+    assert!(!qp.query().0.sq_draining);
+    let done: Vec<u64> = cq.poll(8).iter().map(|w| w.wr_id).collect();
+    assert_eq!(done, vec![0, 1], "the waiting WR did not start");
+    qp.modify(&rts, AttrMask::STATE).expect("SQD→RTS");
+    lo.progress(&ctx);
+    let wcs = cq.poll(8);
+    assert_eq!(wcs.len(), 1);
+    assert_eq!(
+        (wcs[0].wr_id, wcs[0].status),
+        (2, WcStatus::Success),
+        "the third WR"
+    );
 }
 
 #[test]
@@ -320,7 +370,7 @@ fn post_send_rules() {
     };
     assert!(matches!(
         f.qp.post_send(read_inline),
-        Err(PostError::InlineNotAllowed(_))
+        Err(PostError::Refused(WrError::InlineForReadOrAtomic))
     ));
     let atomic = |addr: u64, len: u32| SendWr {
         opcode: SendOpcode::AtomicFetchAndAdd,
@@ -333,11 +383,13 @@ fn post_send_rules() {
     };
     assert!(matches!(
         f.qp.post_send(atomic(0x1004, 8)),
-        Err(PostError::AtomicAlignment { addr: 0x1004 })
+        Err(PostError::Refused(WrError::AtomicAlignment {
+            addr: 0x1004
+        }))
     ));
     assert!(matches!(
         f.qp.post_send(atomic(0x1000, 4)),
-        Err(PostError::AtomicLength { len: 4 })
+        Err(PostError::Refused(WrError::AtomicLength { len: 4 }))
     ));
     f.qp.post_send(atomic(0x1000, 8)).expect("valid atomic");
     let mw = SendWr {
@@ -435,10 +487,10 @@ fn opcode_validity_per_qp_type() {
     };
     assert!(matches!(
         uc.qp.post_send(read),
-        Err(PostError::UnsupportedOpcode {
+        Err(PostError::Refused(WrError::OpcodeNotSupported {
             opcode: SendOpcode::RdmaRead,
             qp_type: QpType::Uc
-        })
+        }))
     ));
     let write = SendWr {
         opcode: SendOpcode::RdmaWriteWithImm,
@@ -451,14 +503,19 @@ fn opcode_validity_per_qp_type() {
         opcode: SendOpcode::RdmaWrite,
         ..SendWr::default()
     };
-    // Opcode checks come before the state check.
+    // The protocol checks are the engine's: before RTS the state refuses.
+    assert!(matches!(
+        ud.qp.post_send(write.clone()),
+        Err(PostError::InvalidState { .. })
+    ));
+    ud_to_rts(&ud.qp);
     assert!(matches!(
         ud.qp.post_send(write),
-        Err(PostError::UnsupportedOpcode { .. })
+        Err(PostError::Refused(WrError::OpcodeNotSupported { .. }))
     ));
     assert!(matches!(
         ud.qp.post_send(SendWr::send(1, vec![])),
-        Err(PostError::MissingUdDestination)
+        Err(PostError::Refused(WrError::MissingDestination))
     ));
 }
 
@@ -481,7 +538,9 @@ fn post_recv_rules() {
         f.qp.post_recv(RecvWr::new(2, vec![big])),
         Err(PostError::MessageTooLong { .. })
     ));
-    assert_eq!(f.qp.recv_queue_len(), 1);
+    to_err(&f.qp);
+    let flushed: Vec<u64> = f.cq.poll(8).iter().map(|w| w.wr_id).collect();
+    assert_eq!(flushed, vec![1], "only the accepted receive was queued");
 }
 
 mod property {

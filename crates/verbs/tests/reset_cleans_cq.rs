@@ -3,39 +3,28 @@
 mod common;
 
 use common::*;
-use uroce_verbs::{
-    AttrMask, QpAttr, QpInitAttr, QpState, QpType, RecvCompletion, RecvWr, WcOpcode, WcStatus,
-};
+use uroce_verbs::{AttrMask, QpAttr, QpInitAttr, QpState, QpType, RecvWr};
 
 #[test]
 fn reset_removes_only_that_qps_completions() {
-    let ctx = context();
+    let (ctx, lo) = loopback_context();
     let cq = cq(&ctx, 32);
     let pd = ctx.alloc_pd().expect("pd");
     let make = || {
         let qp = pd
             .create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq, caps(16)))
             .expect("qp");
-        rc_to(&qp, QpState::Rtr);
+        let sender = sender_to(&ctx, &lo, &pd, &qp, QpState::Rtr);
         for id in 0..4 {
             qp.post_recv(RecvWr::new(id, vec![])).expect("post");
         }
-        qp
+        (qp, sender)
     };
-    let (a, b) = (make(), make());
-    let deliver = |qp: &uroce_verbs::Qp| {
-        qp.take_recv_wqe().expect("wqe");
-        qp.complete_recv(&RecvCompletion {
-            status: WcStatus::Success,
-            opcode: WcOpcode::Recv,
-            byte_len: 1,
-            ..RecvCompletion::default()
-        })
-        .expect("complete");
-    };
-    deliver(&a);
-    deliver(&b);
-    deliver(&a);
+    let ((a, to_a), (b, to_b)) = (make(), make());
+    // One message each way completes one receive: A, B, A.
+    to_a.send_empty(&ctx);
+    to_b.send_empty(&ctx);
+    to_a.send_empty(&ctx);
     // A goes to ERR: its two remaining receives are flushed onto the CQ.
     to_err(&a);
     assert_eq!(cq.len(), 3 + 2);

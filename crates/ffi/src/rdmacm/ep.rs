@@ -500,7 +500,7 @@ pub unsafe extern "C" fn uroce_rdmacm_rdma_init_qp_attr(
                 .map_err(|e| cm_error("rdma_init_qp_attr", &e))?;
             // SAFETY: caller guarantee: writable (checked non-NULL).
             unsafe {
-                qp_attr.write(crate::objects::qp_attr_to_c(&a));
+                qp_attr.write(crate::convert::qp_attr_to_c(&a));
                 mask.write(c_int::try_from(m.bits()).unwrap_or(0));
             }
             Ok(())

@@ -129,18 +129,16 @@ pub(super) fn destroy_id(id: *mut rdma_cm_id) -> Result<(), FfiError> {
     // SAFETY: `raw` is the id just removed from the registry, still allocated (`craw`).
     let c = unsafe { &mut *raw };
     drop(held);
-    // SAFETY: CQs and channels this library created on the id's context.
-    unsafe {
-        if owned.send_cq {
-            destroy_cq_pair(c.send_cq, c.send_cq_channel);
-        }
-        if owned.recv_cq {
-            destroy_cq_pair(c.recv_cq, c.recv_cq_channel);
-        }
+    // CQs and channels this library created on the id's context.
+    if owned.send_cq {
+        destroy_cq_pair(c.send_cq, c.send_cq_channel);
+    }
+    if owned.recv_cq {
+        destroy_cq_pair(c.recv_cq, c.recv_cq_channel);
     }
     if owned.pd {
-        // SAFETY: a PD this library allocated.
-        unsafe { crate::verbs_api::uroce_ibv_dealloc_pd(c.pd) };
+        // A PD this library allocated.
+        crate::entry::ignore(crate::pd::dealloc_pd(c.pd));
     }
     if own_chan {
         let ch = reg().chans.remove(&chan);

@@ -25,8 +25,9 @@ use uroce_rdmacm::{
 };
 
 use crate::abi::*;
-use crate::device::{FfiError, Registry};
+use crate::device::Registry;
 use crate::entry::*;
+use crate::error::FfiError;
 use crate::objects::{qp_ref, zeroed, CBox};
 
 /// How long a synchronous id waits for the event of a call.
@@ -159,9 +160,11 @@ impl Reg {
             let _ = Registry::close(ctx);
             return Err(cm_error("starting the CM", &e));
         }
-        // SAFETY: `ctx` is the live context just opened. A NULL result leaves `id->pd`
-        // NULL, and `rdma_create_qp` then allocates one per id, as before.
-        self.default_pd = unsafe { crate::verbs_api::uroce_ibv_alloc_pd(ctx) } as usize;
+        // `ctx` is the live context just opened. A failure leaves `id->pd` NULL, and
+        // `rdma_create_qp` then allocates one per id, as before.
+        let pd = crate::pd::alloc_pd(ctx);
+        self.default_pd = pd.as_ref().map_or(0, |p| *p as usize);
+        crate::entry::ignore(pd);
         self.cm = Some((cm.clone(), ctx as usize));
         self.cm_pid = pid;
         Ok((cm, ctx))

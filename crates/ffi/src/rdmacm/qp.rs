@@ -4,18 +4,14 @@
 use super::*;
 
 /// Destroys a CQ and its completion channel this library made (either may be NULL).
-///
-/// # Safety
-/// Both are NULL or objects of this library that nothing else uses any more.
-pub(super) unsafe fn destroy_cq_pair(cq: *mut ibv_cq, ch: *mut ibv_comp_channel) {
-    // SAFETY: caller guarantee.
-    unsafe {
-        if !cq.is_null() {
-            crate::verbs_api::uroce_ibv_destroy_cq(cq);
-        }
-        if !ch.is_null() {
-            crate::verbs_api::uroce_ibv_destroy_comp_channel(ch);
-        }
+/// Both are NULL or objects of this library that nothing else uses any more (pointers the
+/// registry does not know are refused, never dereferenced).
+pub(super) fn destroy_cq_pair(cq: *mut ibv_cq, ch: *mut ibv_comp_channel) {
+    if !cq.is_null() {
+        crate::entry::ignore(crate::cq::destroy_cq(cq));
+    }
+    if !ch.is_null() {
+        crate::entry::ignore(crate::cq::destroy_comp_channel(ch));
     }
 }
 
@@ -26,29 +22,28 @@ pub(super) fn make_cq(
     size: u32,
     id: *mut rdma_cm_id,
 ) -> Result<(*mut ibv_cq, *mut ibv_comp_channel), FfiError> {
-    // SAFETY: `verbs` is this library's context.
-    let ch = unsafe { crate::verbs_api::uroce_ibv_create_comp_channel(verbs) };
-    if ch.is_null() {
-        return Err(FfiError::Invalid(
-            "cannot create a completion channel for the id",
-        ));
+    let ch = crate::cq::create_comp_channel(verbs).map_err(|e| {
+        crate::entry::report(&e);
+        FfiError::Invalid("cannot create a completion channel for the id")
+    })?;
+    let cq = crate::cq::create_cq(
+        verbs,
+        c_int::try_from(size.max(1)).unwrap_or(1),
+        id.cast(),
+        ch,
+        0,
+        0,
+        std::ptr::null_mut(),
+    );
+    match cq {
+        Ok(cq) => Ok((cq.cast(), ch)),
+        Err(e) => {
+            crate::entry::report(&e);
+            // The channel just made, unused.
+            destroy_cq_pair(std::ptr::null_mut(), ch);
+            Err(FfiError::Invalid("cannot create a CQ for the id"))
+        }
     }
-    // SAFETY: as above; `ch` was just made on it.
-    let cq = unsafe {
-        crate::verbs_api::uroce_ibv_create_cq(
-            verbs,
-            c_int::try_from(size.max(1)).unwrap_or(1),
-            id.cast(),
-            ch,
-            0,
-        )
-    };
-    if cq.is_null() {
-        // SAFETY: the channel just made, unused.
-        unsafe { destroy_cq_pair(std::ptr::null_mut(), ch) };
-        return Err(FfiError::Invalid("cannot create a CQ for the id"));
-    }
-    Ok((cq, ch))
 }
 
 /// The process's XRC domain for ids (librdmacm opens one per device: `fd` -1,
@@ -64,23 +59,21 @@ pub(super) fn ids_xrcd(verbs: *mut ibv_context) -> Result<*mut ibv_xrcd, FfiErro
         oflags: libc::O_CREAT,
     };
     // SAFETY: `verbs` is this library's context; `a` a readable attribute struct.
-    let x = unsafe { crate::xrc::vctx_open_xrcd(verbs, &mut a) };
-    if x.is_null() {
-        return Err(FfiError::Refused {
-            op: "opening the ids' XRC domain",
-            errno: last_errno(),
-            reason: "ibv_open_xrcd failed".into(),
-        });
-    }
+    let x = unsafe { crate::xrc::open_xrcd(verbs, &mut a) }
+        .map_err(|e| refused_by_verbs("opening the ids' XRC domain", "ibv_open_xrcd failed", &e))?;
     r.xrcd = x as usize;
     Ok(x)
 }
 
-pub(super) fn last_errno() -> c_int {
-    std::io::Error::last_os_error()
-        .raw_os_error()
-        .filter(|e| *e != 0)
-        .unwrap_or(libc::EINVAL)
+/// A verbs call's refusal as the CM call `op` reports it: the verbs call's `errno`, its
+/// reason reported under `UROCE_DEBUG` (as the exported verbs function would report it).
+fn refused_by_verbs(op: &'static str, reason: &'static str, e: &FfiError) -> FfiError {
+    crate::entry::report(e);
+    FfiError::Refused {
+        op,
+        errno: e.errno(),
+        reason: reason.into(),
+    }
 }
 
 pub(super) fn einval(op: &'static str, reason: &str) -> FfiError {
@@ -155,26 +148,23 @@ pub(super) fn create_qp_ex(
                 pd,
                 s: (*mut ibv_cq, *mut ibv_comp_channel),
                 r: (*mut ibv_cq, *mut ibv_comp_channel)| {
-        // SAFETY: objects this call made, not handed out.
-        unsafe {
-            if made.send_cq {
-                destroy_cq_pair(s.0, s.1);
-            }
-            if made.recv_cq {
-                destroy_cq_pair(r.0, r.1);
-            }
-            if made.pd {
-                crate::verbs_api::uroce_ibv_dealloc_pd(pd);
-            }
+        // Objects this call made, not handed out.
+        if made.send_cq {
+            destroy_cq_pair(s.0, s.1);
+        }
+        if made.recv_cq {
+            destroy_cq_pair(r.0, r.1);
+        }
+        if made.pd {
+            crate::entry::ignore(crate::pd::dealloc_pd(pd));
         }
     };
     let r = (|| {
         if pd.is_null() {
-            // SAFETY: the id's context.
-            pd = unsafe { crate::verbs_api::uroce_ibv_alloc_pd(cur.verbs) };
-            if pd.is_null() {
-                return Err(FfiError::Invalid("cannot allocate a PD for the id"));
-            }
+            pd = crate::pd::alloc_pd(cur.verbs).map_err(|e| {
+                crate::entry::report(&e);
+                FfiError::Invalid("cannot allocate a PD for the id")
+            })?;
             made.pd = true;
         }
         if qpt != IBV_QPT_XRC_RECV {
@@ -210,18 +200,11 @@ pub(super) fn create_qp_ex(
                 .max(a.cap.max_send_sge.saturating_mul(16).min(64));
         }
         // SAFETY: `a` is a valid, writable init attr on this library's objects.
-        let qp = unsafe { crate::xrc::vctx_create_qp_ex(cur.verbs, &mut a) };
-        if qp.is_null() {
-            return Err(FfiError::Refused {
-                op: OP,
-                errno: last_errno(),
-                reason: "ibv_create_qp_ex failed".into(),
-            });
-        }
+        let qp = unsafe { crate::qp::create_qp_ex(cur.verbs, &mut a) }
+            .map_err(|e| refused_by_verbs(OP, "ibv_create_qp_ex failed", &e))?;
         let bound = qp_ref(qp).and_then(|(q, _)| rid.bind_qp(&q).map_err(|e| cm_error(OP, &e)));
         if let Err(e) = bound {
-            // SAFETY: the QP just created.
-            unsafe { crate::verbs_api::uroce_ibv_destroy_qp(qp) };
+            crate::entry::ignore(crate::qp::destroy_qp(qp));
             return Err(e);
         }
         Ok(qp)
@@ -345,11 +328,10 @@ pub(super) fn create_srq_ex(
         a.comp_mask |= IBV_SRQ_INIT_ATTR_PD;
     }
     if a.pd.is_null() {
-        // SAFETY: the id's context.
-        a.pd = unsafe { crate::verbs_api::uroce_ibv_alloc_pd(cur.verbs) };
-        if a.pd.is_null() {
-            return Err(FfiError::Invalid("cannot allocate a PD for the id"));
-        }
+        a.pd = crate::pd::alloc_pd(cur.verbs).map_err(|e| {
+            crate::entry::report(&e);
+            FfiError::Invalid("cannot allocate a PD for the id")
+        })?;
         made.pd = true;
     }
     let (mut rcq, mut rch) = (cur.recv_cq, cur.recv_cq_channel);
@@ -368,27 +350,18 @@ pub(super) fn create_srq_ex(
             a.comp_mask |= IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ;
         }
         // SAFETY: `a` is a valid, writable init attr on this library's objects.
-        let srq = unsafe { crate::xrc::vctx_create_srq_ex(cur.verbs, &mut a) };
-        if srq.is_null() {
-            return Err(FfiError::Refused {
-                op: OP,
-                errno: last_errno(),
-                reason: "ibv_create_srq_ex failed".into(),
-            });
-        }
-        Ok(srq)
+        unsafe { crate::xrc::create_srq_ex(cur.verbs, &mut a) }
+            .map_err(|e| refused_by_verbs(OP, "ibv_create_srq_ex failed", &e))
     })();
     let srq = match r {
         Ok(s) => s,
         Err(e) => {
-            // SAFETY: objects this call made, not handed out.
-            unsafe {
-                if made.recv_cq {
-                    destroy_cq_pair(rcq, rch);
-                }
-                if made.pd {
-                    crate::verbs_api::uroce_ibv_dealloc_pd(a.pd);
-                }
+            if made.recv_cq {
+                // Objects this call made, not handed out.
+                destroy_cq_pair(rcq, rch);
+            }
+            if made.pd {
+                crate::entry::ignore(crate::pd::dealloc_pd(a.pd));
             }
             return Err(e);
         }
@@ -477,12 +450,11 @@ pub unsafe extern "C" fn uroce_rdmacm_rdma_create_srq(
 pub unsafe extern "C" fn uroce_rdmacm_rdma_destroy_srq(id: *mut rdma_cm_id) {
     guard((), || {
         let Ok(c) = id_raw(id) else { return };
-        // SAFETY: live id; its SRQ, made by this library.
-        unsafe {
-            let srq = std::mem::replace(&mut (*c).srq, std::ptr::null_mut());
-            if !srq.is_null() {
-                crate::verbs_api::uroce_ibv_destroy_srq(srq);
-            }
+        // SAFETY: live id.
+        let srq = unsafe { std::mem::replace(&mut (*c).srq, std::ptr::null_mut()) };
+        if !srq.is_null() {
+            // The id's SRQ, made by this library.
+            crate::entry::ignore(crate::srq::destroy_srq(srq));
         }
     });
 }
@@ -504,8 +476,8 @@ pub unsafe extern "C" fn uroce_rdmacm_rdma_destroy_qp(id: *mut rdma_cm_id) {
             unsafe { std::mem::replace(&mut (*c).qp, std::ptr::null_mut()) }
         };
         if !qp.is_null() {
-            // SAFETY: the id's QP, created by this library.
-            unsafe { crate::verbs_api::uroce_ibv_destroy_qp(qp) };
+            // The id's QP, created by this library.
+            crate::entry::ignore(crate::qp::destroy_qp(qp));
         }
     });
 }

@@ -40,45 +40,44 @@ impl DeviceCore {
         // 1. Receive. When a timer is due, everything already received goes first (an
         // ACK waiting in the socket after this process was not scheduled must count before
         // the deadline is judged), up to RX_ROUNDS_BEFORE_TIMERS batches.
-        let Some(sock) = io.sock.as_mut() else {
+        let Some(local_ip) = io.sock.as_ref().map(|sock| sock.local_addr().ip()) else {
             // A shared device that left the host-wide device: nothing moves any more.
             return work;
         };
-        let local_ip = sock.local_addr().ip();
         let rounds = if io.timers.values().any(|d| *d <= now) {
             RX_ROUNDS_BEFORE_TIMERS
         } else {
             RX_ROUNDS
         };
         for _ in 0..rounds {
-            let Some(sock) = io.sock.as_mut() else {
+            let ProgressState {
+                sock,
+                rx,
+                touched,
+                completed,
+                ..
+            } = &mut *io;
+            let Some(sock) = sock.as_mut() else {
                 break;
             };
-            let n = match sock.recv_batch(&mut io.rx) {
-                Ok(n) => n,
-                Err(_) => break,
-            };
-            if n == 0 {
-                break;
-            }
-            work = true;
             // Packets of a batch mostly go to one QP: keep the last reference (it is
             // dropped at the end of the batch, before anything could wait for it).
             let mut last: Option<QpRef> = None;
-            for r in io.rx.iter() {
+            // Each packet comes with the parse the socket's check made (parsed once).
+            let got = sock.recv_batch_with(rx, |r| {
                 let qpn = r.packet.bth.dest_qp;
                 // A shared device: a datagram for another member's QP came here through a
                 // stale steering program (a member left or died): dropped, counted, and
                 // the registry checked at the end of this step.
                 if let Some(h) = self.host.as_ref().filter(|h| h.is_foreign(qpn)) {
                     h.foreign();
-                    continue;
+                    return;
                 }
                 let qp = match last.take() {
                     Some(q) if q.qp_num() == qpn => q,
                     _ => match self.ctx.qp_for_packet(qpn) {
                         Some(q) => q,
-                        None => continue,
+                        None => return,
                     },
                 };
                 let qp = last.insert(qp);
@@ -93,16 +92,21 @@ impl DeviceCore {
                 // verbs layer pushed them); only a QP without engine matters here.
                 let Some(handled) = qp.engine_handle_packet(now, &from, &r.packet) else {
                     self.no_engine.fetch_add(1, Ordering::Relaxed);
-                    continue;
+                    return;
                 };
-                if !io.touched.contains(&qpn) {
-                    io.touched.push(qpn);
+                if !touched.contains(&qpn) {
+                    touched.push(qpn);
                 }
                 // The engine says its answer may wait for the application's next post
                 // (an ACK of a SEND or WRITE; see below and `Reply::Deferrable`).
-                if handled.reply == Reply::Deferrable && !io.completed.contains(&qpn) {
-                    io.completed.push(qpn);
+                if handled.reply == Reply::Deferrable && !completed.contains(&qpn) {
+                    completed.push(qpn);
                 }
+            });
+            drop(last);
+            match got {
+                Ok(n) if n > 0 => work = true,
+                _ => break,
             }
             if io.rx.datagrams() < io.rx.capacity() {
                 break;
@@ -188,25 +192,20 @@ impl DeviceCore {
         } = io;
         for g in groups.iter_mut() {
             for _ in 0..RX_ROUNDS {
-                let n = match g.sock.recv_batch(rx) {
-                    Ok(n) => n,
-                    Err(_) => break,
-                };
-                if n == 0 {
-                    break;
-                }
-                work = true;
-                let members = self.ctx.mcast_members(g.group);
-                for r in rx.iter() {
+                let group = g.group;
+                // The members, read once per batch, when its first packet comes.
+                let mut members: Option<Vec<u32>> = None;
+                let got = g.sock.recv_batch_with(rx, |r| {
+                    let members = members.get_or_insert_with(|| self.ctx.mcast_members(group));
                     if r.packet.bth.dest_qp != MULTICAST_QPN || members.is_empty() {
                         self.mcast_dropped.fetch_add(1, Ordering::Relaxed);
-                        continue;
+                        return;
                     }
-                    let mut from = Arrival::new(r.src.ip(), g.group);
+                    let mut from = Arrival::new(r.src.ip(), group);
                     if let Some(id) = r.ident {
                         from.ipv4_id = id.identification;
                     }
-                    for &qpn in &members {
+                    for &qpn in members.iter() {
                         let Some(qp) = self.ctx.lookup_qp(qpn) else {
                             continue;
                         };
@@ -218,6 +217,10 @@ impl DeviceCore {
                             touched.push(qpn);
                         }
                     }
+                });
+                match got {
+                    Ok(n) if n > 0 => work = true,
+                    _ => break,
                 }
                 if rx.datagrams() < rx.capacity() {
                     break;

@@ -8,7 +8,11 @@ impl CmAgent {
     /// An agent with no connections.
     pub fn new(config: AgentConfig) -> CmAgent {
         CmAgent {
-            next_id: config.first_id.max(1),
+            next_id: if config.id_range.contains(config.first_id) {
+                config.first_id
+            } else {
+                config.id_range.first()
+            },
             next_tid: 0,
             config,
             listeners: BTreeMap::new(),
@@ -42,10 +46,12 @@ impl CmAgent {
         if self.conns.len() + self.listeners.len() >= self.config.max_connections {
             return Err(CmError::NoIdsLeft);
         }
-        // At most one pass over the IDs in use finds a free one.
+        // At most one pass over the IDs in use finds a free one; when the range is smaller
+        // than that and every ID in it is in use, the pass ends without one.
+        let range = self.config.id_range;
         for _ in 0..=self.conns.len() + self.listeners.len() {
             let id = self.next_id;
-            self.next_id = self.next_id.wrapping_add(1).max(1);
+            self.next_id = range.after(id);
             if !self.conns.contains_key(&id) && !self.listeners.contains_key(&id) {
                 return Ok(id);
             }

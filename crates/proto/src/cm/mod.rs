@@ -82,6 +82,70 @@ pub enum CmError {
     NoIdsLeft,
 }
 
+/// A non-empty range of communication IDs without 0 (0 is no ID: a REQ's RemoteCommID).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct IdRange {
+    first: u32,
+    last: u32,
+}
+
+impl IdRange {
+    /// Every ID: 1 ..= `u32::MAX`.
+    pub const ALL: IdRange = IdRange {
+        first: 1,
+        last: u32::MAX,
+    };
+
+    /// `first ..= last`; `None` if it is empty or holds 0.
+    pub const fn new(first: u32, last: u32) -> Option<IdRange> {
+        if first == 0 || first > last {
+            None
+        } else {
+            Some(IdRange { first, last })
+        }
+    }
+
+    /// The range of `r`; `None` if it is empty or holds 0.
+    pub fn from_range(r: std::ops::RangeInclusive<u32>) -> Option<IdRange> {
+        IdRange::new(*r.start(), *r.end())
+    }
+
+    /// The first ID.
+    pub const fn first(self) -> u32 {
+        self.first
+    }
+
+    /// The last ID.
+    pub const fn last(self) -> u32 {
+        self.last
+    }
+
+    /// Whether `id` is in the range.
+    pub const fn contains(self, id: u32) -> bool {
+        id >= self.first && id <= self.last
+    }
+
+    /// The number of IDs.
+    pub const fn count(self) -> u64 {
+        self.last as u64 - self.first as u64 + 1
+    }
+
+    /// The ID after `id`, wrapping from the last to the first.
+    const fn after(self, id: u32) -> u32 {
+        if id >= self.last || id < self.first {
+            self.first
+        } else {
+            id + 1
+        }
+    }
+}
+
+impl Default for IdRange {
+    fn default() -> IdRange {
+        IdRange::ALL
+    }
+}
+
 /// Agent-wide settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AgentConfig {
@@ -89,9 +153,18 @@ pub struct AgentConfig {
     pub local_ca_guid: u64,
     /// The upper 32 bits of every transaction ID this agent starts.
     pub tid_high: u32,
-    /// Where communication ID allocation starts (IDs then count up, skipping those in
-    /// use and 0, so a just-freed ID is not handed out again until the others were).
+    /// Where communication ID allocation starts (IDs then count up inside
+    /// [`AgentConfig::id_range`], skipping those in use and wrapping from its last to its
+    /// first, so a just-freed ID is not handed out again until the others were). An ID
+    /// outside the range counts as the range's first.
     pub first_id: u32,
+    /// The communication IDs this agent allots (listeners and connections alike): the
+    /// whole 32-bit space but 0 by default. Several agents that must never allot the same
+    /// ID are given disjoint ranges: the processes sharing one host-wide device each allot
+    /// from their member slot's range, the IDs whose top bits are the slot, as their QPNs
+    /// (`uroce_socket::steer::QpnLayout::comm_ids`), which is how the kernel steers the
+    /// MADs answering a connection to the process that owns it.
+    pub id_range: IdRange,
     /// The most connections and listeners at once.
     pub max_connections: usize,
     /// The most connection requests one listener holds unanswered by its application
@@ -119,6 +192,7 @@ impl Default for AgentConfig {
             local_ca_guid: 0,
             tid_high: 1,
             first_id: 1,
+            id_range: IdRange::ALL,
             max_connections: 4096,
             max_pending_per_listener: 256,
             max_unestablished_per_peer: 32,

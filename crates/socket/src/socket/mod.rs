@@ -33,10 +33,11 @@
 //! [`RoceSocket::send_batch`] hands up to 64 datagrams to one `sendmmsg`;
 //! [`RoceSocket::recv_batch`] reads up to 64 with one `recvmmsg` into the preallocated
 //! slots of a [`RecvBatch`], checks each (truncation, source, ICRC, packet structure) and
-//! exposes the accepted ones through [`RecvBatch::iter`], each with the
-//! [`PacketRepr`] the structure check parsed: a received packet is parsed once, here, and
-//! the layers above route and process that parse. Neither path allocates per packet
-//! (fault injection, when enabled, copies packets).
+//! exposes the accepted ones through [`RecvBatch::iter`];
+//! [`RoceSocket::recv_batch_with`] hands each accepted packet to the caller as soon as it
+//! is checked, with the [`PacketRepr`] the structure check parsed, so that a packet is
+//! parsed once (the device's receive path). Neither path allocates per packet (fault
+//! injection, when enabled, copies packets).
 //!
 //! # Trains: segmentation offload (GSO) and receive coalescing (GRO)
 //! One datagram per system call tops out near 1.4 GB/s on loopback (baselines.md), so
@@ -961,6 +962,25 @@ impl RoceSocket {
     /// # Errors
     /// [`SocketError::Recv`] if `recvmmsg` fails other than for "nothing waiting".
     pub fn recv_batch(&mut self, bufs: &mut RecvBatch) -> Result<usize, SocketError> {
+        self.recv_batch_with(bufs, |_| {})
+    }
+
+    /// [`RoceSocket::recv_batch`], handing each accepted packet to `deliver`, in arrival
+    /// order, as soon as it is checked, with the [`PacketRepr`] the check parsed: the
+    /// packet is parsed once, and nothing of the parse is stored (the device's receive
+    /// path). [`RecvBatch::iter`] parses the accepted packets again; it is for callers
+    /// that look at a batch later.
+    ///
+    /// # Errors
+    /// As [`RoceSocket::recv_batch`].
+    pub fn recv_batch_with<F>(
+        &mut self,
+        bufs: &mut RecvBatch,
+        mut deliver: F,
+    ) -> Result<usize, SocketError>
+    where
+        F: FnMut(Received<'_>),
+    {
         bufs.filled = 0;
         bufs.datagrams = 0;
         let slot_len = bufs.slot_len;
@@ -1025,10 +1045,21 @@ impl RoceSocket {
                     .storage
                     .get(entry.start..entry.start + entry.len)
                     .unwrap_or_default();
-                let (status, ident, parsed) = self.receive_one(meta.src, entry.status, bytes);
+                let mut packet = None;
+                let (status, ident) = self.receive_one(meta.src, entry.status, bytes, &mut packet);
                 entry.status = status;
                 entry.ident = ident;
-                entry.parsed = parsed;
+                if let (RecvStatus::Accepted(icrc), Some(packet), Some(src)) =
+                    (status, packet, meta.src)
+                {
+                    deliver(Received {
+                        src,
+                        roce: bytes,
+                        icrc,
+                        ident,
+                        packet,
+                    });
+                }
                 exact += u64::from(
                     status == RecvStatus::Accepted(IcrcCheck::Ok)
                         && ident.is_none_or(|i| i == Ipv4Ident::UROCE),
@@ -1047,18 +1078,20 @@ impl RoceSocket {
     /// Classifies, counts (drops and the slow ICRC paths; the caller counts packets,
     /// bytes and the fast path) and captures one received packet; `status` is
     /// `Truncated` for a piece that was cut short, anything else otherwise. Returns what
-    /// became of it, the IPv4 header its ICRC was found valid for and (accepted) its parse.
-    fn receive_one(
+    /// became of it and the IPv4 header its ICRC was found valid for; an accepted
+    /// packet's parse goes to `packet`.
+    fn receive_one<'b>(
         &mut self,
         src: Option<SocketAddr>,
         status: RecvStatus,
-        bytes: &[u8],
-    ) -> (RecvStatus, Option<Ipv4Ident>, Option<Parsed>) {
+        bytes: &'b [u8],
+        packet: &mut Option<PacketRepr<'b>>,
+    ) -> (RecvStatus, Option<Ipv4Ident>) {
         let c = &*self.counters;
-        let (status, ident, parsed) = if status == RecvStatus::Truncated {
-            (status, None, None)
+        let (status, ident) = if status == RecvStatus::Truncated {
+            (status, None)
         } else {
-            classify(self.policy, self.local, src, bytes, &mut self.ids)
+            classify(self.policy, self.local, src, bytes, &mut self.ids, packet)
         };
         let counter = match (status, ident) {
             (RecvStatus::Accepted(IcrcCheck::Ok), None) => None,
@@ -1091,7 +1124,7 @@ impl RoceSocket {
                 Counters::add(&c.capture_errors, 1);
             }
         }
-        (status, ident, parsed)
+        (status, ident)
     }
 }
 
@@ -1103,48 +1136,4 @@ impl AsFd for RoceSocket {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use uroce_wire::opcode::op;
-    use uroce_wire::{bth, reth, Psn};
-
-    /// The parse a received packet keeps gives back exactly what parsing its bytes gives:
-    /// every header, and the payload without pad bytes, borrowed from those bytes.
-    #[test]
-    fn a_kept_parse_is_the_parse() {
-        let bth = |opcode| bth::Repr {
-            opcode,
-            solicited: false,
-            mig_req: false,
-            pad_cnt: 0,
-            pkey: 0xFFFF,
-            fecn: false,
-            becn: false,
-            dest_qp: 0x12,
-            ack_req: true,
-            psn: Psn::new(7),
-        };
-        let payload: Vec<u8> = (0..13u8).collect();
-        let packets = [
-            PacketRepr::new(bth(op::RC_SEND_ONLY), &payload[..]),
-            PacketRepr::new(bth(op::RC_SEND_ONLY), &payload[..12]),
-            PacketRepr::new(bth(op::RC_SEND_ONLY), &[]),
-            PacketRepr {
-                reth: Some(reth::Repr {
-                    va: 0x1000,
-                    rkey: 0x99,
-                    dma_len: 13,
-                }),
-                ..PacketRepr::new(bth(op::RC_RDMA_WRITE_ONLY), &payload[..])
-            },
-        ];
-        for pkt in packets {
-            let mut buf = vec![0u8; pkt.buffer_len()];
-            pkt.emit(&mut buf).expect("emit");
-            let parsed = PacketRepr::parse(&buf).expect("parse");
-            let kept = Parsed::keep(&buf, &parsed);
-            assert_eq!(kept.packet(&buf), parsed);
-            assert_eq!(kept.packet(&buf).payload, pkt.payload);
-        }
-    }
-}
+mod tests;

@@ -38,8 +38,6 @@ pub(super) struct PacketSlot {
     pub(super) status: RecvStatus,
     /// The IPv4 header its ICRC was found valid for (accepted IPv4 packets).
     pub(super) ident: Option<Ipv4Ident>,
-    /// Accepted packets: what the check parsed, kept so the packet is parsed once.
-    pub(super) parsed: Option<Parsed>,
 }
 
 impl PacketSlot {
@@ -49,49 +47,7 @@ impl PacketSlot {
         len: 0,
         status: RecvStatus::Truncated,
         ident: None,
-        parsed: None,
     };
-}
-
-/// A parsed packet without its borrow of the batch's storage: the headers, and where the
-/// payload lies in the packet's bytes. [`RecvBatch::iter`] puts the two together again.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Parsed {
-    /// The headers; `payload` is empty.
-    headers: PacketRepr<'static>,
-    /// The payload's first byte, counted from the packet's first (the BTH).
-    payload_at: usize,
-    /// The payload's length (without pad bytes).
-    payload_len: usize,
-}
-
-impl Parsed {
-    /// Keeps what `PacketRepr::parse(bytes)` gave (`packet`).
-    pub(super) fn keep(bytes: &[u8], packet: &PacketRepr<'_>) -> Parsed {
-        let payload_len = packet.payload.len();
-        // The layout `parse` checked: headers, payload, pad bytes, ICRC.
-        let payload_at = bytes
-            .len()
-            .saturating_sub(ICRC_LEN + usize::from(packet.bth.pad_cnt) + payload_len);
-        Parsed {
-            headers: PacketRepr {
-                payload: &[],
-                ..*packet
-            },
-            payload_at,
-            payload_len,
-        }
-    }
-
-    /// The packet again, its payload in `bytes` (the bytes it was parsed from).
-    pub(super) fn packet<'a>(&self, bytes: &'a [u8]) -> PacketRepr<'a> {
-        PacketRepr {
-            payload: bytes
-                .get(self.payload_at..self.payload_at + self.payload_len)
-                .unwrap_or_default(),
-            ..self.headers
-        }
-    }
 }
 
 /// Preallocated buffers for [`RoceSocket::recv_batch`]: `slots` datagrams of up to
@@ -221,25 +177,20 @@ impl RecvBatch {
         self.filled == 0
     }
 
-    /// The accepted packets of the last receive, in arrival order, each with the parse
-    /// its check made (a packet is parsed once, when it is received).
+    /// The accepted packets of the last receive, in arrival order.
     pub fn iter(&self) -> impl Iterator<Item = Received<'_>> + '_ {
-        self.packets.iter().take(self.filled).filter_map(|p| {
-            let (RecvStatus::Accepted(icrc), Some(parsed)) = (p.status, p.parsed) else {
-                return None;
-            };
-            let src = self.meta.get(p.datagram).and_then(|m| m.src)?;
-            let roce = self
-                .storage
-                .get(p.start..p.start.saturating_add(p.len))
-                .unwrap_or_default();
-            Some(Received {
-                src,
-                roce,
-                icrc,
-                ident: p.ident,
-                packet: parsed.packet(roce),
-            })
+        self.all().filter_map(|d| match (d.status, d.src) {
+            (RecvStatus::Accepted(icrc), Some(src)) => {
+                // Accepted means it parsed; the filter only keeps this panic-free.
+                PacketRepr::parse(d.bytes).ok().map(|packet| Received {
+                    src,
+                    roce: d.bytes,
+                    icrc,
+                    ident: d.ident,
+                    packet,
+                })
+            }
+            _ => None,
         })
     }
 
@@ -298,7 +249,6 @@ pub fn gro_pieces(
         len: 0,
         status: RecvStatus::BadSource,
         ident: None,
-        parsed: None,
     };
     let mut entries = vec![blank; room];
     let used = split_datagram(&meta, 0, &mut entries);
@@ -333,7 +283,6 @@ pub(super) fn split_datagram(meta: &RecvMeta, base: usize, entries: &mut [Packet
                     pending
                 },
                 ident: None,
-                parsed: None,
             };
             return 1;
         }
@@ -356,7 +305,6 @@ pub(super) fn split_datagram(meta: &RecvMeta, base: usize, entries: &mut [Packet
                 len,
                 status: pending,
                 ident: None,
-                parsed: None,
             };
         }
         used += 1;
@@ -370,7 +318,6 @@ pub(super) fn split_datagram(meta: &RecvMeta, base: usize, entries: &mut [Packet
                 len: meta.len - offset,
                 status: RecvStatus::Truncated,
                 ident: None,
-                parsed: None,
             };
             used += 1;
         }
@@ -379,17 +326,18 @@ pub(super) fn split_datagram(meta: &RecvMeta, base: usize, entries: &mut [Packet
 }
 
 /// Decides what becomes of one received packet; also returns the IPv4 header its ICRC
-/// is valid for, when it was accepted for one, and an accepted packet's parse (the only
-/// one: [`RecvBatch::iter`] hands it out).
-pub(super) fn classify(
+/// is valid for, when it was accepted for one. An accepted packet's parse (its structure
+/// check) is written to `packet`.
+pub(super) fn classify<'b>(
     policy: IcrcPolicy,
     local: SocketAddr,
     src: Option<SocketAddr>,
-    bytes: &[u8],
+    bytes: &'b [u8],
     ids: &mut IdentSolver,
-) -> (RecvStatus, Option<Ipv4Ident>, Option<Parsed>) {
+    packet: &mut Option<PacketRepr<'b>>,
+) -> (RecvStatus, Option<Ipv4Ident>) {
     let Some(src) = src else {
-        return (RecvStatus::BadSource, None, None);
+        return (RecvStatus::BadSource, None);
     };
     let (check, ident) = match check_icrc(src, local, bytes, ids) {
         (IcrcCheck::Ok, Some(found)) if found != Ipv4Ident::UROCE && !policy.accepts(found) => {
@@ -400,17 +348,16 @@ pub(super) fn classify(
     let accept = match check {
         IcrcCheck::Ok => true,
         IcrcCheck::Mismatch => policy == IcrcPolicy::AcceptUnverified && src.is_ipv4(),
-        IcrcCheck::Unverifiable => return (RecvStatus::Unverifiable, None, None),
+        IcrcCheck::Unverifiable => return (RecvStatus::Unverifiable, None),
     };
     if !accept {
-        return (RecvStatus::BadIcrc, None, None);
+        return (RecvStatus::BadIcrc, None);
     }
     match PacketRepr::parse(bytes) {
-        Ok(packet) => (
-            RecvStatus::Accepted(check),
-            ident,
-            Some(Parsed::keep(bytes, &packet)),
-        ),
-        Err(_) => (RecvStatus::ParseError, ident, None),
+        Ok(p) => {
+            *packet = Some(p);
+            (RecvStatus::Accepted(check), ident)
+        }
+        Err(_) => (RecvStatus::ParseError, ident),
     }
 }

@@ -33,10 +33,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use uroce_verbs::{Clocks, CompletionStamp, WorkCompletion};
 
 use crate::abi::*;
-use crate::device::FfiError;
+use crate::convert::wc_to_c;
 use crate::entry::*;
+use crate::error::FfiError;
 use crate::handle::{Guard, Handle};
-use crate::objects::{wc_to_c, CqKind};
+use crate::objects::CqKind;
 
 /// The state of an `ibv_start_poll` … `ibv_end_poll` session of one CQ.
 pub(crate) struct PollSession {
@@ -171,7 +172,7 @@ pub unsafe extern "C" fn vctx_create_cq_ex(
             } else {
                 std::ptr::null_mut()
             };
-            crate::verbs_api::create_cq(
+            crate::cq::create_cq(
                 context,
                 cqe,
                 a.cq_context,

@@ -7,9 +7,10 @@ use std::ffi::{c_int, c_void};
 use uroce_verbs::{MemBlock, ReregMrError};
 
 use crate::abi::{ibv_mr, ibv_pd};
-use crate::device::FfiError;
+use crate::convert::mr_access;
 use crate::entry::{guard, report, set_errno, symver};
-use crate::objects::{mr_access, objects, MrEntry};
+use crate::error::FfiError;
+use crate::objects::{objects, MrEntry};
 
 symver!("uroce_ibv_rereg_mr", "ibv_rereg_mr@@IBVERBS_1.1");
 

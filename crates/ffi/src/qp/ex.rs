@@ -4,7 +4,7 @@
 //!
 //! Every QP's handle container (see `crate::handle`) starts with an `ibv_qp_ex` whose first
 //! member is the `ibv_qp` handed out, so `ibv_qp_to_qp_ex` returns the same address.
-//! [`init_ops`] (called for every QP by `verbs_api::register_qp`) fills its pointers: the
+//! [`init_ops`] (called for every QP by `qp::register_qp`) fills its pointers: the
 //! operations of `send_ops_flags` (`ibv_create_qp_ex` with
 //! `IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`; otherwise every operation the QP type can do, see
 //! `supported_send_ops`) get the working functions, every other pointer a function that
@@ -40,8 +40,8 @@ use uroce_verbs::{
 };
 
 use crate::abi::*;
-use crate::device::FfiError;
 use crate::entry::{guard, report, set_errno};
+use crate::error::FfiError;
 use crate::handle::Handle;
 use crate::objects::{AhKind, QpBody, QpKind};
 

@@ -4,8 +4,8 @@
 use std::ffi::c_int;
 
 use crate::abi::ibv_cq;
-use crate::device::FfiError;
 use crate::entry::{errno_value, guard, symver};
+use crate::error::FfiError;
 use crate::handle::Handle;
 use crate::objects::CqKind;
 

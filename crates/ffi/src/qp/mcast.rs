@@ -17,8 +17,8 @@ use uroce_verbs::mcast::McastError;
 use uroce_verbs::Gid;
 
 use crate::abi::*;
-use crate::device::FfiError;
 use crate::entry::*;
+use crate::error::FfiError;
 use crate::handle::Handle;
 use crate::objects::*;
 

@@ -27,10 +27,11 @@
 use std::ffi::c_int;
 
 use crate::abi::*;
-use crate::device::{self, FfiError, Registry};
+use crate::ah::create_ah;
+use crate::device::{self, Registry};
 use crate::entry::*;
+use crate::error::FfiError;
 use crate::objects::objects;
-use crate::verbs_api::create_ah;
 
 /// Size of the GRH area at the start of a UD receive buffer.
 pub const GRH_LEN: usize = 40;

@@ -1,5 +1,6 @@
-//! The exported C functions (first slice: device list, open/close, device/port/GID
-//! queries, `ibv_read_sysfs_file`).
+//! Devices and contexts: the device list, `ibv_open_device` / `ibv_close_device`, the
+//! device, port and GID queries, `ibv_read_sysfs_file` (the registry behind them:
+//! [`crate::device`]).
 //!
 //! Each function has an internal `#[no_mangle]` name `uroce_<public name>`; a `.symver`
 //! directive gives it its public versioned name (`ibv_get_device_list@@IBVERBS_1.1`, …),
@@ -20,8 +21,9 @@ use std::mem::{offset_of, size_of};
 use std::os::unix::ffi::OsStringExt as _;
 
 use crate::abi::*;
-use crate::device::{self, FfiError, Registry};
+use crate::device::{self, Registry};
 use crate::entry::*;
+use crate::error::FfiError;
 
 symver!(
     "uroce_ibv_get_device_list",
