@@ -25,6 +25,18 @@ pub enum NetError {
     /// Setting up the device's GSI QP (QP1) failed.
     #[error(transparent)]
     Gsi(#[from] crate::gsi::GsiError),
+    /// The per-host registry of a shared device (see `uroce_socket::host`).
+    #[error(transparent)]
+    Host(#[from] uroce_socket::host::HostError),
+    /// The kernel refused the steering program of a shared device's reuseport group
+    /// (`SO_ATTACH_REUSEPORT_CBPF`, Linux 4.5+).
+    #[error("cannot steer the reuseport group of {group}: {source}")]
+    Steer {
+        /// The group (`address:port`).
+        group: std::net::SocketAddr,
+        /// What the kernel said.
+        source: io::Error,
+    },
     /// A system call of the device's progress machinery failed (eventfd, thread spawn).
     #[error("device I/O setup: {0}")]
     Io(io::Error),

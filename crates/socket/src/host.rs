@@ -99,10 +99,11 @@
 //! A member socket inherited by a child (`fork` without `exec`; the sockets are
 //! close-on-exec) outlives its member: the kernel closes it only with the last
 //! descriptor, so the model would be wrong. The device runtime must not let a child keep
-//! them. Nothing here uses the registry yet: joining when the device opens, binding and
-//! attaching, allotting communication IDs from the slot's range and recording the CM's
-//! listeners, leaving when it closes, reaping on misdelivery or on a timer, and probing
-//! an uncertain group are the device runtime's work.
+//! them. The device runtime's shared device (`uroce-net`, `NetConfig::shared`) joins when
+//! it opens, binds and attaches, leaves when it closes, attaches again when the generation
+//! moves, and reaps on misdelivery and every second. Allotting communication IDs from the
+//! slot's range, recording the CM's listeners and probing an uncertain group are not done
+//! by it yet.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

@@ -28,9 +28,9 @@
 //!   UDP headers the kernel emits.
 //! * [`counters`]: per-socket packet, byte, error and fault counters.
 //! * [`steer`] and [`host`]: building blocks of a device shared by every process of a
-//!   host (not yet used by the device runtime): a classic BPF program that steers the
-//!   datagrams of a `SO_REUSEPORT` group to the member socket that owns their destination
-//!   QP, and the per-host registry of members, slots and group orders.
+//!   host (used by the device runtime's opt-in shared device): a classic BPF program that
+//!   steers the datagrams of a `SO_REUSEPORT` group to the member socket that owns their
+//!   destination QP, and the per-host registry of members, slots and group orders.
 //!
 //! ## The ICRC / IP-header contract
 //! The RoCEv2 ICRC covers most of the IP header, including the IPv4 Identification and

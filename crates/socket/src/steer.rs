@@ -11,10 +11,10 @@
 //! order ([`GroupOrder`]), the program generator ([`SteeringTable::program`]), and the
 //! system calls ([`bind_member`], [`attach`], [`detach`]). [`crate::host`] keeps the
 //! per-host registry (who holds which slot, the member order of every group, who listens
-//! on which CM service). The device
-//! runtime (`uroce-net`) does not use either yet.
+//! on which CM service). The device runtime (`uroce-net`) uses both for a shared device
+//! (`NetConfig::shared`, opt-in); it does not yet steer the CM (see [`crate::host`]).
 //!
-//! ## What the kernel does (Linux `net/core/sock_reuseport.c`, `net/core/filter.c`)
+//! ## What the kernel does (Linux's reuseport and socket-filter code)
 //! * A reuseport program for UDP sees the datagram **from its UDP payload**: the kernel
 //!   pulls the UDP header before running it, so offset 0 is the BTH opcode, bytes 5–7 are
 //!   the destination QP (IBA vol 1 §9.2), and `len` is the payload length.

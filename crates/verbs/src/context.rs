@@ -161,7 +161,7 @@ impl Context {
         let attr = device.attr();
         let core = ContextCore {
             device: device.clone(),
-            qps: Table::new("QP", FIRST_QPN..=MAX_QPN, attr.max_qp as usize + 1),
+            qps: Table::new("QP", device.qpn_range(), attr.max_qp as usize + 1),
             srqs: Table::new("SRQ", FIRST_SRQN..=MAX_QPN, attr.max_srq as usize),
             mrs: Table::new(
                 "MR",

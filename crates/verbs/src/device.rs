@@ -25,6 +25,7 @@
 
 use std::fmt;
 use std::net::{IpAddr, Ipv6Addr};
+use std::ops::RangeInclusive;
 use std::sync::{Mutex as StdMutex, Weak as StdWeak};
 
 use uroce_wire::pmtu::Pmtu;
@@ -117,6 +118,11 @@ pub struct DeviceConfig {
     pub addr: IpAddr,
     /// Link MTU in bytes (the IP MTU of the interface); the port's active MTU derives from it.
     pub link_mtu: u32,
+    /// The QP numbers a context of the device allots (default
+    /// [`crate::context::FIRST_QPN`]`..=`[`crate::context::MAX_QPN`]). A member of a
+    /// host-wide device allots only the numbers of its slot (`uroce_socket::steer`'s QPN
+    /// layout); the GSI QP keeps number 1, outside any range.
+    pub qpn_range: RangeInclusive<u32>,
 }
 
 impl DeviceConfig {
@@ -126,6 +132,7 @@ impl DeviceConfig {
             name: name.into(),
             addr,
             link_mtu: 1500,
+            qpn_range: crate::context::FIRST_QPN..=crate::context::MAX_QPN,
         }
     }
 }
@@ -249,6 +256,7 @@ struct DeviceInner {
     addr: IpAddr,
     link_mtu: u32,
     active_mtu: Pmtu,
+    qpn_range: RangeInclusive<u32>,
     attr: DeviceAttr,
     gid0: Gid,
     port_up: AtomicBool,
@@ -264,6 +272,7 @@ impl Device {
             name,
             addr,
             link_mtu,
+            qpn_range,
         } = config;
         let name_ok = !name.is_empty()
             && name.len() < 64
@@ -275,6 +284,16 @@ impl Device {
         }
         if addr.is_unspecified() {
             return Err(DeviceError::UnspecifiedAddress { addr });
+        }
+        // QP0 and QP1 are never allotted, nor numbers beyond 24 bits.
+        if *qpn_range.start() < 2
+            || *qpn_range.end() > crate::context::MAX_QPN
+            || qpn_range.is_empty()
+        {
+            return Err(DeviceError::InvalidQpnRange {
+                first: *qpn_range.start(),
+                last: *qpn_range.end(),
+            });
         }
         let active_mtu = Pmtu::largest_fitting(link_mtu, ROCE_HEADER_RESERVE).ok_or(
             DeviceError::LinkMtuTooSmall {
@@ -314,12 +333,18 @@ impl Device {
                 addr,
                 link_mtu,
                 active_mtu,
+                qpn_range,
                 attr,
                 gid0: Gid::from_ip(addr),
                 port_up: AtomicBool::new(true),
                 contexts: StdMutex::new(Vec::new()),
             }),
         })
+    }
+
+    /// The QP numbers its contexts allot (see [`DeviceConfig::qpn_range`]).
+    pub fn qpn_range(&self) -> RangeInclusive<u32> {
+        self.inner.qpn_range.clone()
     }
 
     /// The device name (`uroce0`).
@@ -559,5 +584,14 @@ mod tests {
             Device::new(DeviceConfig::new("uroce0", "0.0.0.0".parse().expect("ip"))),
             Err(DeviceError::UnspecifiedAddress { .. })
         ));
+        for (first, last) in [(0, 100), (1, 100), (16, 0x100_0000), (100, 99)] {
+            let range = first..=last;
+            let mut c = DeviceConfig::new("uroce0", addr);
+            c.qpn_range = range.clone();
+            assert!(
+                matches!(Device::new(c), Err(DeviceError::InvalidQpnRange { .. })),
+                "{range:?}"
+            );
+        }
     }
 }

@@ -165,6 +165,14 @@ pub enum DeviceError {
         /// Smallest usable link MTU.
         min: u32,
     },
+    /// The QPN range is empty, includes QP0 or QP1, or goes beyond 24 bits.
+    #[error("QP number range {first:#x}..={last:#x} is empty or outside 2..=0xffffff")]
+    InvalidQpnRange {
+        /// Its first number.
+        first: u32,
+        /// Its last number.
+        last: u32,
+    },
     /// Only port 1 exists.
     #[error("port {port} does not exist (the device has port 1 only)")]
     InvalidPort {

@@ -91,3 +91,25 @@ fn a_late_lookup_of_an_old_qpn_finds_nothing() {
     let found = ctx.qp_for_packet(new.qp_num()).expect("new QP");
     assert!(found.same_qp(&new));
 }
+
+#[test]
+fn a_device_allots_only_from_its_configured_range() {
+    // A member of a host-wide device: the numbers of slot 3 (0x030000..=0x03ffff).
+    let mut cfg = uroce_verbs::DeviceConfig::new("uroce0", "127.0.0.1".parse().expect("ip"));
+    cfg.qpn_range = 0x03_0000..=0x03_ffff;
+    let ctx = Context::open(&uroce_verbs::Device::new(cfg).expect("device")).expect("context");
+    assert_eq!(ctx.device().qpn_range(), 0x03_0000..=0x03_ffff);
+    let pd = ctx.alloc_pd().expect("pd");
+    let cq = cq(&ctx, 4);
+    let a = new_qp(&pd, &cq);
+    assert_eq!(a.qp_num(), 0x03_0000);
+    ctx.set_qpn_cursor(0x03_ffff);
+    let b = new_qp(&pd, &cq);
+    assert_eq!(b.qp_num(), 0x03_ffff);
+    // The wrap stays in the range; the GSI QP keeps number 1.
+    assert_eq!(new_qp(&pd, &cq).qp_num(), 0x03_0001);
+    let gsi = pd
+        .create_qp(&QpInitAttr::new(QpType::Gsi, &cq, &cq, caps(1)))
+        .expect("gsi");
+    assert_eq!(gsi.qp_num(), 1);
+}

@@ -42,9 +42,19 @@
 //! Lock order: progress lock → QP lock → CQ / SRQ / event-queue locks. Application calls
 //! never hold a verbs lock while they ring or poll the device.
 //!
+//! # Shared devices
+//!
+//! With [`NetConfig::shared`] the device is one member of the host-wide device on its
+//! address (`member.rs`): its socket is one `SO_REUSEPORT` member of the group of
+//! `address:port`, its QPNs are those of the slot the per-host registry gave it, the
+//! kernel steers each datagram to the member of its destination QP's slot, and the last
+//! phase of a step keeps the group's steering program current. A datagram for another
+//! member's slot (a stale program) is dropped and counted (`dropped_foreign_slot`).
+//!
 //! Files: this one holds the device (open, close, counters, its shared core); `progress`
 //! the step and the progress thread's loop; `send` how a transmit buffer leaves (trains,
-//! batches); `transport` the hook the verbs context calls (ring, poll, flush, groups).
+//! batches); `transport` the hook the verbs context calls (ring, poll, flush, groups);
+//! `member` a shared device's membership of the host-wide device.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -73,9 +83,13 @@ use crate::stats::{DeviceStat, Publisher, QpStat};
 use crate::CounterSnapshot;
 use uroce_socket::SocketError;
 
+mod member;
 mod progress;
 mod send;
 mod transport;
+
+use member::HostMember;
+pub use member::{HOST_CHECK_EVERY, HOST_REAP_EVERY, HOST_RECHECK_MIN};
 
 use progress::progress_thread;
 use transport::DeviceTransport;
@@ -83,6 +97,9 @@ use transport::DeviceTransport;
 /// The environment variable that chooses a device's address for programs that cannot be
 /// changed ([`NetConfig::from_env`]).
 pub const ADDR_ENV: &str = "UROCE_ADDR";
+/// The environment variable that makes [`NetConfig::from_env`] open a shared device
+/// ([`NetConfig::shared`]): `1`, `yes`, `true` or `on`.
+pub const SHARED_ENV: &str = "UROCE_SHARED";
 /// The address used when neither the API nor [`ADDR_ENV`] names one.
 pub const DEFAULT_ADDR: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 /// After an application's last CQ poll, the progress thread leaves the socket to the
@@ -145,6 +162,14 @@ pub struct NetConfig {
     /// A presented sysfs `hw_counters` directory to keep current (`uroce run` sets it
     /// through the C library); default none.
     pub hw_counters: Option<PathBuf>,
+    /// Open a *shared* device: one member of the host-wide device on `addr:port`, next
+    /// to the other processes' (and this process's other shared devices) on the same
+    /// address (see the module docs); default false (`UROCE_SHARED=1` in
+    /// [`NetConfig::from_env`]).
+    pub shared: bool,
+    /// The directory of the host registry of a shared device; default (`None`):
+    /// `uroce_socket::host::host_dir` (`UROCE_HOST_DIR`, …).
+    pub host_dir: Option<PathBuf>,
 }
 
 impl NetConfig {
@@ -163,11 +188,14 @@ impl NetConfig {
             gso: true,
             publish_stats: true,
             hw_counters: None,
+            shared: false,
+            host_dir: None,
         }
     }
 
     /// A device on the address in `UROCE_ADDR` (default 127.0.0.1), with faults from
-    /// `UROCE_FAULTS` and the ICRC policy from `UROCE_ICRC`.
+    /// `UROCE_FAULTS`, the ICRC policy from `UROCE_ICRC`, and shared when `UROCE_SHARED`
+    /// says so.
     ///
     /// # Errors
     /// [`NetError::BadAddr`] if `UROCE_ADDR` is not an IP address, [`SocketError::Faults`] if
@@ -186,6 +214,12 @@ impl NetConfig {
         let mut cfg = NetConfig::new(addr);
         cfg.faults = FaultConfig::from_env()?;
         cfg.icrc = IcrcPolicy::from_env()?.unwrap_or_default();
+        cfg.shared = std::env::var(SHARED_ENV).is_ok_and(|v| {
+            matches!(
+                v.trim().to_ascii_lowercase().as_str(),
+                "1" | "yes" | "true" | "on"
+            )
+        });
         Ok(cfg)
     }
 }
@@ -203,6 +237,11 @@ pub struct DeviceCounters {
     /// Datagrams received on a multicast group's socket that no QP took (not for DestQP
     /// 0xFFFFFF, or no QP attached any more).
     pub mcast_dropped: u64,
+    /// A shared device: datagrams for a QPN of a member slot not its own (another
+    /// member's, delivered here by a stale steering program, or a slot nobody holds, which
+    /// the program sends to the designated member: a QP of a member that is gone), dropped
+    /// (each makes the device reap and steer again).
+    pub dropped_foreign_slot: u64,
     /// Transport counters summed over the live QPs.
     pub transport: EngineCounters,
 }
@@ -214,6 +253,7 @@ impl DeviceCounters {
         v.push(("unknown_qpn", self.unknown_qpn));
         v.push(("no_engine", self.no_engine));
         v.push(("mcast_dropped", self.mcast_dropped));
+        v.push(("dropped_foreign_slot", self.dropped_foreign_slot));
         v.extend(self.transport.fields());
         v
     }
@@ -237,7 +277,9 @@ impl QpCounters {
 
 /// What the progress lock protects.
 struct ProgressState {
-    sock: RoceSocket,
+    /// The device's socket; `None` once a shared device left the host-wide device (it
+    /// closes).
+    sock: Option<RoceSocket>,
     rx: RecvBatch,
     tx: Vec<u8>,
     /// Length and destination of each packet in `tx`.
@@ -268,8 +310,11 @@ struct DeviceCore {
     ready: Mutex<Vec<u32>>,
     has_ready: AtomicBool,
     doorbell: OwnedFd,
-    /// A duplicate of the socket's descriptor, for the progress thread's `poll`.
-    sock_fd: OwnedFd,
+    /// A duplicate of the socket's descriptor, for the progress thread's `poll` (`None`
+    /// once a shared device left: its socket must close).
+    sock_fd: Mutex<Option<Arc<OwnedFd>>>,
+    /// A shared device's membership of the host-wide device.
+    host: Option<HostMember>,
     sleeping: AtomicBool,
     stop: AtomicBool,
     /// Nanoseconds since `epoch` of the last application CQ poll (0: never).
@@ -318,6 +363,10 @@ impl DeviceCore {
             unknown_qpn: self.ctx.counters().unknown_qpn_drops,
             no_engine: self.no_engine.load(Ordering::Relaxed),
             mcast_dropped: self.mcast_dropped.load(Ordering::Relaxed),
+            dropped_foreign_slot: self
+                .host
+                .as_ref()
+                .map_or(0, |h| h.dropped_foreign.load(Ordering::Relaxed)),
             transport,
         }
     }
@@ -412,6 +461,15 @@ impl DeviceCore {
         }
     }
 
+    /// A shared device leaves the host-wide device: its socket closes (see
+    /// `member.rs`). The caller holds the progress lock (`io`); the progress thread has
+    /// stopped.
+    fn leave_host(&self, io: &mut ProgressState) {
+        if let Some(h) = &self.host {
+            h.leave(&mut io.sock, &self.sock_fd);
+        }
+    }
+
     fn next_deadline(&self, io: &ProgressState) -> Option<Instant> {
         io.timers.values().min().copied()
     }
@@ -442,6 +500,32 @@ impl std::fmt::Debug for NetDevice {
 }
 
 impl NetDevice {
+    /// The fallible steps of [`NetDevice::open`] between binding the socket and building
+    /// the device: the capture file, the verbs device (a shared device's QPNs in its
+    /// slot) and context, the doorbell, the duplicate of the socket's descriptor.
+    fn prepare(
+        cfg: &NetConfig,
+        host: Option<&HostMember>,
+        sock: &mut RoceSocket,
+    ) -> Result<(Context, OwnedFd, OwnedFd), NetError> {
+        if let Some(path) = &cfg.capture {
+            sock.set_capture(Some(Capture::create(path)?));
+        }
+        // Sending to a multicast group leaves by the device's own interface (best effort:
+        // without it, multicast sends follow the routing table).
+        let _ = crate::mcast::set_sending_interface(sock.as_fd(), sock.local_addr().ip());
+        let sock_fd = sock.as_fd().try_clone_to_owned().map_err(NetError::Io)?;
+        let mut dev_cfg = DeviceConfig::new(cfg.name.clone(), cfg.addr);
+        if let Some(h) = host {
+            dev_cfg.qpn_range = h.qpn_range();
+        }
+        let device = Device::new(dev_cfg).map_err(|e| NetError::Device(e.to_string()))?;
+        let ctx = Context::open(&device).map_err(|e| NetError::Device(e.to_string()))?;
+        let doorbell = eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)
+            .map_err(|e| NetError::Io(std::io::Error::from(e)))?;
+        Ok((ctx, doorbell, sock_fd))
+    }
+
     /// Binds the socket, creates the device and its context, installs the transport and
     /// starts the progress thread.
     ///
@@ -455,30 +539,35 @@ impl NetDevice {
             gso: cfg.gso,
             ..SocketConfig::default()
         };
-        let mut sock = RoceSocket::bind_with(SocketAddr::new(cfg.addr, cfg.port), sock_cfg)?;
-        if let Some(path) = &cfg.capture {
-            sock.set_capture(Some(Capture::create(path)?));
-        }
+        let bind_at = SocketAddr::new(cfg.addr, cfg.port);
+        let (host, mut sock) = if cfg.shared {
+            let (h, s) = HostMember::join(cfg.host_dir.clone(), bind_at, sock_cfg)?;
+            (Some(h), s)
+        } else {
+            (None, RoceSocket::bind_with(bind_at, sock_cfg)?)
+        };
+        let (ctx, doorbell, sock_fd) = match Self::prepare(&cfg, host.as_ref(), &mut sock) {
+            Ok(p) => p,
+            Err(e) => {
+                // A member leaves the host-wide device again (its socket closes under
+                // the registry's lock).
+                if let Some(h) = &host {
+                    h.leave(&mut Some(sock), &Mutex::new(None));
+                }
+                return Err(e);
+            }
+        };
         let local = sock.local_addr();
-        // Sending to a multicast group leaves by the device's own interface (best effort:
-        // without it, multicast sends follow the routing table).
-        let _ = crate::mcast::set_sending_interface(sock.as_fd(), local.ip());
-        let sock_fd = sock.as_fd().try_clone_to_owned().map_err(NetError::Io)?;
         let sock_counters = sock.counters_handle();
         let publisher = cfg
             .publish_stats
             .then(|| Publisher::new(&cfg.name, local.ip(), cfg.hw_counters.clone()));
-        let device = Device::new(DeviceConfig::new(cfg.name.clone(), cfg.addr))
-            .map_err(|e| NetError::Device(e.to_string()))?;
-        let ctx = Context::open(&device).map_err(|e| NetError::Device(e.to_string()))?;
-        let doorbell = eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)
-            .map_err(|e| NetError::Io(std::io::Error::from(e)))?;
         let shared = Arc::new(DeviceCore {
             ctx,
             port: cfg.port,
             epoch: std::time::Instant::now(),
             io: Mutex::new(ProgressState {
-                sock,
+                sock: Some(sock),
                 rx: RecvBatch::default(),
                 tx: vec![0; MAX_PACKET * TX_BATCH],
                 lens: Vec::with_capacity(TX_BATCH),
@@ -490,7 +579,8 @@ impl NetDevice {
             ready: Mutex::new(Vec::new()),
             has_ready: AtomicBool::new(false),
             doorbell,
-            sock_fd,
+            sock_fd: Mutex::new(Some(Arc::new(sock_fd))),
+            host,
             sleeping: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             last_app_poll: AtomicU64::new(0),
@@ -602,6 +692,12 @@ impl NetDevice {
         self.local
     }
 
+    /// A shared device's member slot (the top bits of its QPNs, see
+    /// `uroce_socket::steer`); `None` for a device of its own.
+    pub fn host_slot(&self) -> Option<u16> {
+        self.shared.host.as_ref().map(HostMember::slot)
+    }
+
     /// GID 0: the local address as a RoCEv2 GID.
     pub fn gid(&self) -> Gid {
         Gid::from_ip(self.local.ip())
@@ -641,11 +737,18 @@ impl NetDevice {
         self.stop_thread();
         self.shared.unpublish();
         let mut io = lock(&self.shared.io);
-        let _ = io.sock.flush_held();
-        match io.sock.capture_mut() {
-            Some(c) => c.flush().map_err(NetError::from),
+        let flushed = match io.sock.as_mut() {
+            Some(sock) => {
+                let _ = sock.flush_held();
+                match sock.capture_mut() {
+                    Some(c) => c.flush().map_err(NetError::from),
+                    None => Ok(()),
+                }
+            }
             None => Ok(()),
-        }
+        };
+        self.shared.leave_host(&mut io);
+        flushed
     }
 
     /// Destroys QP1 (its sends leave first: destroying a QP flushes it to the network)
@@ -697,7 +800,9 @@ impl NetDevice {
         // ACK, retrying until RETRY_EXC_ERR.
         if let Ok(mut io) = self.shared.io.lock() {
             self.shared.step(&mut io, false);
-            let _ = io.sock.flush_held();
+            if let Some(sock) = io.sock.as_mut() {
+                let _ = sock.flush_held();
+            }
         }
     }
 }
@@ -707,10 +812,10 @@ impl Drop for NetDevice {
         self.close_gsi();
         self.stop_thread();
         self.shared.unpublish();
-        if let Ok(mut io) = self.shared.io.lock() {
-            if let Some(c) = io.sock.capture_mut() {
-                let _ = c.flush();
-            }
+        let mut io = lock(&self.shared.io);
+        if let Some(c) = io.sock.as_mut().and_then(RoceSocket::capture_mut) {
+            let _ = c.flush();
         }
+        self.shared.leave_host(&mut io);
     }
 }

@@ -40,7 +40,10 @@ impl DeviceCore {
         // 1. Receive. When a timer is due, everything already received goes first (an
         // ACK waiting in the socket after this process was not scheduled must count before
         // the deadline is judged), up to RX_ROUNDS_BEFORE_TIMERS batches.
-        let local_ip = io.sock.local_addr().ip();
+        let Some(local_ip) = io.sock.as_ref().map(|sock| sock.local_addr().ip()) else {
+            // A shared device that left the host-wide device: nothing moves any more.
+            return work;
+        };
         let rounds = if io.timers.values().any(|d| *d <= now) {
             RX_ROUNDS_BEFORE_TIMERS
         } else {
@@ -54,12 +57,22 @@ impl DeviceCore {
                 completed,
                 ..
             } = &mut *io;
+            let Some(sock) = sock.as_mut() else {
+                break;
+            };
             // Packets of a batch mostly go to one QP: keep the last reference (it is
             // dropped at the end of the batch, before anything could wait for it).
             let mut last: Option<QpRef> = None;
             // Each packet comes with the parse the socket's check made (parsed once).
             let got = sock.recv_batch_with(rx, |r| {
                 let qpn = r.packet.bth.dest_qp;
+                // A shared device: a datagram for another member's QP came here through a
+                // stale steering program (a member left or died): dropped, counted, and
+                // the registry checked at the end of this step.
+                if let Some(h) = self.host.as_ref().filter(|h| h.is_foreign(qpn)) {
+                    h.foreign();
+                    return;
+                }
                 let qp = match last.take() {
                     Some(q) if q.qp_num() == qpn => q,
                     _ => match self.ctx.qp_for_packet(qpn) {
@@ -158,6 +171,10 @@ impl DeviceCore {
         let touched = std::mem::take(&mut io.touched);
         work |= self.transmit_all(io, &touched, now);
         io.touched = touched;
+        // 5. A shared device looks at the host registry when due (see `member.rs`).
+        if let (Some(h), Some(sock)) = (&self.host, io.sock.as_ref()) {
+            h.maybe_check(sock, now.as_nanos());
+        }
         work
     }
 
@@ -270,6 +287,9 @@ impl DeviceCore {
             }
             sent = true;
             let ProgressState { sock, tx, lens, .. } = io;
+            let Some(sock) = sock.as_mut() else {
+                break;
+            };
             send_runs(sock, self.port, tx, lens);
             if !t.limited {
                 break;
@@ -361,10 +381,9 @@ pub(super) fn progress_thread(sh: &DeviceCore) {
             };
             let group_fds: Vec<Arc<OwnedFd>> =
                 lock(&sh.group_fds).iter().map(|(_, f)| f.clone()).collect();
-            let mut fds = vec![
-                PollFd::new(&sh.doorbell, PollFlags::IN),
-                PollFd::new(&sh.sock_fd, PollFlags::IN),
-            ];
+            let sock_fd = lock(&sh.sock_fd).clone();
+            let mut fds = vec![PollFd::new(&sh.doorbell, PollFlags::IN)];
+            fds.extend(sock_fd.iter().map(|f| PollFd::new(&**f, PollFlags::IN)));
             fds.extend(group_fds.iter().map(|f| PollFd::new(&**f, PollFlags::IN)));
             // While the application busy-polls, only the doorbell and the timers wake us.
             let n = if app_busy { 1 } else { fds.len() };

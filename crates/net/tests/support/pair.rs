@@ -95,6 +95,12 @@ impl Side {
         net.gso = cfg.gso;
         let dev = NetDevice::open(net)
             .unwrap_or_else(|e| panic!("open device on {}:4791: {e}", cfg.addr));
+        Side::on(dev, cfg)
+    }
+
+    /// Creates the verbs objects on `dev`, opened by the caller (`cfg`'s device fields
+    /// are not used); panics on failure.
+    pub fn on(dev: NetDevice, cfg: &SideConfig) -> Side {
         let ctx = dev.context();
         let pd = ctx.alloc_pd().expect("alloc pd");
         let cqe = (cfg.queue_depth * 4).max(64);

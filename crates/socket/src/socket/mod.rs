@@ -1,11 +1,12 @@
 //! [`RoceSocket`]: RoCEv2 packets on a Linux UDP socket, sent and received in batches.
 //!
 //! # The socket
-//! One UDP socket bound to a specific address and (normally) port 4791, **unconnected**,
-//! non-blocking, with `IP_MTU_DISCOVER = IP_PMTUDISC_DO` (IPv4) or `IPV6_MTU_DISCOVER =
-//! IPV6_PMTUDISC_DO` (IPv6), and socket buffers of [`SocketConfig::buffer_bytes`] asked
-//! for (the kernel caps them at `net.core.rmem_max` / `wmem_max`; [`RoceSocket::buffer_sizes`]
-//! says what it granted).
+//! One UDP socket bound to a specific address and (normally) port 4791 (alone, or as one
+//! member of a host-wide device's reuseport group: [`RoceSocket::bind_member`]),
+//! **unconnected**, non-blocking, with `IP_MTU_DISCOVER = IP_PMTUDISC_DO` (IPv4) or
+//! `IPV6_MTU_DISCOVER = IPV6_PMTUDISC_DO` (IPv6), and socket buffers of
+//! [`SocketConfig::buffer_bytes`] asked for (the kernel caps them at `net.core.rmem_max` /
+//! `wmem_max`; [`RoceSocket::buffer_sizes`] says what it granted).
 //!
 //! # The ICRC contract
 //! The ICRC covers the IPv4 Identification and flags, the total length, the addresses and
@@ -326,6 +327,22 @@ impl RoceSocket {
     pub fn bind_with(addr: SocketAddr, config: SocketConfig) -> Result<RoceSocket, SocketError> {
         check_addr(addr.ip())?;
         let socket = UdpSocket::bind(addr).map_err(|source| SocketError::Bind { addr, source })?;
+        Self::configure(socket, addr, config)
+    }
+
+    /// A member socket of the reuseport group of `addr` (a host-wide device, see
+    /// [`crate::steer`]): bound with `SO_REUSEPORT` as the group's last member
+    /// ([`crate::steer::bind_member`]) and configured as [`RoceSocket::bind_with`] does.
+    /// The caller holds the host registry's lock while binding and records the bind
+    /// ([`crate::host::Locked::joined_group`]). Its port must be explicit (see
+    /// [`crate::steer`] on port 0).
+    ///
+    /// # Errors
+    /// As [`RoceSocket::bind_with`].
+    pub fn bind_member(addr: SocketAddr, config: SocketConfig) -> Result<RoceSocket, SocketError> {
+        check_addr(addr.ip())?;
+        let socket =
+            crate::steer::bind_member(addr).map_err(|source| SocketError::Bind { addr, source })?;
         Self::configure(socket, addr, config)
     }
 

@@ -1,0 +1,251 @@
+//! A shared device's membership of the host-wide device: joining the per-host registry
+//! (`uroce_socket::host`), binding the member socket of its address's reuseport group,
+//! keeping the group's steering program (`uroce_socket::steer`) current, and leaving.
+//!
+//! Every registry step runs under the registry's lock, and every step that changes the
+//! kernel's member order (a bind, a close) happens while the lock is held, so the
+//! registry's model of the order stays exact:
+//! * **join** ([`HostMember::join`]): reap dead members, take a slot, bind the member
+//!   socket (appended to the group), record the bind, attach the program for the new
+//!   order through the new socket, commit;
+//! * **check** ([`HostMember::maybe_check`], from the progress step, under the progress
+//!   lock): every [`HOST_CHECK_EVERY`] the registry file is `stat`ed (it is replaced by a
+//!   rename on every commit, so its inode and mtime change); when it changed, the lock is
+//!   taken and the program attached again if the generation moved (another member's reap
+//!   may have changed this group without being able to attach to it). Every
+//!   [`HOST_REAP_EVERY`], and at once (at most every [`HOST_RECHECK_MIN`]) after a datagram
+//!   for another member's slot arrived, dead members are reaped and the program attached;
+//! * **leave** ([`HostMember::leave`], when the device closes, under the progress lock):
+//!   record the close, free the slot, attach the program for the order after the close
+//!   (the last member moves into this socket's index), close the socket, commit.
+
+use std::net::SocketAddr;
+use std::ops::RangeInclusive;
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::MetadataExt as _;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use uroce_socket::host::{host_dir, Locked, Registry};
+use uroce_socket::steer::{self, QpnLayout};
+
+use super::lock;
+use crate::error::NetError;
+use crate::socket::{RoceSocket, SocketConfig};
+
+/// How often the progress step looks at the registry file (one `stat`).
+pub const HOST_CHECK_EVERY: Duration = Duration::from_millis(20);
+/// How often a member reaps dead members on its own.
+pub const HOST_REAP_EVERY: Duration = Duration::from_secs(1);
+/// A datagram for another member's slot makes the member reap and attach again, at most
+/// this often.
+pub const HOST_RECHECK_MIN: Duration = Duration::from_millis(2);
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// What identifies one version of the registry file: inode and modification time.
+type FileId = Option<(u64, u64, i64, i64)>;
+
+fn file_id(registry: &Registry) -> FileId {
+    let m = std::fs::metadata(registry.path()).ok()?;
+    Some((m.dev(), m.ino(), m.mtime(), m.mtime_nsec()))
+}
+
+/// What the last check saw (only touched under the progress lock).
+#[derive(Debug, Default)]
+struct Seen {
+    file: FileId,
+    generation: u64,
+    /// Nanoseconds (device clock) of the next reap, and of the last one a foreign
+    /// datagram asked for.
+    next_reap: u64,
+    last_forced: u64,
+}
+
+/// One device's membership of the host-wide device (see the module documentation).
+#[derive(Debug)]
+pub(super) struct HostMember {
+    registry: Registry,
+    layout: QpnLayout,
+    slot: u16,
+    group: SocketAddr,
+    /// Nanoseconds (device clock) of the next look at the registry file.
+    next_check: AtomicU64,
+    /// A datagram for another member's slot arrived since the last check.
+    recheck: AtomicBool,
+    /// Datagrams for another member's slot, dropped.
+    pub(super) dropped_foreign: AtomicU64,
+    /// Attaches of the steering program the kernel refused after the join.
+    pub(super) attach_errors: AtomicU64,
+    left: AtomicBool,
+    seen: Mutex<Seen>,
+}
+
+/// Attaches the program for `group`'s order as the registry knows it through `sock`; an
+/// uncertain order (several members died at once) attaches nothing: the program stays
+/// as it was until a member probes the group (not done yet).
+fn attach(l: &Locked<'_>, group: SocketAddr, sock: &RoceSocket) -> std::io::Result<()> {
+    match l.table(group) {
+        Some(t) => steer::attach(sock, &t.program()),
+        None => Ok(()),
+    }
+}
+
+impl HostMember {
+    /// Joins the registry in `dir` (default: `uroce_socket::host::host_dir`) and binds
+    /// the member socket of `group`.
+    ///
+    /// # Errors
+    /// Registry errors, the bind's, and the kernel refusing the steering program.
+    pub(super) fn join(
+        dir: Option<PathBuf>,
+        group: SocketAddr,
+        cfg: SocketConfig,
+    ) -> Result<(HostMember, RoceSocket), NetError> {
+        if group.port() == 0 {
+            return Err(NetError::Device(
+                "a shared device needs an explicit UDP port".to_owned(),
+            ));
+        }
+        let layout = QpnLayout::default();
+        let registry = Registry::open(dir.unwrap_or_else(host_dir), layout)?;
+        let (slot, sock, generation, file) = {
+            let file = file_id(&registry);
+            let mut l = registry.lock()?;
+            l.reap();
+            let slot = l.join()?;
+            // On an error below the socket closes before the lock goes (reverse order of
+            // declaration) and the uncommitted changes are discarded: nothing happened.
+            let sock = RoceSocket::bind_member(group, cfg)?;
+            l.joined_group(slot, group)?;
+            attach(&l, group, &sock).map_err(|e| NetError::Steer { group, source: e })?;
+            let generation = l.commit()?;
+            (slot, sock, generation, file)
+        };
+        let member = HostMember {
+            registry,
+            layout,
+            slot,
+            group,
+            next_check: AtomicU64::new(0),
+            recheck: AtomicBool::new(false),
+            dropped_foreign: AtomicU64::new(0),
+            attach_errors: AtomicU64::new(0),
+            left: AtomicBool::new(false),
+            seen: Mutex::new(Seen {
+                file,
+                generation,
+                ..Seen::default()
+            }),
+        };
+        Ok((member, sock))
+    }
+
+    /// The member's slot.
+    pub(super) fn slot(&self) -> u16 {
+        self.slot
+    }
+
+    /// The QP numbers of the member's slot.
+    pub(super) fn qpn_range(&self) -> RangeInclusive<u32> {
+        let first = self.layout.qpn(self.slot, 0).unwrap_or(0);
+        let last = self
+            .layout
+            .qpn(self.slot, self.layout.max_local())
+            .unwrap_or(0);
+        first..=last
+    }
+
+    /// Whether a datagram for `qpn` is for a member slot not this device's: another
+    /// member's (a stale program delivered it here) or one nobody holds (the program
+    /// sends those to the designated member; the member may have died unreaped). Slot 0
+    /// (QP0, QP1) and the reserved top slot are no member's: they are handled (or dropped
+    /// as unknown) by the designated member as usual.
+    pub(super) fn is_foreign(&self, qpn: u32) -> bool {
+        let s = self.layout.slot_of(qpn);
+        s != self.slot && self.layout.is_member_slot(s)
+    }
+
+    /// Counts a dropped foreign datagram and asks for a reap at the next check.
+    pub(super) fn foreign(&self) {
+        self.dropped_foreign.fetch_add(1, Ordering::Relaxed);
+        self.recheck.store(true, Ordering::Relaxed);
+    }
+
+    /// The check of the progress step (see the module documentation); `now` in
+    /// nanoseconds of the device clock. Cheap when not due.
+    pub(super) fn maybe_check(&self, sock: &RoceSocket, now: u64) {
+        let recheck = self.recheck.load(Ordering::Relaxed);
+        if !recheck && now < self.next_check.load(Ordering::Relaxed) {
+            return;
+        }
+        if self.left.load(Ordering::Relaxed) {
+            return;
+        }
+        let mut seen = lock(&self.seen);
+        let forced = recheck && now >= seen.last_forced.saturating_add(nanos(HOST_RECHECK_MIN));
+        if recheck && !forced && now < self.next_check.load(Ordering::Relaxed) {
+            return;
+        }
+        self.next_check.store(
+            now.saturating_add(nanos(HOST_CHECK_EVERY)),
+            Ordering::Relaxed,
+        );
+        if forced {
+            self.recheck.store(false, Ordering::Relaxed);
+            seen.last_forced = now;
+        }
+        let reap = forced || now >= seen.next_reap;
+        // Read before the lock: a commit after this read is seen by the next check.
+        let file = file_id(&self.registry);
+        if !reap && file == seen.file {
+            return;
+        }
+        if reap {
+            seen.next_reap = now.saturating_add(nanos(HOST_REAP_EVERY));
+        }
+        let Ok(mut l) = self.registry.lock() else {
+            return;
+        };
+        let reaped = reap && !l.reap().is_empty();
+        if (reaped || forced || l.state().generation != seen.generation)
+            && attach(&l, self.group, sock).is_err()
+        {
+            self.attach_errors.fetch_add(1, Ordering::Relaxed);
+        }
+        if let Ok(g) = l.commit() {
+            seen.generation = g;
+            seen.file = file;
+        }
+    }
+
+    /// Leaves the host-wide device (see the module documentation): `sock` (the member
+    /// socket) and `dup` (the progress thread's duplicate of its descriptor) are closed
+    /// while the registry is locked. Only the first call does anything; the caller holds
+    /// the progress lock.
+    pub(super) fn leave(&self, sock: &mut Option<RoceSocket>, dup: &Mutex<Option<Arc<OwnedFd>>>) {
+        if self.left.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let close = |sock: &mut Option<RoceSocket>| {
+            *sock = None;
+            lock(dup).take();
+        };
+        let Ok(mut l) = self.registry.lock() else {
+            close(sock);
+            return;
+        };
+        l.left_group(self.slot, self.group);
+        let _ = l.leave(self.slot);
+        if let Some(s) = sock.as_ref() {
+            // The order after this socket's close: the last member in its index.
+            let _ = attach(&l, self.group, s);
+        }
+        close(sock);
+        let _ = l.commit();
+    }
+}

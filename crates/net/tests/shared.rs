@@ -1,0 +1,384 @@
+//! Shared devices (`NetConfig::shared`): several devices on one address, each a member of
+//! the host-wide device (its own `SO_REUSEPORT` socket on `address:4791`, a slot in the
+//! per-host registry, QPNs in its slot, the kernel steering each datagram to the member
+//! of its destination QP).
+//!
+//! * two members in this process carry RC traffic both ways and a UD datagram between
+//!   them; a third and a fourth join, the third leaves from the middle of the group (the
+//!   last member moves into its index), the fourth leaves; traffic stays right;
+//! * a member in a child process (this test binary again, running [`child_member`]) is
+//!   killed with SIGKILL between two members of this process: their traffic goes on (RC
+//!   retransmits what a stale program misdelivered) and the child's slot is reaped;
+//! * QP1: MADs to the address reach the designated member (the lowest slot) only; every
+//!   member's GSI QP sends; a datagram for a slot nobody holds reaches the designated
+//!   member too, which drops and counts it.
+//!
+//! Each test has its own address (127.0.81.x) and its own registry directory, given
+//! through the configuration (the tests run in parallel threads of one process).
+
+#[path = "support/pair.rs"]
+mod pair;
+
+use std::io::{BufRead as _, BufReader};
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use pair::{connect_qps, pattern, wait, ConnectOpts, Side, SideConfig};
+use uroce_net::{seal_for, NetConfig, NetDevice};
+use uroce_socket::host::{Registry, HOST_DIR_ENV};
+use uroce_socket::steer::QpnLayout;
+use uroce_verbs::{
+    AhAttr, Qp, QpCap, QpInitAttr, QpType, RecvWr, SendWr, UdDest, WcStatus, WorkCompletion,
+};
+use uroce_wire::opcode::op;
+use uroce_wire::{bth, PacketRepr, Psn};
+
+const LIMIT: Duration = Duration::from_secs(20);
+/// Set (to the address) only in the child process.
+const CHILD_ENV: &str = "UROCE_SHARED_TEST_CHILD";
+const QKEY: u32 = 0x1122_3344;
+/// A UD receive buffer starts with room for the GRH.
+const GRH: usize = 40;
+
+fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("uroce-shared-it-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+fn shared_config(addr: IpAddr, name: &str, dir: Option<PathBuf>) -> NetConfig {
+    let mut c = NetConfig::new(addr);
+    c.name = name.to_owned();
+    c.faults = None;
+    c.shared = true;
+    c.host_dir = dir;
+    c.publish_stats = false;
+    c
+}
+
+/// A shared device on `addr` with its verbs objects.
+fn member(addr: &str, name: &str, dir: &Path) -> Side {
+    let cfg = SideConfig::new(addr, name);
+    let dev = NetDevice::open(shared_config(cfg.addr, name, Some(dir.to_path_buf())))
+        .unwrap_or_else(|e| panic!("open shared device {name} on {addr}: {e}"));
+    let side = Side::on(dev, &cfg);
+    let slot = side.dev.host_slot().expect("a member");
+    assert_eq!(
+        QpnLayout::default().slot_of(side.qp.qp_num()),
+        slot,
+        "{name}: QPN {:#x} outside its slot {slot}",
+        side.qp.qp_num()
+    );
+    assert_eq!(
+        side.dev.local_addr(),
+        SocketAddr::new(cfg.addr, 4791),
+        "{name}: every member is bound to address:4791"
+    );
+    side
+}
+
+/// `from`'s QP `qf` sends `len` bytes (pattern `key`) to `to`'s QP `qt`, which checks
+/// them. Both sides' CQs are polled until the completions arrive (bounded).
+fn send_and_check(from: &Side, qf: &Qp, to: &Side, qt: &Qp, key: u64, what: &str) {
+    let len = 3000; // three packets at MTU 1024
+    let data = pattern(key, len);
+    from.mr.block().copy_in(0, &data).expect("fill");
+    to.mr.block().copy_in(8192, &vec![0; len]).expect("clear");
+    qt.post_recv(RecvWr::new(key, vec![to.sge(8192, len)]))
+        .expect("post recv");
+    qf.post_send(SendWr::send(key, vec![from.sge(0, len)]))
+        .expect("post send");
+    let s = wait(&from.send_cq, 1, LIMIT, what);
+    assert_eq!(
+        (s[0].wr_id, s[0].status),
+        (key, WcStatus::Success),
+        "{what}"
+    );
+    let r = wait(&to.recv_cq, 1, LIMIT, what);
+    assert_eq!(
+        (r[0].wr_id, r[0].status),
+        (key, WcStatus::Success),
+        "{what}"
+    );
+    let mut got = vec![0; len];
+    to.mr.block().copy_out(8192, &mut got).expect("read");
+    assert!(got == data, "{what}: data differs");
+}
+
+fn both_ways(a: &Side, qa: &Qp, b: &Side, qb: &Qp, key: u64, what: &str) {
+    send_and_check(a, qa, b, qb, key, &format!("{what}: there"));
+    send_and_check(b, qb, a, qa, key + 1, &format!("{what}: back"));
+}
+
+fn ud_qp(s: &Side) -> Qp {
+    let cap = QpCap {
+        max_send_wr: 4,
+        max_recv_wr: 4,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 0,
+    };
+    let qp =
+        s.pd.create_qp(&QpInitAttr::new(QpType::Ud, &s.send_cq, &s.recv_cq, cap))
+            .expect("ud qp");
+    qp.activate_ud(QKEY).expect("activate ud");
+    qp
+}
+
+fn one_completion(cq: &uroce_verbs::Cq, what: &str) -> WorkCompletion {
+    let mut w = wait(cq, 1, LIMIT, what);
+    w.remove(0)
+}
+
+#[test]
+fn members_in_one_process_carry_rc_and_ud_while_others_join_and_leave() {
+    let dir = scratch("one-process");
+    let addr = "127.0.81.1";
+    let a = member(addr, "sha", &dir);
+    let b = member(addr, "shb", &dir);
+    let (sa, sb) = (a.dev.host_slot().unwrap(), b.dev.host_slot().unwrap());
+    assert_ne!(sa, sb);
+    let o = ConnectOpts::default();
+    connect_qps(&a, &a.qp, &b, &b.qp, &o);
+    both_ways(&a, &a.qp, &b, &b.qp, 10, "A-B");
+
+    // A UD datagram from A to B over the same address.
+    let (ua, ub) = (ud_qp(&a), ud_qp(&b));
+    let len = 200;
+    let data = pattern(77, len);
+    a.mr.block().copy_in(0, &data).expect("fill");
+    ub.post_recv(RecvWr::new(5, vec![b.sge(16384, GRH + len)]))
+        .expect("ud recv");
+    let ah =
+        a.pd.create_ah(&AhAttr::to_ip(b.ip()))
+            .expect("address handle");
+    let mut wr = SendWr::send(6, vec![a.sge(0, len)]);
+    wr.ud = Some(UdDest {
+        ah: ah.reference(),
+        remote_qpn: ub.qp_num(),
+        remote_qkey: QKEY,
+    });
+    ua.post_send(wr).expect("ud send");
+    let s = one_completion(&a.send_cq, "UD send");
+    assert_eq!((s.wr_id, s.status), (6, WcStatus::Success));
+    let r = one_completion(&b.recv_cq, "UD receive");
+    assert_eq!((r.wr_id, r.status), (5, WcStatus::Success));
+    assert_eq!(r.src_qp, ua.qp_num());
+    let mut got = vec![0; len];
+    b.mr.block().copy_out(16384 + GRH, &mut got).expect("read");
+    assert!(got == data, "UD data differs");
+
+    // C and D join: order [A, B, C, D]. C leaves from the middle (D moves into its index,
+    // with the program C attached before its close); then D leaves.
+    let c = member(addr, "shc", &dir);
+    let d = member(addr, "shd", &dir);
+    let (qac, qad) = (a.add_qp(), a.add_qp());
+    connect_qps(&a, &qac, &c, &c.qp, &o);
+    connect_qps(&a, &qad, &d, &d.qp, &o);
+    both_ways(&a, &qac, &c, &c.qp, 20, "A-C");
+    both_ways(&a, &qad, &d, &d.qp, 30, "A-D");
+    both_ways(&a, &a.qp, &b, &b.qp, 40, "A-B with four members");
+    let reg = Registry::open(&dir, QpnLayout::default()).expect("registry");
+    assert_eq!(reg.list().expect("list").len(), 4);
+    drop(qac);
+    c.close();
+    let group: SocketAddr = SocketAddr::new(addr.parse().unwrap(), 4791);
+    let sd = d.dev.host_slot().unwrap();
+    assert_eq!(
+        reg.read().expect("read").groups[&group].order.slots(),
+        &[sa, sb, sd]
+    );
+    both_ways(&a, &qad, &d, &d.qp, 50, "A-D after C left");
+    both_ways(&a, &a.qp, &b, &b.qp, 60, "A-B after C left");
+    drop(qad);
+    d.close();
+    both_ways(&a, &a.qp, &b, &b.qp, 70, "A-B after D left");
+    assert_eq!(reg.list().expect("list").len(), 2);
+
+    // No datagram ever reached the wrong member of this process.
+    for (s, name) in [(&a, "A"), (&b, "B")] {
+        assert_eq!(s.dev.counters().dropped_foreign_slot, 0, "{name}");
+    }
+    drop((ua, ub, ah));
+    a.close();
+    b.close();
+    let state = reg.read().expect("read");
+    assert!(state.members.is_empty() && state.groups.is_empty());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The child's part (does nothing in an ordinary test run): opens a shared device on the
+/// address in `UROCE_SHARED_TEST_CHILD`, with the registry of `UROCE_HOST_DIR`, says
+/// `ready <slot>`, and waits to be killed (at most 30 s).
+#[test]
+fn child_member() {
+    let Ok(addr) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    assert!(std::env::var_os(HOST_DIR_ENV).is_some());
+    let dev = NetDevice::open(shared_config(
+        addr.parse().expect("address"),
+        "shchild",
+        None,
+    ))
+    .expect("child device");
+    println!("ready {}", dev.host_slot().expect("a member"));
+    for _ in 0..300 {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_killed_member_in_another_process_is_reaped_and_traffic_goes_on() {
+    let dir = scratch("killed");
+    let addr = "127.0.81.2";
+    let a = member(addr, "ka", &dir);
+    // The child joins next: order [A, child, B].
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child_member", "--nocapture", "--test-threads=1"])
+        .env(CHILD_ENV, addr)
+        .env(HOST_DIR_ENV, &dir)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut theirs = None;
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    // Bounded: the child prints `ready` or exits (EOF) within its 30 s.
+    while out.read_line(&mut line).unwrap_or(0) > 0 {
+        if let Some((_, s)) = line.split_once("ready ") {
+            theirs = Some(s.trim().parse::<u16>().unwrap());
+            break;
+        }
+        line.clear();
+    }
+    let theirs = theirs.expect("the child joined");
+    let b = member(addr, "kb", &dir);
+    let reg = Registry::open(&dir, QpnLayout::default()).expect("registry");
+    let group = SocketAddr::new(addr.parse().unwrap(), 4791);
+    let (sa, sb) = (a.dev.host_slot().unwrap(), b.dev.host_slot().unwrap());
+    assert_eq!(
+        reg.read().expect("read").groups[&group].order.slots(),
+        &[sa, theirs, sb]
+    );
+    let o = ConnectOpts::default();
+    connect_qps(&a, &a.qp, &b, &b.qp, &o);
+    both_ways(&a, &a.qp, &b, &b.qp, 10, "A-B next to the child");
+
+    // SIGKILL: the kernel closes the child's socket and B moves into its index; until a
+    // member reaps and attaches again, B's datagrams may reach A (dropped, counted, and
+    // retransmitted by RC).
+    child.kill().unwrap();
+    child.wait().unwrap();
+    both_ways(&a, &a.qp, &b, &b.qp, 20, "A-B after the kill");
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        let state = reg.read().expect("read");
+        if state.members.len() == 2 {
+            assert!(state.freed.contains_key(&theirs));
+            assert_eq!(state.groups[&group].order.slots(), &[sa, sb]);
+            assert!(state.groups[&group].certain);
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the killed child was never reaped"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    both_ways(&a, &a.qp, &b, &b.qp, 30, "A-B after the reap");
+    a.close();
+    b.close();
+    assert!(reg.list().expect("list").is_empty());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A MAD of a class other than CM (whose steering by communication and service ID is
+/// separate work) with transaction id `tid`.
+fn perf_mad(tid: u64) -> Vec<u8> {
+    use uroce_wire::mad;
+    let mut buf = vec![0u8; mad::MAD_LEN];
+    let mut h = mad::Header::new_checked(&mut buf[..]).expect("header");
+    h.set_base_version(mad::BASE_VERSION);
+    h.set_mgmt_class(0x04); // performance management
+    h.set_class_version(1);
+    h.set_response_method(false, mad::METHOD_SEND);
+    h.set_transaction_id(tid);
+    buf
+}
+
+#[test]
+fn qp1_and_unowned_slots_go_to_the_designated_member_and_every_member_sends_mads() {
+    let dir = scratch("gsi");
+    let addr: IpAddr = "127.0.81.3".parse().unwrap();
+    let a = NetDevice::open(shared_config(addr, "ga", Some(dir.clone()))).expect("A");
+    let b = NetDevice::open(shared_config(addr, "gb", Some(dir.clone()))).expect("B");
+    // A holds the lower slot: the designated member.
+    assert!(a.host_slot() < b.host_slot());
+    let mut pc = NetConfig::new("127.0.81.4".parse().unwrap());
+    pc.faults = None;
+    pc.publish_stats = false;
+    let peer = NetDevice::open(pc).expect("peer");
+    let wait = Duration::from_secs(5);
+    let none = Duration::from_millis(100);
+
+    // To the address's QP1: the designated member only.
+    for tid in [1, 2, 3] {
+        peer.gsi().send_mad(addr, 1, &perf_mad(tid)).expect("send");
+        let got = a.gsi().recv_mad(wait).expect("recv").expect("at A");
+        assert_eq!(got.mad, perf_mad(tid));
+    }
+    assert!(b.gsi().recv_mad(none).expect("recv").is_none());
+
+    // From either member: leaves from that member's socket, with the shared address.
+    for (tid, m) in [(10, &a), (11, &b)] {
+        m.gsi()
+            .send_mad(peer.local_addr().ip(), 1, &perf_mad(tid))
+            .expect("send");
+        let got = peer
+            .gsi()
+            .recv_mad(wait)
+            .expect("recv")
+            .expect("at the peer");
+        assert_eq!((got.mad, got.src, got.src_qpn), (perf_mad(tid), addr, 1));
+    }
+
+    // A datagram for a QPN of a slot nobody holds (a member that is gone) reaches the
+    // designated member, which drops and counts it (and reaps).
+    let layout = QpnLayout::default();
+    let nobody = (1..=layout.max_slot())
+        .find(|s| Some(*s) != a.host_slot() && Some(*s) != b.host_slot())
+        .unwrap();
+    let pkt = PacketRepr::new(
+        bth::Repr {
+            opcode: op::RC_SEND_ONLY,
+            solicited: false,
+            mig_req: false,
+            pad_cnt: 0,
+            pkey: 0xffff,
+            fecn: false,
+            becn: false,
+            dest_qp: layout.qpn(nobody, 7).unwrap(),
+            ack_req: true,
+            psn: Psn::new(0),
+        },
+        &[1, 2, 3, 4],
+    );
+    let mut bytes = vec![0u8; pkt.buffer_len()];
+    pkt.emit(&mut bytes).expect("emit");
+    let raw = UdpSocket::bind("127.0.81.4:0").expect("bind");
+    let to = SocketAddr::new(addr, 4791);
+    seal_for(raw.local_addr().unwrap(), to, &mut bytes).expect("seal");
+    raw.send_to(&bytes, to).expect("send");
+    let start = Instant::now();
+    while a.counters().dropped_foreign_slot == 0 {
+        assert!(start.elapsed() < LIMIT, "the datagram was not counted");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert_eq!(a.counters().dropped_foreign_slot, 1);
+    assert_eq!(b.counters().dropped_foreign_slot, 0);
+    drop((a, b, peer));
+    let _ = std::fs::remove_dir_all(&dir);
+}
