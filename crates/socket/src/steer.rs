@@ -12,7 +12,8 @@
 //! system calls ([`bind_member`], [`attach`], [`detach`]). [`crate::host`] keeps the
 //! per-host registry (who holds which slot, the member order of every group, who listens
 //! on which CM service). The device runtime (`uroce-net`) uses both for a shared device
-//! (`NetConfig::shared`, opt-in); it does not yet steer the CM (see [`crate::host`]).
+//! (`NetConfig::shared`, opt-in), CM included: its CM agent allots communication IDs
+//! from its slot and records its listeners in the registry (see [`crate::host`]).
 //!
 //! ## What the kernel does (Linux's reuseport and socket-filter code)
 //! * A reuseport program for UDP sees the datagram **from its UDP payload**: the kernel
@@ -125,8 +126,9 @@
 //!   A member that receives a datagram for a slot not its own should therefore reap.
 //!
 //! ## Left for the device runtime
-//! Binding one member socket per device address with [`bind_member`] (and turning it into
-//! a `RoceSocket`), allotting QPNs and communication IDs inside its slot
+//! (`uroce-net`'s shared device does all of it but the probes and dropping misdelivered
+//! CM MADs.) Binding one member socket per device address with [`bind_member`] (and
+//! turning it into a `RoceSocket`), allotting QPNs and communication IDs inside its slot
 //! ([`QpnLayout::qpn`], [`QpnLayout::comm_ids`] as the CM agent's ID range), recording
 //! its CM listeners in the registry (`Locked::listen` / `Locked::unlisten` in
 //! [`crate::host`]) and re-attaching then, re-attaching when the registry's generation

@@ -15,13 +15,27 @@
 //!   may have changed this group without being able to attach to it). Every
 //!   [`HOST_REAP_EVERY`], and at once (at most every [`HOST_RECHECK_MIN`]) after a datagram
 //!   for another member's slot arrived, dead members are reaped and the program attached;
+//! * **listen** ([`HostMember::record_listeners`], from `CmService::with_agent` after a
+//!   command changed the CM's listeners, on the thread that issued it): record the
+//!   member's service IDs (`listen` / `unlisten`), attach the program with them, commit.
+//!   This step does not take the progress lock: the thread may be the CM thread or an
+//!   application thread inside a CM event sink, which must not wait for a progress step.
+//!   It attaches through the progress thread's duplicate of the member socket's
+//!   descriptor (the same socket, so the same group), taken under the registry lock and
+//!   dropped before the commit releases it; [`HostMember::leave`] closes both
+//!   descriptors under the registry lock, so the attach never reaches a closed or
+//!   reused descriptor, and a record after the leave does nothing. Its lock order is
+//!   the CM's record lock → registry lock → the duplicate's mutex, as the leave's is
+//!   progress lock → registry lock → the duplicate's mutex: no cycle;
 //! * **leave** ([`HostMember::leave`], when the device closes, under the progress lock):
 //!   record the close, free the slot, attach the program for the order after the close
-//!   (the last member moves into this socket's index), close the socket, commit.
+//!   (the last member moves into this socket's index), close the socket, commit. The
+//!   registry's leave drops the member's CM listeners with its slot.
 
+use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::ops::RangeInclusive;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::MetadataExt as _;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -81,6 +95,9 @@ pub(super) struct HostMember {
     pub(super) dropped_foreign: AtomicU64,
     /// Attaches of the steering program the kernel refused after the join.
     pub(super) attach_errors: AtomicU64,
+    /// Service IDs the CM listens on that the registry refused (another member listens
+    /// on them, or the host has as many listeners as a program holds).
+    pub(super) listen_refused: AtomicU64,
     left: AtomicBool,
     seen: Mutex<Seen>,
 }
@@ -88,7 +105,7 @@ pub(super) struct HostMember {
 /// Attaches the program for `group`'s order as the registry knows it through `sock`; an
 /// uncertain order (several members died at once) attaches nothing: the program stays
 /// as it was until a member probes the group (not done yet).
-fn attach(l: &Locked<'_>, group: SocketAddr, sock: &RoceSocket) -> std::io::Result<()> {
+fn attach(l: &Locked<'_>, group: SocketAddr, sock: &impl AsFd) -> std::io::Result<()> {
     match l.table(group) {
         Some(t) => steer::attach(sock, &t.program()),
         None => Ok(()),
@@ -135,6 +152,7 @@ impl HostMember {
             recheck: AtomicBool::new(false),
             dropped_foreign: AtomicU64::new(0),
             attach_errors: AtomicU64::new(0),
+            listen_refused: AtomicU64::new(0),
             left: AtomicBool::new(false),
             seen: Mutex::new(Seen {
                 file,
@@ -158,6 +176,65 @@ impl HostMember {
             .qpn(self.slot, self.layout.max_local())
             .unwrap_or(0);
         first..=last
+    }
+
+    /// The communication IDs the member's CM allots (its slot's, see
+    /// `uroce_socket::steer`).
+    pub(super) fn comm_ids(&self) -> Option<uroce_proto::cm::IdRange> {
+        self.layout
+            .comm_ids(self.slot)
+            .and_then(uroce_proto::cm::IdRange::from_range)
+    }
+
+    /// Records that the member's CM listens on exactly `services` (see the module
+    /// documentation), attaching the program with them; `dup` is the progress thread's
+    /// duplicate of the member socket's descriptor. `false` when the registry could not
+    /// be read or written (the caller tries again later). A service another member
+    /// listens on is not recorded ([`uroce_socket::host::HostError::ServiceTaken`]): its
+    /// REQs keep going to that member.
+    pub(super) fn record_listeners(
+        &self,
+        services: &BTreeSet<u64>,
+        dup: &Mutex<Option<Arc<OwnedFd>>>,
+    ) -> bool {
+        if self.left.load(Ordering::SeqCst) {
+            return true;
+        }
+        let Ok(mut l) = self.registry.lock() else {
+            return false;
+        };
+        // Under the registry lock: a leave that set the flag has not taken it yet, or is
+        // over (and dropped the listeners).
+        if self.left.load(Ordering::SeqCst) {
+            return true;
+        }
+        let mine: Vec<u64> = l
+            .state()
+            .listeners
+            .iter()
+            .filter(|&(_, &s)| s == self.slot)
+            .map(|(&service, _)| service)
+            .collect();
+        for service in mine {
+            if !services.contains(&service) {
+                l.unlisten(self.slot, service);
+            }
+        }
+        for &service in services {
+            if l.listen(self.slot, service).is_err() {
+                self.listen_refused.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        let fd = lock(dup).clone();
+        if let Some(fd) = &fd {
+            if attach(&l, self.group, fd.as_ref()).is_err() {
+                self.attach_errors.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        // The duplicate goes before the lock: a leave waiting for the lock closes the
+        // last descriptor of the socket.
+        drop(fd);
+        l.commit().is_ok()
     }
 
     /// Whether a datagram for `qpn` is for a member slot not this device's: another

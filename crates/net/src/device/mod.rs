@@ -49,7 +49,9 @@
 //! `address:port`, its QPNs are those of the slot the per-host registry gave it, the
 //! kernel steers each datagram to the member of its destination QP's slot, and the last
 //! phase of a step keeps the group's steering program current. A datagram for another
-//! member's slot (a stale program) is dropped and counted (`dropped_foreign_slot`).
+//! member's slot (a stale program) is dropped and counted (`dropped_foreign_slot`). Its CM
+//! ([`NetDevice::cm`]) allots communication IDs from the slot and records its listeners
+//! in the registry, so the kernel steers the CM's MADs to it too (see [`crate::cm`]).
 //!
 //! Files: this one holds the device (open, close, counters, its shared core); `progress`
 //! the step and the progress thread's loop; `send` how a transmit buffer leaves (trains,
@@ -647,8 +649,23 @@ impl NetDevice {
             Some(g) => g.clone(),
             None => return Err(NetError::Device("the device is closing".to_owned())),
         };
-        let svc =
-            Arc::new(CmService::new(self.local.ip(), Arc::downgrade(&gsi)).map_err(NetError::Io)?);
+        // A shared device's CM allots communication IDs from its slot's range and records
+        // its listeners in the host's registry (see `crate::cm` and `member.rs`).
+        let id_range = self.shared.host.as_ref().and_then(HostMember::comm_ids);
+        let listen_hook: Option<crate::cm::ListenHook> = self.shared.host.as_ref().map(|_| {
+            let core = Arc::downgrade(&self.shared);
+            Box::new(move |services: &std::collections::BTreeSet<u64>| {
+                core.upgrade().is_none_or(|c| {
+                    c.host
+                        .as_ref()
+                        .is_none_or(|h| h.record_listeners(services, &c.sock_fd))
+                })
+            }) as crate::cm::ListenHook
+        });
+        let svc = Arc::new(
+            CmService::new(self.local.ip(), Arc::downgrade(&gsi), id_range, listen_hook)
+                .map_err(NetError::Io)?,
+        );
         let progress: Option<Box<dyn Fn() + Send + Sync>> = if self.progress_thread {
             None
         } else {
