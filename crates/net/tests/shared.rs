@@ -9,9 +9,11 @@
 //! * a member in a child process (this test binary again, running [`child_member`]) is
 //!   killed with SIGKILL between two members of this process: their traffic goes on (RC
 //!   retransmits what a stale program misdelivered) and the child's slot is reaped;
-//! * QP1: MADs to the address reach the designated member (the lowest slot) only; every
-//!   member's GSI QP sends; a datagram for a slot nobody holds reaches the designated
-//!   member too, which drops and counts it;
+//! * QP1: MADs of a class other than CM to the address reach the designated member (the
+//!   lowest slot) only; every member's GSI QP sends; a datagram for a slot nobody holds
+//!   reaches the designated member too, which drops and counts it; a CM MAD of an ID
+//!   nobody owns reaches the designated member, which keeps it, and one a stale program
+//!   delivers to the other member is dropped and counted there;
 //! * the CM of members that are not the designated one: the second of three members
 //!   connects (REQ/REP/RTU) to a service the third listens on, data flows over the
 //!   connected RC QPs, the connection is closed (DREQ/DREP), and the designated member's
@@ -306,8 +308,27 @@ fn a_killed_member_in_another_process_is_reaped_and_traffic_goes_on() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A MAD of a class other than CM (whose steering by communication and service ID is
-/// separate work) with transaction id `tid`.
+/// A MAD of a class other than CM (not steered by communication or service ID) with
+/// transaction id `tid`.
+/// A CM DREP (IBA vol 1 §12.6.12) whose RemoteCommID is `ours`: the steering program
+/// sends it to the member of `ours`'s slot, or the designated member when nobody holds
+/// that slot.
+fn drep_mad(ours: u32) -> Vec<u8> {
+    use uroce_wire::mad;
+    let mut buf = vec![0u8; mad::MAD_LEN];
+    let mut h = mad::Header::new_checked(&mut buf[..]).expect("header");
+    h.set_base_version(mad::BASE_VERSION);
+    h.set_mgmt_class(mad::MGMT_CLASS_CM);
+    h.set_class_version(mad::CM_CLASS_VERSION);
+    h.set_response_method(false, mad::METHOD_SEND);
+    h.set_transaction_id(0x77);
+    h.set_attribute_id(mad::cm_attr::DREP);
+    // CM message: LocalCommID, then RemoteCommID.
+    buf[mad::LEN..mad::LEN + 4].copy_from_slice(&0x1234_5678u32.to_be_bytes());
+    buf[mad::LEN + 4..mad::LEN + 8].copy_from_slice(&ours.to_be_bytes());
+    buf
+}
+
 fn perf_mad(tid: u64) -> Vec<u8> {
     use uroce_wire::mad;
     let mut buf = vec![0u8; mad::MAD_LEN];
@@ -390,6 +411,46 @@ fn qp1_and_unowned_slots_go_to_the_designated_member_and_every_member_sends_mads
     }
     assert_eq!(a.counters().dropped_foreign_slot, 1);
     assert_eq!(b.counters().dropped_foreign_slot, 0);
+
+    // A CM MAD of a connection of a slot nobody holds: the designated member's, which
+    // keeps it (its CM would drop it as unmatched or answer a DREQ).
+    let nobody_id = *layout.comm_ids(nobody).unwrap().start() | 5;
+    peer.gsi()
+        .send_mad(addr, 1, &drep_mad(nobody_id))
+        .expect("send");
+    let got = a.gsi().recv_mad(wait).expect("recv").expect("at A");
+    assert_eq!(got.mad, drep_mad(nobody_id));
+    assert!(b.gsi().recv_mad(none).expect("recv").is_none());
+    assert_eq!(a.counters().dropped_foreign_slot, 1);
+
+    // A stale program (here: one that sends everything to B, the second socket of the
+    // group, attached through a third socket of the group) delivers A's CM MAD to B,
+    // which drops and counts it, and attaches the right program again.
+    let a_id = *layout.comm_ids(a.host_slot().unwrap()).unwrap().start() | 9;
+    let stale = uroce_socket::steer::bind_member(SocketAddr::new(addr, 4791)).expect("bind");
+    let everything_to_b = uroce_socket::steer::SteeringTable::new(layout, 1).program();
+    uroce_socket::steer::attach(&stale, &everything_to_b).expect("attach");
+    peer.gsi().send_mad(addr, 1, &drep_mad(a_id)).expect("send");
+    let start = Instant::now();
+    while b.counters().dropped_foreign_slot == 0 {
+        assert!(start.elapsed() < LIMIT, "the MAD was not counted");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert!(b.gsi().recv_mad(none).expect("recv").is_none());
+    // The third socket is the last of the group: its close moves nobody.
+    drop(stale);
+    let start = Instant::now();
+    loop {
+        peer.gsi().send_mad(addr, 1, &drep_mad(a_id)).expect("send");
+        if a.gsi().recv_mad(none).expect("recv").is_some() {
+            break;
+        }
+        assert!(
+            start.elapsed() < LIMIT,
+            "B did not attach the right program again"
+        );
+    }
+    assert_eq!(a.counters().dropped_foreign_slot, 1);
     drop((a, b, peer));
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -15,6 +15,8 @@
 //!   may have changed this group without being able to attach to it). Every
 //!   [`HOST_REAP_EVERY`], and at once (at most every [`HOST_RECHECK_MIN`]) after a datagram
 //!   for another member's slot arrived, dead members are reaped and the program attached;
+//!   every time it holds the lock it also notes whether it is its group's designated
+//!   member (which decides whether a CM MAD of another slot's ID is its own to handle);
 //! * **listen** ([`HostMember::record_listeners`], from `CmService::with_agent` after a
 //!   command changed the CM's listeners, on the thread that issued it): record the
 //!   member's service IDs (`listen` / `unlisten`), attach the program with them, commit.
@@ -44,6 +46,8 @@ use std::time::Duration;
 
 use uroce_socket::host::{host_dir, Locked, Registry};
 use uroce_socket::steer::{self, QpnLayout};
+use uroce_wire::opcode::op::UD_SEND_ONLY;
+use uroce_wire::PacketRepr;
 
 use super::lock;
 use crate::error::NetError;
@@ -95,11 +99,29 @@ pub(super) struct HostMember {
     pub(super) dropped_foreign: AtomicU64,
     /// Attaches of the steering program the kernel refused after the join.
     pub(super) attach_errors: AtomicU64,
+    /// Whether the member was its group's designated member when it last held the
+    /// registry lock (the program sends it the CM MADs of IDs nobody owns).
+    designated: AtomicBool,
     /// Service IDs the CM listens on that the registry refused (another member listens
     /// on them, or the host has as many listeners as a program holds).
     pub(super) listen_refused: AtomicU64,
     left: AtomicBool,
     seen: Mutex<Seen>,
+}
+
+/// Whether the member of `slot` is `group`'s designated member as `l` has it: the lowest
+/// member slot of the group (`SteeringTable::from_order`).
+fn designated_in(l: &Locked<'_>, group: SocketAddr, slot: u16) -> bool {
+    let layout = l.state().layout;
+    l.state().groups.get(&group).is_some_and(|g| {
+        g.order
+            .slots()
+            .iter()
+            .copied()
+            .filter(|&s| layout.is_member_slot(s))
+            .min()
+            == Some(slot)
+    })
 }
 
 /// Attaches the program for `group`'s order as the registry knows it through `sock`; an
@@ -130,7 +152,7 @@ impl HostMember {
         }
         let layout = QpnLayout::default();
         let registry = Registry::open(dir.unwrap_or_else(host_dir), layout)?;
-        let (slot, sock, generation, file) = {
+        let (slot, sock, generation, file, designated) = {
             let file = file_id(&registry);
             let mut l = registry.lock()?;
             l.reap();
@@ -140,8 +162,9 @@ impl HostMember {
             let sock = RoceSocket::bind_member(group, cfg)?;
             l.joined_group(slot, group)?;
             attach(&l, group, &sock).map_err(|e| NetError::Steer { group, source: e })?;
+            let designated = designated_in(&l, group, slot);
             let generation = l.commit()?;
-            (slot, sock, generation, file)
+            (slot, sock, generation, file, designated)
         };
         let member = HostMember {
             registry,
@@ -153,6 +176,7 @@ impl HostMember {
             dropped_foreign: AtomicU64::new(0),
             attach_errors: AtomicU64::new(0),
             listen_refused: AtomicU64::new(0),
+            designated: AtomicBool::new(designated),
             left: AtomicBool::new(false),
             seen: Mutex::new(Seen {
                 file,
@@ -225,6 +249,8 @@ impl HostMember {
                 self.listen_refused.fetch_add(1, Ordering::Relaxed);
             }
         }
+        self.designated
+            .store(designated_in(&l, self.group, self.slot), Ordering::Relaxed);
         let fd = lock(dup).clone();
         if let Some(fd) = &fd {
             if attach(&l, self.group, fd.as_ref()).is_err() {
@@ -245,6 +271,20 @@ impl HostMember {
     pub(super) fn is_foreign(&self, qpn: u32) -> bool {
         let s = self.layout.slot_of(qpn);
         s != self.slot && self.layout.is_member_slot(s)
+    }
+
+    /// Whether `packet`, to QP1, is a CM MAD the program sent here by a stale order: one
+    /// that answers or continues a connection (`QpnLayout::cm_answer_slot`) of a
+    /// communication ID not of this member's slot. The designated member keeps every
+    /// such MAD (the program sends it the IDs nobody owns; its CM drops them as unmatched
+    /// or answers a DREQ with a DREP); a REQ and anything not steered by ID are kept.
+    pub(super) fn is_foreign_mad(&self, packet: &PacketRepr<'_>) -> bool {
+        !self.designated.load(Ordering::Relaxed)
+            && packet.bth.opcode == UD_SEND_ONLY
+            && self
+                .layout
+                .cm_answer_slot(packet.payload)
+                .is_some_and(|s| s != self.slot)
     }
 
     /// Counts a dropped foreign datagram and asks for a reap at the next check.
@@ -289,6 +329,8 @@ impl HostMember {
             return;
         };
         let reaped = reap && !l.reap().is_empty();
+        self.designated
+            .store(designated_in(&l, self.group, self.slot), Ordering::Relaxed);
         if (reaped || forced || l.state().generation != seen.generation)
             && attach(&l, self.group, sock).is_err()
         {

@@ -49,7 +49,8 @@
 //! `address:port`, its QPNs are those of the slot the per-host registry gave it, the
 //! kernel steers each datagram to the member of its destination QP's slot, and the last
 //! phase of a step keeps the group's steering program current. A datagram for another
-//! member's slot (a stale program) is dropped and counted (`dropped_foreign_slot`). Its CM
+//! member's slot (a stale program), or a CM MAD of another member's communication ID, is
+//! dropped and counted (`dropped_foreign_slot`). Its CM
 //! ([`NetDevice::cm`]) allots communication IDs from the slot and records its listeners
 //! in the registry, so the kernel steers the CM's MADs to it too (see [`crate::cm`]).
 //!
@@ -241,8 +242,10 @@ pub struct DeviceCounters {
     pub mcast_dropped: u64,
     /// A shared device: datagrams for a QPN of a member slot not its own (another
     /// member's, delivered here by a stale steering program, or a slot nobody holds, which
-    /// the program sends to the designated member: a QP of a member that is gone), dropped
-    /// (each makes the device reap and steer again).
+    /// the program sends to the designated member: a QP of a member that is gone), and,
+    /// on a member not designated, CM MADs to QP1 of a connection whose communication ID
+    /// is not of its slot (a stale program), dropped (each makes the device reap and steer
+    /// again).
     pub dropped_foreign_slot: u64,
     /// Transport counters summed over the live QPs.
     pub transport: EngineCounters,
