@@ -17,7 +17,8 @@
 //! * the CM of members that are not the designated one: the second of three members
 //!   connects (REQ/REP/RTU) to a service the third listens on, data flows over the
 //!   connected RC QPs, the connection is closed (DREQ/DREP), and the designated member's
-//!   CM sees none of it (the kernel steers by service ID and communication ID); once the
+//!   CM sees none of it (the kernel steers by service ID and communication ID; its own
+//!   listen on the same service is refused by the registry and counted); once the
 //!   listener's device is closed, a REQ for its service is rejected by the designated
 //!   member (invalid service ID) rather than lost.
 //!
@@ -556,6 +557,25 @@ fn the_cm_of_members_that_are_not_designated_connects_and_disconnects() {
         registry.read().expect("read").listeners.get(&SERVICE),
         Some(&p_slot),
         "the listener is recorded"
+    );
+    // Another member's CM listening on the same service is not recorded (counted): REQs
+    // keep going to the first listener.
+    let second = first_cm
+        .with_agent(|ag, _| ag.listen(SERVICE, None))
+        .expect("listen in the agent");
+    assert_eq!(first.dev.counters().listen_refused, 1);
+    assert_eq!(passive.dev.counters().listen_refused, 0);
+    assert_eq!(
+        registry.read().expect("read").listeners.get(&SERVICE),
+        Some(&p_slot)
+    );
+    first_cm
+        .with_agent(|ag, _| ag.stop_listening(second))
+        .expect("stop listening");
+    assert_eq!(
+        registry.read().expect("read").listeners.get(&SERVICE),
+        Some(&p_slot),
+        "a member that stops listening removes only its own record"
     );
 
     // REQ (steered by service ID) → REP (by the active side's communication ID) → RTU.

@@ -102,8 +102,8 @@ pub(super) struct HostMember {
     /// Whether the member was its group's designated member when it last held the
     /// registry lock (the program sends it the CM MADs of IDs nobody owns).
     designated: AtomicBool,
-    /// Service IDs the CM listens on that the registry refused (another member listens
-    /// on them, or the host has as many listeners as a program holds).
+    /// Times the registry refused a service ID the CM listens on (another member listens
+    /// on it, or the host has as many listeners as a program holds).
     pub(super) listen_refused: AtomicU64,
     left: AtomicBool,
     seen: Mutex<Seen>,
@@ -214,8 +214,8 @@ impl HostMember {
     /// documentation), attaching the program with them; `dup` is the progress thread's
     /// duplicate of the member socket's descriptor. `false` when the registry could not
     /// be read or written (the caller tries again later). A service another member
-    /// listens on is not recorded ([`uroce_socket::host::HostError::ServiceTaken`]): its
-    /// REQs keep going to that member.
+    /// listens on is not recorded ([`uroce_socket::host::HostError::ServiceTaken`]; counted
+    /// in `listen_refused`): its REQs keep going to that member.
     pub(super) fn record_listeners(
         &self,
         services: &BTreeSet<u64>,

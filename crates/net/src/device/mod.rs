@@ -247,6 +247,10 @@ pub struct DeviceCounters {
     /// is not of its slot (a stale program), dropped (each makes the device reap and steer
     /// again).
     pub dropped_foreign_slot: u64,
+    /// A shared device: times the host's registry refused a service ID its CM listens on
+    /// (another member of the host listens on it, or the host has as many listeners as a
+    /// steering program holds); REQs for it are not steered here.
+    pub listen_refused: u64,
     /// Transport counters summed over the live QPs.
     pub transport: EngineCounters,
 }
@@ -259,6 +263,7 @@ impl DeviceCounters {
         v.push(("no_engine", self.no_engine));
         v.push(("mcast_dropped", self.mcast_dropped));
         v.push(("dropped_foreign_slot", self.dropped_foreign_slot));
+        v.push(("listen_refused", self.listen_refused));
         v.extend(self.transport.fields());
         v
     }
@@ -372,6 +377,10 @@ impl DeviceCore {
                 .host
                 .as_ref()
                 .map_or(0, |h| h.dropped_foreign.load(Ordering::Relaxed)),
+            listen_refused: self
+                .host
+                .as_ref()
+                .map_or(0, |h| h.listen_refused.load(Ordering::Relaxed)),
             transport,
         }
     }
