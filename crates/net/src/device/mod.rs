@@ -50,9 +50,9 @@
 //! kernel steers each datagram to the member of its destination QP's slot, and the last
 //! phase of a step keeps the group's steering program current. A datagram for another
 //! member's slot (a stale program), or a CM MAD of another member's communication ID, is
-//! dropped and counted (`dropped_foreign_slot`). Its CM
-//! ([`NetDevice::cm`]) allots communication IDs from the slot and records its listeners
-//! in the registry, so the kernel steers the CM's MADs to it too (see [`crate::cm`]).
+//! dropped and counted (`dropped_foreign_slot`). Its CM ([`NetDevice::cm`]) allots
+//! communication IDs from the slot and records its listeners in the registry, so the
+//! kernel steers the CM's MADs to it too (see [`crate::cm`]).
 //!
 //! Files: this one holds the device (open, close, counters, its shared core); `progress`
 //! the step and the progress thread's loop; `send` how a transmit buffer leaves (trains,
