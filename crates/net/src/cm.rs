@@ -30,6 +30,15 @@
 //! bounded: one round receives at most [`CM_RECV_BATCH`] MADs, and the thread ends when the
 //! device closes (stop flag + doorbell) or QP1 is flushed.
 //!
+//! # A member of a host-wide device
+//! On a shared device (`NetConfig::shared`) the agent allots communication IDs from the
+//! member's slot's range only (`uroce_socket::steer::QpnLayout::comm_ids`), so that the
+//! kernel steers the MADs answering its connections to this member, and the service IDs
+//! it listens on are recorded in the host's registry, so that REQs and SIDR_REQs for them
+//! are steered here too. The record is made by [`CmService::with_agent`] after the command
+//! that changed the listeners, outside the agent's lock, and before the call returns: a
+//! `listen` that returned is steered (see `device/member.rs` for the locks it takes).
+//!
 //! # Closing
 //! What the agent still has queued when the device closes (a DREQ from an id destroyed
 //! just before the device) is handed to QP1 while the device's progress thread still runs,
@@ -40,6 +49,7 @@
 //! the progress thread stopped. That race lost the DREQ in about one run of three of the
 //! RDMA-CM tests run in parallel.
 
+use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -47,7 +57,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
 use rustix::event::{eventfd, EventfdFlags, PollFd, PollFlags, Timespec};
-use uroce_proto::cm::{AgentConfig, CmAgent, CmEvent, CmStats};
+use uroce_proto::cm::{AgentConfig, CmAgent, CmEvent, CmStats, IdRange};
 use uroce_proto::time::Instant;
 use uroce_wire::mad::GSI_QPN;
 
@@ -99,6 +109,11 @@ impl CmCounters {
     }
 }
 
+/// Records the service IDs the agent listens on where the device needs them (a shared
+/// device: the host's registry); `false` when that failed (it is tried again after the
+/// next command).
+pub(crate) type ListenHook = Box<dyn Fn(&BTreeSet<u64>) -> bool + Send + Sync>;
+
 /// The CM of one device (see the module documentation).
 pub struct CmService {
     agent: Mutex<CmAgent>,
@@ -113,6 +128,11 @@ pub struct CmService {
     mads_sent: AtomicU64,
     send_failures: AtomicU64,
     events_unclaimed: AtomicU64,
+    /// A shared device's record of the listeners (see the module documentation).
+    listen_hook: Option<ListenHook>,
+    /// The service IDs last recorded through `listen_hook`; its lock orders the records
+    /// (taken before the agent's).
+    recorded: Mutex<BTreeSet<u64>>,
 }
 
 impl std::fmt::Debug for CmService {
@@ -140,7 +160,14 @@ fn ca_guid(ip: IpAddr) -> u64 {
 }
 
 impl CmService {
-    pub(crate) fn new(local: IpAddr, gsi: Weak<Gsi>) -> Result<CmService, std::io::Error> {
+    /// A CM for the device at `local` whose QP1 is `gsi`; `id_range`: the communication
+    /// IDs it allots (`None`: all), `listen_hook`: see [`ListenHook`].
+    pub(crate) fn new(
+        local: IpAddr,
+        gsi: Weak<Gsi>,
+        id_range: Option<IdRange>,
+        listen_hook: Option<ListenHook>,
+    ) -> Result<CmService, std::io::Error> {
         let doorbell = eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)
             .map_err(std::io::Error::from)?;
         // Communication IDs and transaction IDs start somewhere that depends on the time,
@@ -150,10 +177,16 @@ impl CmService {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(1, |d| d.as_nanos() as u64)
             ^ u64::from(std::process::id()).rotate_left(32);
+        let first_id = match id_range {
+            // Somewhere in the range (none of its IDs is 0).
+            Some(r) => r.first().saturating_add(((seed >> 8) % r.count()) as u32),
+            None => (seed as u32 & 0x7fff_ffff) | 1,
+        };
         let config = AgentConfig {
             local_ca_guid: ca_guid(local),
             tid_high: (seed >> 16) as u32 | 1,
-            first_id: (seed as u32 & 0x7fff_ffff) | 1,
+            first_id,
+            id_range: id_range.unwrap_or_default(),
             ..AgentConfig::default()
         };
         Ok(CmService {
@@ -168,6 +201,8 @@ impl CmService {
             mads_sent: AtomicU64::new(0),
             send_failures: AtomicU64::new(0),
             events_unclaimed: AtomicU64::new(0),
+            listen_hook,
+            recorded: Mutex::new(BTreeSet::new()),
         })
     }
 
@@ -198,8 +233,22 @@ impl CmService {
             }
             r
         };
+        self.record_listeners();
         self.wake();
         r
+    }
+
+    /// A shared device: records the agent's listeners through the hook when they changed
+    /// since the last record (see the module documentation).
+    fn record_listeners(&self) {
+        let Some(hook) = &self.listen_hook else {
+            return;
+        };
+        let mut recorded = lock(&self.recorded);
+        let now: BTreeSet<u64> = lock(&self.agent).listening().collect();
+        if now != *recorded && hook(&now) {
+            *recorded = now;
+        }
     }
 
     /// Installs (or with `None` removes) the event sink; returns the previous one.

@@ -9,9 +9,18 @@
 //! * a member in a child process (this test binary again, running [`child_member`]) is
 //!   killed with SIGKILL between two members of this process: their traffic goes on (RC
 //!   retransmits what a stale program misdelivered) and the child's slot is reaped;
-//! * QP1: MADs to the address reach the designated member (the lowest slot) only; every
-//!   member's GSI QP sends; a datagram for a slot nobody holds reaches the designated
-//!   member too, which drops and counts it.
+//! * QP1: MADs of a class other than CM to the address reach the designated member (the
+//!   lowest slot) only; every member's GSI QP sends; a datagram for a slot nobody holds
+//!   reaches the designated member too, which drops and counts it; a CM MAD of an ID
+//!   nobody owns reaches the designated member, which keeps it, and one a stale program
+//!   delivers to the other member is dropped and counted there;
+//! * the CM of members that are not the designated one: the second of three members
+//!   connects (REQ/REP/RTU) to a service the third listens on, data flows over the
+//!   connected RC QPs, the connection is closed (DREQ/DREP), and the designated member's
+//!   CM sees none of it (the kernel steers by service ID and communication ID; its own
+//!   listen on the same service is refused by the registry and counted); once the
+//!   listener's device is closed, a REQ for its service is rejected by the designated
+//!   member (invalid service ID) rather than lost.
 //!
 //! Each test has its own address (127.0.81.x) and its own registry directory, given
 //! through the configuration (the tests run in parallel threads of one process).
@@ -23,15 +32,20 @@ use std::io::{BufRead as _, BufReader};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use pair::{connect_qps, pattern, wait, ConnectOpts, Side, SideConfig};
-use uroce_net::{seal_for, NetConfig, NetDevice};
+use uroce_net::{seal_for, CmEventSink, CmService, NetConfig, NetDevice};
+use uroce_proto::cm::{AcceptParams, CmEvent, ConnId, ConnectParams};
 use uroce_socket::host::{Registry, HOST_DIR_ENV};
 use uroce_socket::steer::QpnLayout;
 use uroce_verbs::{
     AhAttr, Qp, QpCap, QpInitAttr, QpType, RecvWr, SendWr, UdDest, WcStatus, WorkCompletion,
 };
+use uroce_wire::cm::rdma_cm::{gid_of, PortSpace};
+use uroce_wire::cm::{rej_reason, PathRepr};
 use uroce_wire::opcode::op;
 use uroce_wire::{bth, PacketRepr, Psn};
 
@@ -295,8 +309,27 @@ fn a_killed_member_in_another_process_is_reaped_and_traffic_goes_on() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A MAD of a class other than CM (whose steering by communication and service ID is
-/// separate work) with transaction id `tid`.
+/// A MAD of a class other than CM (not steered by communication or service ID) with
+/// transaction id `tid`.
+/// A CM DREP (IBA vol 1 §12.6.12) whose RemoteCommID is `ours`: the steering program
+/// sends it to the member of `ours`'s slot, or the designated member when nobody holds
+/// that slot.
+fn drep_mad(ours: u32) -> Vec<u8> {
+    use uroce_wire::mad;
+    let mut buf = vec![0u8; mad::MAD_LEN];
+    let mut h = mad::Header::new_checked(&mut buf[..]).expect("header");
+    h.set_base_version(mad::BASE_VERSION);
+    h.set_mgmt_class(mad::MGMT_CLASS_CM);
+    h.set_class_version(mad::CM_CLASS_VERSION);
+    h.set_response_method(false, mad::METHOD_SEND);
+    h.set_transaction_id(0x77);
+    h.set_attribute_id(mad::cm_attr::DREP);
+    // CM message: LocalCommID, then RemoteCommID.
+    buf[mad::LEN..mad::LEN + 4].copy_from_slice(&0x1234_5678u32.to_be_bytes());
+    buf[mad::LEN + 4..mad::LEN + 8].copy_from_slice(&ours.to_be_bytes());
+    buf
+}
+
 fn perf_mad(tid: u64) -> Vec<u8> {
     use uroce_wire::mad;
     let mut buf = vec![0u8; mad::MAD_LEN];
@@ -379,6 +412,270 @@ fn qp1_and_unowned_slots_go_to_the_designated_member_and_every_member_sends_mads
     }
     assert_eq!(a.counters().dropped_foreign_slot, 1);
     assert_eq!(b.counters().dropped_foreign_slot, 0);
+
+    // A CM MAD of a connection of a slot nobody holds: the designated member's, which
+    // keeps it (its CM would drop it as unmatched or answer a DREQ).
+    let nobody_id = *layout.comm_ids(nobody).unwrap().start() | 5;
+    peer.gsi()
+        .send_mad(addr, 1, &drep_mad(nobody_id))
+        .expect("send");
+    let got = a.gsi().recv_mad(wait).expect("recv").expect("at A");
+    assert_eq!(got.mad, drep_mad(nobody_id));
+    assert!(b.gsi().recv_mad(none).expect("recv").is_none());
+    assert_eq!(a.counters().dropped_foreign_slot, 1);
+
+    // A stale program (here: one that sends everything to B, the second socket of the
+    // group, attached through a third socket of the group) delivers A's CM MAD to B,
+    // which drops and counts it, and attaches the right program again.
+    let a_id = *layout.comm_ids(a.host_slot().unwrap()).unwrap().start() | 9;
+    let stale = uroce_socket::steer::bind_member(SocketAddr::new(addr, 4791)).expect("bind");
+    let everything_to_b = uroce_socket::steer::SteeringTable::new(layout, 1).program();
+    uroce_socket::steer::attach(&stale, &everything_to_b).expect("attach");
+    peer.gsi().send_mad(addr, 1, &drep_mad(a_id)).expect("send");
+    let start = Instant::now();
+    while b.counters().dropped_foreign_slot == 0 {
+        assert!(start.elapsed() < LIMIT, "the MAD was not counted");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert!(b.gsi().recv_mad(none).expect("recv").is_none());
+    // The third socket is the last of the group: its close moves nobody.
+    drop(stale);
+    let start = Instant::now();
+    loop {
+        peer.gsi().send_mad(addr, 1, &drep_mad(a_id)).expect("send");
+        if a.gsi().recv_mad(none).expect("recv").is_some() {
+            break;
+        }
+        assert!(
+            start.elapsed() < LIMIT,
+            "B did not attach the right program again"
+        );
+    }
+    assert_eq!(a.counters().dropped_foreign_slot, 1);
     drop((a, b, peer));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Forwards every CM event of a device.
+struct Forward(Mutex<Sender<CmEvent>>);
+
+impl CmEventSink for Forward {
+    fn cm_event(&self, _service: &CmService, event: CmEvent) {
+        let _ = self.0.lock().unwrap().send(event);
+    }
+}
+
+/// The CM of `side`'s device, with its events sent to the returned receiver.
+fn cm_of(side: &Side) -> (Arc<CmService>, Receiver<CmEvent>) {
+    let cm = side.dev.cm().expect("cm").clone();
+    let (tx, rx) = channel();
+    cm.set_sink(Some(Arc::new(Forward(Mutex::new(tx)))));
+    (cm, rx)
+}
+
+/// The first event of `rx` that `pick` takes (the others are skipped); panics after
+/// [`LIMIT`].
+fn event<T>(rx: &Receiver<CmEvent>, what: &str, mut pick: impl FnMut(CmEvent) -> Option<T>) -> T {
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(e) => {
+                if let Some(t) = pick(e) {
+                    return t;
+                }
+            }
+            Err(_) => panic!("{what}: no such CM event within {LIMIT:?}"),
+        }
+    }
+}
+
+fn cm_connect_params(ip: IpAddr, service_id: u64, local_qpn: u32, psn: u32) -> ConnectParams {
+    ConnectParams {
+        remote: ip,
+        service_id,
+        local_qpn,
+        starting_psn: psn,
+        qkey: 0,
+        responder_resources: 1,
+        initiator_depth: 1,
+        transport_service_type: 0,
+        extended_transport_type: 0,
+        path: PathRepr {
+            local_lid: 0xffff,
+            remote_lid: 0xffff,
+            local_gid: gid_of(ip),
+            remote_gid: gid_of(ip),
+            hop_limit: 64,
+            local_ack_timeout: 14,
+            ..PathRepr::default()
+        },
+        pkey: 0xffff,
+        path_mtu: 3,
+        retry_count: 7,
+        rnr_retry_count: 7,
+        // 4.096 µs × 2^16 ≈ 0.27 s per try.
+        cm_response_timeout: 16,
+        packet_life_time: 0,
+        max_cm_retries: 5,
+        srq: false,
+        private_data: Vec::new(),
+    }
+}
+
+#[test]
+fn the_cm_of_members_that_are_not_designated_connects_and_disconnects() {
+    const SERVICE: u64 = PortSpace::Tcp.service_id(7300);
+    let dir = scratch("cm");
+    let addr = "127.0.81.5";
+    let ip: IpAddr = addr.parse().unwrap();
+    let layout = QpnLayout::default();
+    let first = member(addr, "shcm1", &dir);
+    let active = member(addr, "shcm2", &dir);
+    let passive = member(addr, "shcm3", &dir);
+    let slots = [first.dev.host_slot(), active.dev.host_slot()];
+    let (a_slot, p_slot) = (slots[1].unwrap(), passive.dev.host_slot().unwrap());
+    assert!(
+        slots[0].unwrap() < a_slot && a_slot < p_slot,
+        "{slots:?} {p_slot}"
+    );
+    let (first_cm, first_rx) = cm_of(&first);
+    let (a_cm, a_rx) = cm_of(&active);
+    let (p_cm, p_rx) = cm_of(&passive);
+
+    // The listener: its ID is in its slot's range, and the registry knows its service.
+    let listener = p_cm
+        .with_agent(|ag, _| ag.listen(SERVICE, None))
+        .expect("listen");
+    assert!(
+        layout.comm_ids(p_slot).unwrap().contains(&listener.0),
+        "listener ID {:#x} outside slot {p_slot}",
+        listener.0
+    );
+    let registry = Registry::open(&dir, layout).expect("registry");
+    assert_eq!(
+        registry.read().expect("read").listeners.get(&SERVICE),
+        Some(&p_slot),
+        "the listener is recorded"
+    );
+    // Another member's CM listening on the same service is not recorded (counted): REQs
+    // keep going to the first listener.
+    let second = first_cm
+        .with_agent(|ag, _| ag.listen(SERVICE, None))
+        .expect("listen in the agent");
+    assert_eq!(first.dev.counters().listen_refused, 1);
+    assert_eq!(passive.dev.counters().listen_refused, 0);
+    assert_eq!(
+        registry.read().expect("read").listeners.get(&SERVICE),
+        Some(&p_slot)
+    );
+    first_cm
+        .with_agent(|ag, _| ag.stop_listening(second))
+        .expect("stop listening");
+    assert_eq!(
+        registry.read().expect("read").listeners.get(&SERVICE),
+        Some(&p_slot),
+        "a member that stops listening removes only its own record"
+    );
+
+    // REQ (steered by service ID) → REP (by the active side's communication ID) → RTU.
+    let (qa, qp) = (active.qp.qp_num(), passive.qp.qp_num());
+    let o = ConnectOpts::default();
+    let req = cm_connect_params(ip, SERVICE, qa, o.start_psn);
+    let a_id: ConnId = a_cm
+        .with_agent(|ag, now| ag.connect(now, &req))
+        .expect("connect");
+    assert!(
+        layout.comm_ids(a_slot).unwrap().contains(&a_id.0),
+        "connection ID {:#x} outside slot {a_slot}",
+        a_id.0
+    );
+    let (p_id, peer_qpn) = event(&p_rx, "REQ at the listener", |e| match e {
+        CmEvent::ReqReceived { id, req, .. } => Some((id, req.local_qpn)),
+        _ => None,
+    });
+    assert_eq!(peer_qpn, qa);
+    assert!(layout.comm_ids(p_slot).unwrap().contains(&p_id.0));
+    let accept = AcceptParams {
+        local_qpn: qp,
+        starting_psn: o.start_psn,
+        qkey: 0,
+        responder_resources: 1,
+        initiator_depth: 1,
+        target_ack_delay: 0,
+        rnr_retry_count: 7,
+        srq: false,
+        private_data: Vec::new(),
+    };
+    p_cm.with_agent(|ag, now| ag.accept(now, p_id, &accept))
+        .expect("accept");
+    let rep_qpn = event(&a_rx, "REP at the active side", |e| match e {
+        CmEvent::RepReceived { id, rep } if id == a_id => Some(rep.local_qpn),
+        CmEvent::Rejected { reason, .. } => panic!("rejected: {reason}"),
+        CmEvent::Unreachable { .. } => panic!("the REQ or REP was lost"),
+        _ => None,
+    });
+    assert_eq!(rep_qpn, qp);
+    connect_qps(&active, &active.qp, &passive, &passive.qp, &o);
+    a_cm.with_agent(|ag, now| ag.establish(now, a_id))
+        .expect("establish");
+    event(&p_rx, "RTU at the passive side", |e| match e {
+        CmEvent::Established { id } if id == p_id => Some(()),
+        _ => None,
+    });
+
+    both_ways(
+        &active,
+        &active.qp,
+        &passive,
+        &passive.qp,
+        0xC0,
+        "over the CM's connection",
+    );
+
+    // DREQ (by the passive side's communication ID) → DREP (by the active side's).
+    a_cm.with_agent(|ag, now| ag.disconnect(now, a_id, b""))
+        .expect("disconnect");
+    event(&p_rx, "DREQ at the passive side", |e| match e {
+        CmEvent::DisconnectRequested { id } if id == p_id => Some(()),
+        _ => None,
+    });
+    p_cm.with_agent(|ag, now| ag.disconnect(now, p_id, b""))
+        .expect("answer the DREQ");
+    event(&a_rx, "DREP at the active side", |e| match e {
+        CmEvent::Disconnected { id } if id == a_id => Some(()),
+        CmEvent::DisconnectTimeout { .. } => panic!("the DREQ or DREP was lost"),
+        _ => None,
+    });
+    assert_eq!(
+        first_cm.counters().mads_received,
+        0,
+        "the designated member's CM saw none of it"
+    );
+    assert!(first_rx.try_recv().is_err());
+
+    // The listener's device closes: its service leaves the registry and the program, and
+    // a REQ for it goes to the designated member, which rejects it.
+    drop(p_cm);
+    passive.close();
+    assert_eq!(registry.read().expect("read").listeners.get(&SERVICE), None);
+    let req = cm_connect_params(ip, SERVICE, active.add_qp().qp_num(), o.start_psn);
+    let id = a_cm
+        .with_agent(|ag, now| ag.connect(now, &req))
+        .expect("connect again");
+    let reason = event(
+        &a_rx,
+        "an answer to the REQ without listener",
+        |e| match e {
+            CmEvent::Rejected { id: i, reason, .. } if i == id => Some(reason),
+            CmEvent::Unreachable { .. } => panic!("the REQ was lost"),
+            _ => None,
+        },
+    );
+    assert_eq!(reason, rej_reason::INVALID_SERVICE_ID);
+    assert!(first_cm.counters().mads_received >= 1);
+    drop((first_cm, a_cm));
+    active.close();
+    first.close();
     let _ = std::fs::remove_dir_all(&dir);
 }

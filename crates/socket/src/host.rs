@@ -101,9 +101,10 @@
 //! descriptor, so the model would be wrong. The device runtime must not let a child keep
 //! them. The device runtime's shared device (`uroce-net`, `NetConfig::shared`) joins when
 //! it opens, binds and attaches, leaves when it closes, attaches again when the generation
-//! moves, and reaps on misdelivery and every second. Allotting communication IDs from the
-//! slot's range, recording the CM's listeners and probing an uncertain group are not done
-//! by it yet.
+//! moves, and reaps on misdelivery and every second; its CM agent allots communication
+//! IDs from the slot's range, and the service IDs it listens on are recorded here
+//! ([`Locked::listen`] / [`Locked::unlisten`], then attached) before the command returns.
+//! Probing an uncertain group is not done by it yet.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

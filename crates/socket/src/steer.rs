@@ -12,7 +12,8 @@
 //! system calls ([`bind_member`], [`attach`], [`detach`]). [`crate::host`] keeps the
 //! per-host registry (who holds which slot, the member order of every group, who listens
 //! on which CM service). The device runtime (`uroce-net`) uses both for a shared device
-//! (`NetConfig::shared`, opt-in); it does not yet steer the CM (see [`crate::host`]).
+//! (`NetConfig::shared`, opt-in), CM included: its CM agent allots communication IDs
+//! from its slot and records its listeners in the registry (see [`crate::host`]).
 //!
 //! ## What the kernel does (Linux's reuseport and socket-filter code)
 //! * A reuseport program for UDP sees the datagram **from its UDP payload**: the kernel
@@ -125,12 +126,13 @@
 //!   A member that receives a datagram for a slot not its own should therefore reap.
 //!
 //! ## Left for the device runtime
-//! Binding one member socket per device address with [`bind_member`] (and turning it into
-//! a `RoceSocket`), allotting QPNs and communication IDs inside its slot
-//! ([`QpnLayout::qpn`], [`QpnLayout::comm_ids`] as the CM agent's ID range), recording
-//! its CM listeners in the registry (`Locked::listen` / `Locked::unlisten` in
-//! [`crate::host`]) and re-attaching then, re-attaching when the registry's generation
-//! changes, dropping and counting misdelivered datagrams
+//! (`uroce-net`'s shared device does all of it but the probes; it finds misdelivered CM
+//! MADs with [`QpnLayout::cm_answer_slot`].) Binding one member socket per device
+//! address with [`bind_member`] (and turning it into a `RoceSocket`), allotting QPNs and
+//! communication IDs inside its slot ([`QpnLayout::qpn`], [`QpnLayout::comm_ids`] as the
+//! CM agent's ID range), recording its CM listeners in the registry (`Locked::listen` /
+//! `Locked::unlisten` in [`crate::host`]) and re-attaching then, re-attaching when the
+//! registry's generation changes, dropping and counting misdelivered datagrams
 //! ([`SteeringTable::index_for_datagram`] tells which), and resolving an uncertain order
 //! with probes.
 
@@ -260,6 +262,30 @@ impl QpnLayout {
     /// The slot of communication ID `id`: its top [`QpnLayout::slot_bits`] bits.
     pub const fn comm_slot_of(self, id: u32) -> u16 {
         (id >> self.comm_id_shift()) as u16
+    }
+
+    /// The slot of the communication ID by which the steering program sends the CM MAD
+    /// `mad` (the 256-byte MAD of a UD SEND only to QP1, from its common header) to a
+    /// member: the RemoteCommID of MRA, REJ, REP, RTU, DREQ, DREP, LAP and APR, the
+    /// RequestID of SIDR_REP; `None` for every other MAD (REQ and SIDR_REQ, steered by
+    /// service ID; other attributes and classes; a short MAD), which the program does not
+    /// steer by ID. A member that receives a MAD whose slot here is another member slot
+    /// got it from a stale program ([`SteeringTable::index_for_datagram`] decides alike).
+    pub fn cm_answer_slot(self, mad: &[u8]) -> Option<u16> {
+        let at = |off: u32| (off - MAD_OFFSET) as usize;
+        if mad.len() < mad::MAD_LEN || mad.get(at(MGMT_CLASS_AT)) != Some(&mad::MGMT_CLASS_CM) {
+            return None;
+        }
+        let attr = u16::from_be_bytes([*mad.get(at(ATTR_ID_AT))?, *mad.get(at(ATTR_ID_AT) + 1)?]);
+        let id_at = match attr {
+            // Inside MRA..=APR too: by service ID.
+            cm_attr::REQ | cm_attr::SIDR_REQ => return None,
+            cm_attr::SIDR_REP => at(SIDR_REQUEST_ID_AT),
+            cm_attr::MRA..=cm_attr::APR => at(REMOTE_COMM_ID_AT),
+            _ => return None,
+        };
+        let id: [u8; 4] = mad.get(id_at..id_at + 4)?.try_into().ok()?;
+        Some(self.comm_slot_of(u32::from_be_bytes(id)))
     }
 
     /// The communication IDs the member of `slot` allots (every ID whose top bits are the
@@ -1172,6 +1198,10 @@ mod tests {
                 for attr in ANSWERS {
                     let d = answer(attr, id);
                     assert_eq!(steer(&t, &p, &d), i as u32, "attr {attr:#x} id {id:#x}");
+                    let m = &d[MAD_OFFSET as usize..MIN_MAD_DATAGRAM_LEN as usize];
+                    assert_eq!(l.cm_answer_slot(m), Some(slot), "attr {attr:#x} id {id:#x}");
+                    let short = &m[..mad::MAD_LEN - 1];
+                    assert_eq!(l.cm_answer_slot(short), None);
                 }
             }
         }
@@ -1184,6 +1214,13 @@ mod tests {
         // REQ and SIDR_REQ: to the listener of the service.
         for sidr in [false, true] {
             assert_eq!(steer(&t, &p, &request(sidr, S_TCP)), 2);
+            let d = request(sidr, S_TCP);
+            let m = &d[MAD_OFFSET as usize..MIN_MAD_DATAGRAM_LEN as usize];
+            assert_eq!(
+                l.cm_answer_slot(m),
+                None,
+                "a request is steered by service ID"
+            );
             assert_eq!(steer(&t, &p, &request(sidr, S_UDP)), 3);
             assert_eq!(steer(&t, &p, &request(sidr, S_HIGH)), 0);
             // Nobody listens, or the listener has no socket here: the designated

@@ -15,13 +15,29 @@
 //!   may have changed this group without being able to attach to it). Every
 //!   [`HOST_REAP_EVERY`], and at once (at most every [`HOST_RECHECK_MIN`]) after a datagram
 //!   for another member's slot arrived, dead members are reaped and the program attached;
+//!   every time it holds the lock it also notes whether it is its group's designated
+//!   member (which decides whether a CM MAD of another slot's ID is its own to handle);
+//! * **listen** ([`HostMember::record_listeners`], from `CmService::with_agent` after a
+//!   command changed the CM's listeners, on the thread that issued it): record the
+//!   member's service IDs (`listen` / `unlisten`), attach the program with them, commit.
+//!   This step does not take the progress lock: the thread may be the CM thread or an
+//!   application thread inside a CM event sink, which must not wait for a progress step.
+//!   It attaches through the progress thread's duplicate of the member socket's
+//!   descriptor (the same socket, so the same group), taken under the registry lock and
+//!   dropped before the commit releases it; [`HostMember::leave`] closes both
+//!   descriptors under the registry lock, so the attach never reaches a closed or
+//!   reused descriptor, and a record after the leave does nothing. Its lock order is
+//!   the CM's record lock → registry lock → the duplicate's mutex, as the leave's is
+//!   progress lock → registry lock → the duplicate's mutex: no cycle;
 //! * **leave** ([`HostMember::leave`], when the device closes, under the progress lock):
 //!   record the close, free the slot, attach the program for the order after the close
-//!   (the last member moves into this socket's index), close the socket, commit.
+//!   (the last member moves into this socket's index), close the socket, commit. The
+//!   registry's leave drops the member's CM listeners with its slot.
 
+use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::ops::RangeInclusive;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::MetadataExt as _;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -30,6 +46,8 @@ use std::time::Duration;
 
 use uroce_socket::host::{host_dir, Locked, Registry};
 use uroce_socket::steer::{self, QpnLayout};
+use uroce_wire::opcode::op::UD_SEND_ONLY;
+use uroce_wire::PacketRepr;
 
 use super::lock;
 use crate::error::NetError;
@@ -81,14 +99,35 @@ pub(super) struct HostMember {
     pub(super) dropped_foreign: AtomicU64,
     /// Attaches of the steering program the kernel refused after the join.
     pub(super) attach_errors: AtomicU64,
+    /// Whether the member was its group's designated member when it last held the
+    /// registry lock (the program sends it the CM MADs of IDs nobody owns).
+    designated: AtomicBool,
+    /// Times the registry refused a service ID the CM listens on (another member listens
+    /// on it, or the host has as many listeners as a program holds).
+    pub(super) listen_refused: AtomicU64,
     left: AtomicBool,
     seen: Mutex<Seen>,
+}
+
+/// Whether the member of `slot` is `group`'s designated member as `l` has it: the lowest
+/// member slot of the group (`SteeringTable::from_order`).
+fn designated_in(l: &Locked<'_>, group: SocketAddr, slot: u16) -> bool {
+    let layout = l.state().layout;
+    l.state().groups.get(&group).is_some_and(|g| {
+        g.order
+            .slots()
+            .iter()
+            .copied()
+            .filter(|&s| layout.is_member_slot(s))
+            .min()
+            == Some(slot)
+    })
 }
 
 /// Attaches the program for `group`'s order as the registry knows it through `sock`; an
 /// uncertain order (several members died at once) attaches nothing: the program stays
 /// as it was until a member probes the group (not done yet).
-fn attach(l: &Locked<'_>, group: SocketAddr, sock: &RoceSocket) -> std::io::Result<()> {
+fn attach(l: &Locked<'_>, group: SocketAddr, sock: &impl AsFd) -> std::io::Result<()> {
     match l.table(group) {
         Some(t) => steer::attach(sock, &t.program()),
         None => Ok(()),
@@ -113,7 +152,7 @@ impl HostMember {
         }
         let layout = QpnLayout::default();
         let registry = Registry::open(dir.unwrap_or_else(host_dir), layout)?;
-        let (slot, sock, generation, file) = {
+        let (slot, sock, generation, file, designated) = {
             let file = file_id(&registry);
             let mut l = registry.lock()?;
             l.reap();
@@ -123,8 +162,9 @@ impl HostMember {
             let sock = RoceSocket::bind_member(group, cfg)?;
             l.joined_group(slot, group)?;
             attach(&l, group, &sock).map_err(|e| NetError::Steer { group, source: e })?;
+            let designated = designated_in(&l, group, slot);
             let generation = l.commit()?;
-            (slot, sock, generation, file)
+            (slot, sock, generation, file, designated)
         };
         let member = HostMember {
             registry,
@@ -135,6 +175,8 @@ impl HostMember {
             recheck: AtomicBool::new(false),
             dropped_foreign: AtomicU64::new(0),
             attach_errors: AtomicU64::new(0),
+            listen_refused: AtomicU64::new(0),
+            designated: AtomicBool::new(designated),
             left: AtomicBool::new(false),
             seen: Mutex::new(Seen {
                 file,
@@ -160,6 +202,67 @@ impl HostMember {
         first..=last
     }
 
+    /// The communication IDs the member's CM allots (its slot's, see
+    /// `uroce_socket::steer`).
+    pub(super) fn comm_ids(&self) -> Option<uroce_proto::cm::IdRange> {
+        self.layout
+            .comm_ids(self.slot)
+            .and_then(uroce_proto::cm::IdRange::from_range)
+    }
+
+    /// Records that the member's CM listens on exactly `services` (see the module
+    /// documentation), attaching the program with them; `dup` is the progress thread's
+    /// duplicate of the member socket's descriptor. `false` when the registry could not
+    /// be read or written (the caller tries again later). A service another member
+    /// listens on is not recorded ([`uroce_socket::host::HostError::ServiceTaken`]; counted
+    /// in `listen_refused`): its REQs keep going to that member.
+    pub(super) fn record_listeners(
+        &self,
+        services: &BTreeSet<u64>,
+        dup: &Mutex<Option<Arc<OwnedFd>>>,
+    ) -> bool {
+        if self.left.load(Ordering::SeqCst) {
+            return true;
+        }
+        let Ok(mut l) = self.registry.lock() else {
+            return false;
+        };
+        // Under the registry lock: a leave that set the flag has not taken it yet, or is
+        // over (and dropped the listeners).
+        if self.left.load(Ordering::SeqCst) {
+            return true;
+        }
+        let mine: Vec<u64> = l
+            .state()
+            .listeners
+            .iter()
+            .filter(|&(_, &s)| s == self.slot)
+            .map(|(&service, _)| service)
+            .collect();
+        for service in mine {
+            if !services.contains(&service) {
+                l.unlisten(self.slot, service);
+            }
+        }
+        for &service in services {
+            if l.listen(self.slot, service).is_err() {
+                self.listen_refused.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.designated
+            .store(designated_in(&l, self.group, self.slot), Ordering::Relaxed);
+        let fd = lock(dup).clone();
+        if let Some(fd) = &fd {
+            if attach(&l, self.group, fd.as_ref()).is_err() {
+                self.attach_errors.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        // The duplicate goes before the lock: a leave waiting for the lock closes the
+        // last descriptor of the socket.
+        drop(fd);
+        l.commit().is_ok()
+    }
+
     /// Whether a datagram for `qpn` is for a member slot not this device's: another
     /// member's (a stale program delivered it here) or one nobody holds (the program
     /// sends those to the designated member; the member may have died unreaped). Slot 0
@@ -168,6 +271,20 @@ impl HostMember {
     pub(super) fn is_foreign(&self, qpn: u32) -> bool {
         let s = self.layout.slot_of(qpn);
         s != self.slot && self.layout.is_member_slot(s)
+    }
+
+    /// Whether `packet`, to QP1, is a CM MAD the program sent here by a stale order: one
+    /// that answers or continues a connection (`QpnLayout::cm_answer_slot`) of a
+    /// communication ID not of this member's slot. The designated member keeps every
+    /// such MAD (the program sends it the IDs nobody owns; its CM drops them as unmatched
+    /// or answers a DREQ with a DREP); a REQ and anything not steered by ID are kept.
+    pub(super) fn is_foreign_mad(&self, packet: &PacketRepr<'_>) -> bool {
+        !self.designated.load(Ordering::Relaxed)
+            && packet.bth.opcode == UD_SEND_ONLY
+            && self
+                .layout
+                .cm_answer_slot(packet.payload)
+                .is_some_and(|s| s != self.slot)
     }
 
     /// Counts a dropped foreign datagram and asks for a reap at the next check.
@@ -212,6 +329,8 @@ impl HostMember {
             return;
         };
         let reaped = reap && !l.reap().is_empty();
+        self.designated
+            .store(designated_in(&l, self.group, self.slot), Ordering::Relaxed);
         if (reaped || forced || l.state().generation != seen.generation)
             && attach(&l, self.group, sock).is_err()
         {

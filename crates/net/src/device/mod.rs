@@ -49,7 +49,10 @@
 //! `address:port`, its QPNs are those of the slot the per-host registry gave it, the
 //! kernel steers each datagram to the member of its destination QP's slot, and the last
 //! phase of a step keeps the group's steering program current. A datagram for another
-//! member's slot (a stale program) is dropped and counted (`dropped_foreign_slot`).
+//! member's slot (a stale program), or a CM MAD of another member's communication ID, is
+//! dropped and counted (`dropped_foreign_slot`). Its CM ([`NetDevice::cm`]) allots
+//! communication IDs from the slot and records its listeners in the registry, so the
+//! kernel steers the CM's MADs to it too (see [`crate::cm`]).
 //!
 //! Files: this one holds the device (open, close, counters, its shared core); `progress`
 //! the step and the progress thread's loop; `send` how a transmit buffer leaves (trains,
@@ -239,9 +242,15 @@ pub struct DeviceCounters {
     pub mcast_dropped: u64,
     /// A shared device: datagrams for a QPN of a member slot not its own (another
     /// member's, delivered here by a stale steering program, or a slot nobody holds, which
-    /// the program sends to the designated member: a QP of a member that is gone), dropped
-    /// (each makes the device reap and steer again).
+    /// the program sends to the designated member: a QP of a member that is gone), and,
+    /// on a member not designated, CM MADs to QP1 of a connection whose communication ID
+    /// is not of its slot (a stale program), dropped (each makes the device reap and steer
+    /// again).
     pub dropped_foreign_slot: u64,
+    /// A shared device: times the host's registry refused a service ID its CM listens on
+    /// (another member of the host listens on it, or the host has as many listeners as a
+    /// steering program holds); REQs for it are not steered here.
+    pub listen_refused: u64,
     /// Transport counters summed over the live QPs.
     pub transport: EngineCounters,
 }
@@ -254,6 +263,7 @@ impl DeviceCounters {
         v.push(("no_engine", self.no_engine));
         v.push(("mcast_dropped", self.mcast_dropped));
         v.push(("dropped_foreign_slot", self.dropped_foreign_slot));
+        v.push(("listen_refused", self.listen_refused));
         v.extend(self.transport.fields());
         v
     }
@@ -367,6 +377,10 @@ impl DeviceCore {
                 .host
                 .as_ref()
                 .map_or(0, |h| h.dropped_foreign.load(Ordering::Relaxed)),
+            listen_refused: self
+                .host
+                .as_ref()
+                .map_or(0, |h| h.listen_refused.load(Ordering::Relaxed)),
             transport,
         }
     }
@@ -647,8 +661,23 @@ impl NetDevice {
             Some(g) => g.clone(),
             None => return Err(NetError::Device("the device is closing".to_owned())),
         };
-        let svc =
-            Arc::new(CmService::new(self.local.ip(), Arc::downgrade(&gsi)).map_err(NetError::Io)?);
+        // A shared device's CM allots communication IDs from its slot's range and records
+        // its listeners in the host's registry (see `crate::cm` and `member.rs`).
+        let id_range = self.shared.host.as_ref().and_then(HostMember::comm_ids);
+        let listen_hook: Option<crate::cm::ListenHook> = self.shared.host.as_ref().map(|_| {
+            let core = Arc::downgrade(&self.shared);
+            Box::new(move |services: &std::collections::BTreeSet<u64>| {
+                core.upgrade().is_none_or(|c| {
+                    c.host
+                        .as_ref()
+                        .is_none_or(|h| h.record_listeners(services, &c.sock_fd))
+                })
+            }) as crate::cm::ListenHook
+        });
+        let svc = Arc::new(
+            CmService::new(self.local.ip(), Arc::downgrade(&gsi), id_range, listen_hook)
+                .map_err(NetError::Io)?,
+        );
         let progress: Option<Box<dyn Fn() + Send + Sync>> = if self.progress_thread {
             None
         } else {

@@ -73,6 +73,14 @@ impl DeviceCore {
                     h.foreign();
                     return;
                 }
+                // Likewise a CM MAD of another member's connection (steered by its
+                // communication ID's slot).
+                if qpn == uroce_wire::mad::GSI_QPN {
+                    if let Some(h) = self.host.as_ref().filter(|h| h.is_foreign_mad(&r.packet)) {
+                        h.foreign();
+                        return;
+                    }
+                }
                 let qp = match last.take() {
                     Some(q) if q.qp_num() == qpn => q,
                     _ => match self.ctx.qp_for_packet(qpn) {

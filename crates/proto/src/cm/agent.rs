@@ -129,6 +129,14 @@ impl CmAgent {
         Ok(())
     }
 
+    /// The service IDs listened on (by [`CmAgent::listen`] and
+    /// [`CmAgent::listen_sidr_deferred`]), in no particular order: what a member of a
+    /// host-wide device records in the host's registry, so that REQs for them are steered
+    /// to it.
+    pub fn listening(&self) -> impl Iterator<Item = u64> + '_ {
+        self.listeners.values().map(|l| l.service_id)
+    }
+
     /// Stops listening.
     pub fn stop_listening(&mut self, id: ConnId) -> Result<(), CmError> {
         self.listeners
