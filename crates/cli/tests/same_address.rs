@@ -9,7 +9,7 @@
 //! * perftest's `ib_write_lat`;
 //! * four `ibv_rc_pingpong` pairs, eight processes, at once on one address.
 //!
-//! Each test has its own address (127.0.61.x), its own TCP / rdma_cm ports and its own
+//! Each test has its own address (127.0.91.x), its own TCP / rdma_cm ports and its own
 //! `UROCE_HOST_DIR` (so its own registry), so the tests run in parallel with each other and
 //! with the other test files. Without the C libraries next to `uroce` or the programs, a
 //! test is skipped (failing under `UROCE_REQUIRE_TOOLS=1`).
@@ -197,7 +197,7 @@ fn rc_pingpong_server_and_client_on_one_address() {
     if !libs_built(test) || !have(test, "/usr/bin/ibv_rc_pingpong", "ibverbs-utils") {
         return;
     }
-    let addr = Ipv4Addr::new(127, 0, 61, 1);
+    let addr = Ipv4Addr::new(127, 0, 91, 1);
     let host = HostDir::new();
     let (s, c) = pingpong_pair(test, addr, &host, 50);
     check_pingpong(test, "server", &s, addr, 50);
@@ -220,7 +220,7 @@ fn rping_server_and_client_on_one_address() {
     if !libs_built(test) || !have(test, "/usr/bin/rping", "rdmacm-utils") {
         return;
     }
-    let addr = Ipv4Addr::new(127, 0, 61, 2);
+    let addr = Ipv4Addr::new(127, 0, 91, 2);
     let host = HostDir::new();
     let port = free_tcp_port().to_string();
     let a = addr.to_string();
@@ -274,7 +274,7 @@ fn ib_write_lat_on_one_address() {
     if !libs_built(test) || !have(test, "/usr/bin/ib_write_lat", "perftest") {
         return;
     }
-    let addr = Ipv4Addr::new(127, 0, 61, 3);
+    let addr = Ipv4Addr::new(127, 0, 91, 3);
     let host = HostDir::new();
     let port = free_tcp_port();
     let args = strings(&[
@@ -319,7 +319,7 @@ fn four_rc_pingpong_pairs_at_once_on_one_address() {
     if !libs_built(test) || !have(test, "/usr/bin/ibv_rc_pingpong", "ibverbs-utils") {
         return;
     }
-    let addr = Ipv4Addr::new(127, 0, 61, 4);
+    let addr = Ipv4Addr::new(127, 0, 91, 4);
     let host = std::sync::Arc::new(HostDir::new());
     let pairs: Vec<_> = (0..4)
         .map(|_| {
