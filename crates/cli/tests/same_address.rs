@@ -1,0 +1,337 @@
+//! Unmodified programs, server and client, on ONE address: the opt-in shared device
+//! (`UROCE_SHARED=1`, docs/ARCHITECTURE.md "Shared devices"). Each process runs under
+//! `uroce run` with the same `UROCE_ADDR`; their devices join the host-wide device on that
+//! address (one UDP 4791 shared through SO_REUSEPORT, a slot each from the host registry,
+//! datagrams and CM MADs steered to the member that owns the QPN / comm ID).
+//!
+//! * `ibv_rc_pingpong` server and client (verbs, out-of-band TCP exchange);
+//! * `rping` server and client (librdmacm: the CM handshake between two members);
+//! * perftest's `ib_write_lat`;
+//! * four `ibv_rc_pingpong` pairs, eight processes, at once on one address.
+//!
+//! Each test has its own address (127.0.91.x), its own TCP / rdma_cm ports and its own
+//! `UROCE_HOST_DIR` (so its own registry), so the tests run in parallel with each other and
+//! with the other test files. Without the C libraries next to `uroce` or the programs, a
+//! test is skipped (failing under `UROCE_REQUIRE_TOOLS=1`).
+
+use std::net::{Ipv4Addr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use uroce_testkit::{run, skip, Output, TempFile};
+
+const UROCE: &str = env!("CARGO_BIN_EXE_uroce");
+const LIMIT: Duration = Duration::from_secs(90);
+
+fn libs_built(test: &str) -> bool {
+    let dir = PathBuf::from(UROCE)
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
+    let ok = ["liburoce_ffi.so", "liburoce_ffi_rdmacm.so"]
+        .iter()
+        .all(|l| dir.join(l).is_file());
+    if !ok {
+        skip(
+            test,
+            "the C libraries are not built next to uroce (cargo build -p uroce-ffi -p uroce-ffi-rdmacm)",
+        );
+    }
+    ok
+}
+
+fn have(test: &str, program: &str, package: &str) -> bool {
+    if Path::new(program).exists() {
+        return true;
+    }
+    skip(test, &format!("{program} is missing (install {package})"));
+    false
+}
+
+/// A directory for one test's host registry, removed with its contents on drop.
+struct HostDir(TempFile);
+
+impl HostDir {
+    fn new() -> HostDir {
+        let f = TempFile::new("hostdir", "d");
+        std::fs::create_dir(f.path()).expect("create the host registry directory");
+        HostDir(f)
+    }
+}
+
+impl Drop for HostDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(self.0.path());
+    }
+}
+
+/// A TCP port that was free a moment ago.
+fn free_tcp_port() -> u16 {
+    let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind an ephemeral port");
+    l.local_addr().expect("local_addr").port()
+}
+
+/// Whether some socket listens on TCP `port`, from `/proc/net/tcp{,6}`.
+fn listening(port: u16) -> bool {
+    let want = format!(":{port:04X}");
+    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
+        std::fs::read_to_string(f).is_ok_and(|t| {
+            t.lines().skip(1).any(|l| {
+                let w: Vec<&str> = l.split_whitespace().collect();
+                w.len() > 3 && w[1].ends_with(&want) && w[3] == "0A"
+            })
+        })
+    })
+}
+
+/// Whether UDP `addr`:4791 is bound on this host.
+fn bound(addr: Ipv4Addr) -> bool {
+    let want = format!("{:08X}:12B7", u32::from_le_bytes(addr.octets()));
+    std::fs::read_to_string("/proc/net/udp").is_ok_and(|t| {
+        t.lines()
+            .any(|l| l.split_whitespace().nth(1) == Some(&want))
+    })
+}
+
+/// `uroce run -- args…` with a shared device at `addr`, registry in `host`.
+fn shared_run(addr: Ipv4Addr, host: &HostDir, args: &[String]) -> Command {
+    let mut c = Command::new(UROCE);
+    c.arg("run")
+        .arg("--")
+        .args(args)
+        .env("UROCE_ADDR", addr.to_string())
+        .env("UROCE_SHARED", "1")
+        .env("UROCE_HOST_DIR", host.0.path())
+        .env_remove("UROCE_FAULTS")
+        .env_remove("UROCE_NETNS");
+    c
+}
+
+fn strings(args: &[&str]) -> Vec<String> {
+    args.iter().map(|s| s.to_string()).collect()
+}
+
+type Server = std::thread::JoinHandle<Result<Output, String>>;
+
+/// Starts `cmd` in a thread, bounded by [`LIMIT`].
+fn start(cmd: Command) -> Server {
+    std::thread::spawn(move || run(cmd, LIMIT))
+}
+
+/// Waits (at most 30 s) until `ready()`; panics if the server ended first or never got ready.
+fn wait_ready(test: &str, server: &Server, ready: impl Fn() -> bool) {
+    let until = Instant::now() + Duration::from_secs(30);
+    while !ready() {
+        assert!(
+            !server.is_finished(),
+            "{test}: the server ended before it was ready"
+        );
+        assert!(
+            Instant::now() < until,
+            "{test}: the server was not ready in 30 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn check_ok(test: &str, who: &str, o: &Output) {
+    assert!(
+        o.status.success(),
+        "{test} {who} ({:?}):\n{}\n{}",
+        o.status,
+        o.stdout,
+        o.stderr
+    );
+}
+
+/// `ibv_rc_pingpong` prints "<2·size·iters> bytes in …" and "<iters> iters in …" (default
+/// size 4096) and the GIDs of both ends, here both `addr`.
+fn check_pingpong(test: &str, who: &str, o: &Output, addr: Ipv4Addr, iters: u32) {
+    check_ok(test, who, o);
+    let bytes = format!("{} bytes in ", 2 * 4096 * iters);
+    let its = format!("{iters} iters in ");
+    assert!(
+        o.stdout.contains(&bytes) && o.stdout.contains(&its),
+        "{test} {who}: no `{bytes}` / `{its}`:\n{}",
+        o.stdout
+    );
+    let gid = format!("GID ::ffff:{addr}");
+    assert_eq!(
+        o.stdout.matches(&gid).count(),
+        2,
+        "{test} {who}: local and remote GID are not both {addr}:\n{}",
+        o.stdout
+    );
+}
+
+/// One `ibv_rc_pingpong` pair on `addr`: starts the server, waits until it listens on its
+/// TCP port, runs the client; returns (server, client).
+fn pingpong_pair(test: &str, addr: Ipv4Addr, host: &HostDir, iters: u32) -> (Output, Output) {
+    let port = free_tcp_port();
+    let args = strings(&[
+        "ibv_rc_pingpong",
+        "-g",
+        "0",
+        "-n",
+        &iters.to_string(),
+        "-p",
+        &port.to_string(),
+    ]);
+    let server = start(shared_run(addr, host, &args));
+    wait_ready(test, &server, || listening(port));
+    let mut cargs = args.clone();
+    cargs.push(addr.to_string());
+    let client =
+        run(shared_run(addr, host, &cargs), LIMIT).unwrap_or_else(|e| panic!("{test} client: {e}"));
+    let server = server
+        .join()
+        .expect("server thread")
+        .unwrap_or_else(|e| panic!("{test} server: {e}"));
+    (server, client)
+}
+
+#[test]
+fn rc_pingpong_server_and_client_on_one_address() {
+    let test = "rc_pingpong_server_and_client_on_one_address";
+    if !libs_built(test) || !have(test, "/usr/bin/ibv_rc_pingpong", "ibverbs-utils") {
+        return;
+    }
+    let addr = Ipv4Addr::new(127, 0, 91, 1);
+    let host = HostDir::new();
+    let (s, c) = pingpong_pair(test, addr, &host, 50);
+    check_pingpong(test, "server", &s, addr, 50);
+    check_pingpong(test, "client", &c, addr, 50);
+    // The devices joined through this test's registry (not each a device of its own).
+    let joined = std::fs::read_dir(host.0.path())
+        .expect("the host registry directory")
+        .filter_map(Result::ok)
+        .any(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("host-registry-")
+        });
+    assert!(joined, "{test}: no host registry in {:?}", host.0.path());
+}
+
+#[test]
+fn rping_server_and_client_on_one_address() {
+    let test = "rping_server_and_client_on_one_address";
+    if !libs_built(test) || !have(test, "/usr/bin/rping", "rdmacm-utils") {
+        return;
+    }
+    let addr = Ipv4Addr::new(127, 0, 91, 2);
+    let host = HostDir::new();
+    let port = free_tcp_port().to_string();
+    let a = addr.to_string();
+    let count = 10;
+    let c_arg = count.to_string();
+    let server = start(shared_run(
+        addr,
+        &host,
+        &strings(&["rping", "-s", "-a", &a, "-p", &port, "-C", &c_arg, "-v"]),
+    ));
+    // The device binds the address when it opens; rping listens right after.
+    wait_ready(test, &server, || bound(addr));
+    std::thread::sleep(Duration::from_millis(500));
+    let client = run(
+        shared_run(
+            addr,
+            &host,
+            &strings(&["rping", "-c", "-a", &a, "-p", &port, "-C", &c_arg, "-v"]),
+        ),
+        LIMIT,
+    )
+    .unwrap_or_else(|e| panic!("{test} client: {e}"));
+    let server = server
+        .join()
+        .expect("server thread")
+        .unwrap_or_else(|e| panic!("{test} server: {e}"));
+    check_ok(test, "server", &server);
+    check_ok(test, "client", &client);
+    // Ping i carries the 62-character pattern that starts at 'A' + i.
+    for i in 0..count {
+        let line = format!("ping data: rdma-ping-{i}: ");
+        let first = (b'A' + i as u8) as char;
+        for (who, o) in [("server", &server), ("client", &client)] {
+            let found = o
+                .stdout
+                .lines()
+                .find(|l| l.contains(&line))
+                .unwrap_or_else(|| panic!("{test} {who}: no `{line}`:\n{}", o.stdout));
+            let pattern = &found[found.find(&line).unwrap_or(0) + line.len()..];
+            assert!(
+                pattern.starts_with(first),
+                "{test} {who}: ping {i} is `{pattern}`"
+            );
+        }
+    }
+}
+
+#[test]
+fn ib_write_lat_on_one_address() {
+    let test = "ib_write_lat_on_one_address";
+    if !libs_built(test) || !have(test, "/usr/bin/ib_write_lat", "perftest") {
+        return;
+    }
+    let addr = Ipv4Addr::new(127, 0, 91, 3);
+    let host = HostDir::new();
+    let port = free_tcp_port();
+    let args = strings(&[
+        "ib_write_lat",
+        "-d",
+        "uroce0",
+        "-x",
+        "0",
+        "-n",
+        "200",
+        "-p",
+        &port.to_string(),
+    ]);
+    let server = start(shared_run(addr, &host, &args));
+    wait_ready(test, &server, || listening(port));
+    let mut cargs = args.clone();
+    cargs.push(addr.to_string());
+    let client = run(shared_run(addr, &host, &cargs), LIMIT)
+        .unwrap_or_else(|e| panic!("{test} client: {e}"));
+    let server = server
+        .join()
+        .expect("server thread")
+        .unwrap_or_else(|e| panic!("{test} server: {e}"));
+    for (who, o) in [("server", &server), ("client", &client)] {
+        check_ok(test, who, o);
+        // The result row: "#bytes #iterations …" then " 2 200 …".
+        let row = o.stdout.lines().any(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            w.len() > 2 && w[0] == "2" && w[1] == "200"
+        });
+        assert!(
+            row,
+            "{test} {who}: no result row for 200 iterations:\n{}",
+            o.stdout
+        );
+    }
+}
+
+#[test]
+fn four_rc_pingpong_pairs_at_once_on_one_address() {
+    let test = "four_rc_pingpong_pairs_at_once_on_one_address";
+    if !libs_built(test) || !have(test, "/usr/bin/ibv_rc_pingpong", "ibverbs-utils") {
+        return;
+    }
+    let addr = Ipv4Addr::new(127, 0, 91, 4);
+    let host = std::sync::Arc::new(HostDir::new());
+    let pairs: Vec<_> = (0..4)
+        .map(|_| {
+            let host = host.clone();
+            std::thread::spawn(move || pingpong_pair(test, addr, &host, 100))
+        })
+        .collect();
+    for (i, p) in pairs.into_iter().enumerate() {
+        let (s, c) = p
+            .join()
+            .unwrap_or_else(|_| panic!("{test}: pair {i} failed"));
+        check_pingpong(test, &format!("server {i}"), &s, addr, 100);
+        check_pingpong(test, &format!("client {i}"), &c, addr, 100);
+    }
+}
