@@ -46,8 +46,9 @@
 //! * [`Locked::leave`]: frees the slot and removes it from every group, modelling the
 //!   closes of its sockets, which the member makes before [`Locked::commit`].
 //! * [`Locked::reap`]: removes the members whose process is gone (no `/proc/<pid>`, a
-//!   zombie, or another start time). The kernel closed their sockets as they exited,
-//!   unseen, each moving the last member of a group into its index: when one member of a
+//!   zombie whose threads have all exited, or another start time). The kernel closed
+//!   their sockets as they exited, unseen (a zombie leader whose other threads still exit
+//!   has not yet, and is not reaped until they are gone), each moving the last member of a group into its index: when one member of a
 //!   group died that is one known move, but when several did, the result may depend on
 //!   the order of their closes ([`GroupOrder::after_unseen_closes`]); the group is then
 //!   marked *uncertain* (its order is a guess) until a member probes it and records the
@@ -249,11 +250,15 @@ pub struct Member {
 }
 
 impl Member {
-    /// Whether its process still runs: `/proc/<pid>/stat` exists, is not a zombie (whose
-    /// descriptors, sockets included, are already closed) and has the member's start time.
+    /// Whether its process still runs: `/proc/<pid>/stat` exists, has the member's start
+    /// time, and is not a zombie left alone (a zombie whose last thread has exited has
+    /// closed its descriptors, sockets included; a zombie thread-group leader whose other
+    /// threads still exit has not, and counts as alive until they are gone).
     pub fn is_alive(&self) -> bool {
-        matches!(proc_stat(self.pid), Some((state, start))
-            if start == self.start_time && state != 'Z' && state != 'X')
+        // A zombie leader may still have threads exiting, which share its descriptor table:
+        // its sockets close with the last of them, so it is dead only when it is alone.
+        matches!(proc_stat_threads(self.pid), Some((state, start, threads))
+            if start == self.start_time && (!matches!(state, 'Z' | 'X') || threads > 1))
     }
 }
 
@@ -419,15 +424,20 @@ impl HostState {
 
 /// The state character and start time (field 22) of `/proc/<pid>/stat`.
 fn proc_stat(pid: u32) -> Option<(char, u64)> {
+    proc_stat_threads(pid).map(|(state, start, _)| (state, start))
+}
+
+/// State, start time and thread count (field 20) of process `pid`.
+fn proc_stat_threads(pid: u32) -> Option<(char, u64, u64)> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name (field 2) is in parentheses and may contain anything, so the
-    // fields are counted from the last ')'.
+    // fields are counted from the last ')': index 0 is field 3 (the state).
     let rest = text.get(text.rfind(')')? + 1..)?;
-    let mut fields = rest.split_whitespace();
-    let state = fields.next()?.chars().next()?;
-    // Fields 4..=21 lie between the state (3) and the start time (22).
-    let start = fields.nth(22 - 4)?.parse().ok()?;
-    Some((state, start))
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let state = fields.first()?.chars().next()?;
+    let threads = fields.get(20 - 3)?.parse().ok()?;
+    let start = fields.get(22 - 3)?.parse().ok()?;
+    Some((state, start, threads))
 }
 
 /// The inode of this process's namespace of `kind` (`net`, `pid`), 0 if unknown.
@@ -860,6 +870,13 @@ mod tests {
         let (state, start) = proc_stat(std::process::id()).expect("own stat");
         assert!(state == 'R' || state == 'S', "{state}");
         assert!(start > 0);
+        let (_, start2, threads) = proc_stat_threads(std::process::id()).expect("own stat");
+        assert_eq!(start2, start);
+        let tasks = std::fs::read_dir("/proc/self/task").expect("tasks").count() as u64;
+        assert!(
+            threads >= 1 && threads.abs_diff(tasks) <= 2,
+            "{threads} vs {tasks}"
+        );
         assert_eq!(proc_stat(u32::MAX), None);
     }
 
