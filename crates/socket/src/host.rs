@@ -49,8 +49,8 @@
 //!   zombie whose threads have all exited, or another start time). The kernel closed
 //!   their sockets as they exited, unseen (a zombie leader whose other threads still exit
 //!   has not yet, and is not reaped until they are gone), each moving the last member of
-//!   a group into its index: when one member of a group died that is one known move, but when several did, the result may depend on
-//!   the order of their closes ([`GroupOrder::after_unseen_closes`]); the group is then
+//!   a group into its index: when one member of a group died that is one known move,
+//!   but when several did, the result may depend on the order of their closes ([`GroupOrder::after_unseen_closes`]); the group is then
 //!   marked *uncertain* (its order is a guess) until a member probes it and records the
 //!   order it found ([`Locked::set_order`]).
 //! * [`Locked::listen`] / [`Locked::unlisten`]: a member's CM agent starts or stops
