@@ -9,32 +9,18 @@
 //! without the C libraries next to `uroce` or without ibverbs-utils / gcc. Each test uses
 //! its own `UROCE_ADDR`, so they run in parallel with each other and with `run.rs`.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
 use uroce_testkit::{run, skip, Output};
 
+mod support;
+use support::libs_built;
+
 const UROCE: &str = env!("CARGO_BIN_EXE_uroce");
 const LIMIT: Duration = Duration::from_secs(60);
 const REFUSED: &str = "uroce run: running without /sys/class/infiniband";
-
-fn libs_built(test: &str) -> bool {
-    let dir = PathBuf::from(UROCE)
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_default();
-    let ok = ["liburoce_ffi.so", "liburoce_ffi_rdmacm.so"]
-        .iter()
-        .all(|l| dir.join(l).is_file());
-    if !ok {
-        skip(
-            test,
-            "the C libraries are not built next to uroce (cargo build -p uroce-ffi -p uroce-ffi-rdmacm)",
-        );
-    }
-    ok
-}
 
 fn uroce_run(addr: &str, args: &[&str]) -> Command {
     let mut c = Command::new(UROCE);

@@ -8,30 +8,16 @@
 //! test of this crate holds a loopback device meanwhile.
 
 use std::net::Ipv4Addr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use uroce_testkit::{run, skip};
 
-const UROCE: &str = env!("CARGO_BIN_EXE_uroce");
+mod support;
+use support::libs_built;
 
-fn libs_built(test: &str) -> bool {
-    let dir = PathBuf::from(UROCE)
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_default();
-    let ok = ["liburoce_ffi.so", "liburoce_ffi_rdmacm.so"]
-        .iter()
-        .all(|l| dir.join(l).is_file());
-    if !ok {
-        skip(
-            test,
-            "the C libraries are not built next to uroce (cargo build -p uroce-ffi -p uroce-ffi-rdmacm)",
-        );
-    }
-    ok
-}
+const UROCE: &str = env!("CARGO_BIN_EXE_uroce");
 
 fn have(test: &str, program: &str) -> bool {
     if Path::new(program).exists() {

@@ -15,31 +15,17 @@
 //! test is skipped (failing under `UROCE_REQUIRE_TOOLS=1`).
 
 use std::net::{Ipv4Addr, TcpListener};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use uroce_testkit::{run, skip, Output, TempFile};
 
+mod support;
+use support::libs_built;
+
 const UROCE: &str = env!("CARGO_BIN_EXE_uroce");
 const LIMIT: Duration = Duration::from_secs(90);
-
-fn libs_built(test: &str) -> bool {
-    let dir = PathBuf::from(UROCE)
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_default();
-    let ok = ["liburoce_ffi.so", "liburoce_ffi_rdmacm.so"]
-        .iter()
-        .all(|l| dir.join(l).is_file());
-    if !ok {
-        skip(
-            test,
-            "the C libraries are not built next to uroce (cargo build -p uroce-ffi -p uroce-ffi-rdmacm)",
-        );
-    }
-    ok
-}
 
 fn have(test: &str, program: &str, package: &str) -> bool {
     if Path::new(program).exists() {

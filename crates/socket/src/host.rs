@@ -46,13 +46,14 @@
 //! * [`Locked::leave`]: frees the slot and removes it from every group, modelling the
 //!   closes of its sockets, which the member makes before [`Locked::commit`].
 //! * [`Locked::reap`]: removes the members whose process is gone (no `/proc/<pid>`, a
-//!   zombie whose threads have all exited, or another start time). The kernel closed
-//!   their sockets as they exited, unseen (a zombie leader whose other threads still exit
-//!   has not yet, and is not reaped until they are gone), each moving the last member of
-//!   a group into its index: when one member of a group died that is one known move,
-//!   but when several did, the result may depend on the order of their closes ([`GroupOrder::after_unseen_closes`]); the group is then
-//!   marked *uncertain* (its order is a guess) until a member probes it and records the
-//!   order it found ([`Locked::set_order`]).
+//!   zombie whose threads have all exited, or another start time). The kernel closed their
+//!   sockets as they exited, unseen (a zombie leader whose other threads still exit has not
+//!   yet, and is not reaped until they are gone), each moving the last member of a group
+//!   into its index: when one member of a group died that is one known move, but when
+//!   several did, the result may depend on the order of their closes
+//!   ([`GroupOrder::after_unseen_closes`]); the group is then marked *uncertain* (its order
+//!   is a guess) until a member probes it and records the order it found
+//!   ([`Locked::set_order`]).
 //! * [`Locked::listen`] / [`Locked::unlisten`]: a member's CM agent starts or stops
 //!   listening on a service ID.
 //! * [`Locked::commit`]: writes the registry if anything changed (with the next

@@ -169,3 +169,22 @@ pub fn check_plausible(row: &TableRow, max_us: f64) {
         assert_eq!(row["min[us]"], "-");
     }
 }
+
+/// Whether the C libraries are built next to the `uroce` binary under test (they are
+/// what `uroce run` presents); reports a skip for `test` when they are not.
+pub fn libs_built(test: &str) -> bool {
+    let dir = std::path::PathBuf::from(env!("CARGO_BIN_EXE_uroce"))
+        .parent()
+        .map(std::path::Path::to_path_buf)
+        .unwrap_or_default();
+    let ok = ["liburoce_ffi.so", "liburoce_ffi_rdmacm.so"]
+        .iter()
+        .all(|l| dir.join(l).is_file());
+    if !ok {
+        skip(
+            test,
+            "the C libraries are not built next to uroce (cargo build -p uroce-ffi -p uroce-ffi-rdmacm)",
+        );
+    }
+    ok
+}
