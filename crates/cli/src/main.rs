@@ -109,9 +109,10 @@ enum Command {
     Stat(stat::StatArgs),
     /// Run an unmodified verbs / RDMA-CM program on uroce: `uroce run -- rping -s`.
     /// Presents uroce's libibverbs.so.1 and librdmacm.so.1 (found next to this binary or
-    /// in UROCE_LIB_DIR) through LD_LIBRARY_PATH and executes the program in its place. Without
-    /// UROCE_ADDR the device takes 127.0.0.1, or the next free 127.0.0.x when another
-    /// process has it.
+    /// in UROCE_LIB_DIR) through LD_LIBRARY_PATH and executes the program in its place. Every
+    /// process opens the host's shared device on UROCE_ADDR (default 127.0.0.1);
+    /// UROCE_SHARED=0 gives a process a device of its own (then, without UROCE_ADDR, on
+    /// the first 127.0.0.x whose UDP 4791 is free).
     Run {
         /// The program and its arguments (after `--`).
         #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]

@@ -8,10 +8,11 @@
 //!
 //! The libraries are looked for in `UROCE_LIB_DIR` when set, else next to the `uroce`
 //! binary (both are build outputs of one `cargo build`: `target/release/` or
-//! `target/debug/`), else in `../lib` beside it. Without `UROCE_ADDR`, each process's
-//! device takes the first free address of 127.0.0.1, 127.0.0.2, … (see
-//! `uroce_ffi::device`), so a server and a client started with `uroce run` on one host
-//! find each other at 127.0.0.1.
+//! `target/debug/`), else in `../lib` beside it. Every process's device is the host's
+//! shared device on `UROCE_ADDR` (default 127.0.0.1; see `uroce_ffi::device`), so a
+//! server and a client started with `uroce run` on one host find each other at
+//! 127.0.0.1, as on a host with one RoCE NIC; `UROCE_SHARED=0` gives a process a device
+//! of its own (without `UROCE_ADDR`, on the first 127.0.0.x whose UDP 4791 is free).
 //!
 //! Before it executes the program, the runner presents the device as the kernel's verbs
 //! stack would (`/sys/class/infiniband/uroce0`, `/sys/class/infiniband_verbs/uverbs0`,

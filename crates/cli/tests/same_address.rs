@@ -1,5 +1,6 @@
-//! Unmodified programs, server and client, on ONE address: the opt-in shared device
-//! (`UROCE_SHARED=1`, docs/ARCHITECTURE.md "Shared devices"). Each process runs under
+//! Unmodified programs, server and client, on ONE address: the shared device, uroce's
+//! default (docs/ARCHITECTURE.md "Shared devices"; `UROCE_SHARED` is removed from each
+//! program's environment, so the tests see what a user gets). Each process runs under
 //! `uroce run` with the same `UROCE_ADDR`; their devices join the host-wide device on that
 //! address (one UDP 4791 shared through SO_REUSEPORT, a slot each from the host registry,
 //! datagrams and CM MADs steered to the member that owns the QPN / comm ID).
@@ -87,7 +88,7 @@ fn shared_run(addr: Ipv4Addr, host: &HostDir, args: &[String]) -> Command {
         .arg("--")
         .args(args)
         .env("UROCE_ADDR", addr.to_string())
-        .env("UROCE_SHARED", "1")
+        .env_remove("UROCE_SHARED")
         .env("UROCE_HOST_DIR", host.0.path())
         .env_remove("UROCE_FAULTS")
         .env_remove("UROCE_NETNS");
@@ -319,5 +320,71 @@ fn four_rc_pingpong_pairs_at_once_on_one_address() {
             .unwrap_or_else(|_| panic!("{test}: pair {i} failed"));
         check_pingpong(test, &format!("server {i}"), &s, addr, 100);
         check_pingpong(test, &format!("client {i}"), &c, addr, 100);
+    }
+}
+
+/// A process that opens the device and forks a child that does not `exec` (Python's
+/// `multiprocessing`, forking servers), then closes its device and exits while the child
+/// lives on. The child must not keep the member socket (`uroce_socket::fork`): the socket
+/// closes with its member, and two new processes on the address talk (with the socket
+/// kept alive by the child, the kernel's group would still hold it at the index the
+/// registry gave a new member, and their datagrams would go to it).
+#[test]
+fn a_forked_child_does_not_keep_the_member_socket() {
+    let test = "a_forked_child_does_not_keep_the_member_socket";
+    const PYTHON: &str = "/usr/bin/python3";
+    if !libs_built(test)
+        || !have(test, "/usr/bin/ibv_rc_pingpong", "ibverbs-utils")
+        || !have(test, PYTHON, "python3")
+    {
+        return;
+    }
+    let has_pyverbs = Command::new(PYTHON)
+        .args(["-c", "import pyverbs.device"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !has_pyverbs {
+        skip(test, "pyverbs is missing (install python3-pyverbs)");
+        return;
+    }
+    let addr = Ipv4Addr::new(127, 0, 91, 5);
+    let host = HostDir::new();
+    // The child sleeps (bounded) and exits; the parent prints the child's pid once its
+    // device is closed and exits at once.
+    let script = "import os, sys, time\n\
+                  from pyverbs.device import Context\n\
+                  ctx = Context(name='uroce0')\n\
+                  pid = os.fork()\n\
+                  if pid == 0:\n    time.sleep(60)\n    os._exit(0)\n\
+                  ctx.close()\n\
+                  print('child', pid, flush=True)\n\
+                  os._exit(0)\n";
+    let o = run(
+        shared_run(addr, &host, &strings(&[PYTHON, "-c", script])),
+        LIMIT,
+    )
+    .unwrap_or_else(|e| panic!("{test}: {e}"));
+    check_ok(test, "parent", &o);
+    let child: i32 = o
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("child "))
+        .and_then(|p| p.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{test}: no child pid:\n{}\n{}", o.stdout, o.stderr));
+    let alive = || Path::new(&format!("/proc/{child}")).exists();
+    assert!(alive(), "{test}: the child ended early");
+    let bound_now = bound(addr);
+    let pair = (!bound_now).then(|| pingpong_pair(test, addr, &host, 100));
+    let still_alive = alive();
+    let _ = Command::new("kill").arg(child.to_string()).status();
+    assert!(
+        !bound_now,
+        "{test}: {addr}:4791 is still bound after its only member closed (the forked child \
+         kept the socket)"
+    );
+    assert!(still_alive, "{test}: the child ended before the pair ran");
+    if let Some((s, c)) = pair {
+        check_pingpong(test, "server", &s, addr, 100);
+        check_pingpong(test, "client", &c, addr, 100);
     }
 }

@@ -1,13 +1,15 @@
 //! The process-wide device registry behind the exported device and context functions.
 //!
 //! uroce shows one device, `uroce0`, bound to the address of [`NetConfig::from_env`]
-//! (`UROCE_ADDR`, default 127.0.0.1). Its [`ibv_device`] is allocated once, on the first
+//! (`UROCE_ADDR`, default 127.0.0.1) and shared with the host's other processes on that
+//! address (unless `UROCE_SHARED=0`). Its [`ibv_device`] is allocated once, on the first
 //! `ibv_get_device_list`, and never freed (`ibv_free_device_list` frees only the array;
 //! device pointers stay valid for the life of the process, as with the real library).
 //!
 //! Every `ibv_open_device` returns the `context` member of a fresh heap [`verbs_context`]
 //! (`sz` = 648, `abi_compat` = [`VERBS_ABI_IS_EXTENDED`], `query_port` set); all contexts of
-//! the process share one [`NetDevice`] (one UDP socket and progress thread), which is
+//! the process share one [`NetDevice`] (one UDP socket and progress thread: this process's
+//! member of the host-wide device), which is
 //! opened with the first context and closed with the last. The registry records every live
 //! context by address, so that a pointer the application hands back is only dereferenced
 //! when uroce handed it out and it was not closed yet.
@@ -103,13 +105,15 @@ fn put_str(dst: &mut [c_char], s: &str) {
 /// How many loopback addresses `open_net` tries when no address is configured.
 pub const AUTO_ADDRS: u8 = 64;
 
-/// Opens the network device of `cfg`. When `UROCE_ADDR` is not set, the device takes
+/// Opens the network device of `cfg`. By default the device is the host's shared one
+/// (`NetConfig::from_env`): every process of the user opens it on the same address
+/// (`UROCE_ADDR`, else 127.0.0.1) and the kernel steers each datagram to the process
+/// that owns its QP, as on a host with a RoCE NIC. With `UROCE_SHARED=0` the device
+/// binds its address alone; then, when `UROCE_ADDR` is not set either, it takes
 /// 127.0.0.1 if its UDP port 4791 is free, else the next 127.0.0.x whose port is free
-/// (x ≤ [`AUTO_ADDRS`]): the first uroce process of a host is 127.0.0.1, the next ones
-/// 127.0.0.2, 127.0.0.3 …, so two processes on one host reach each other without
-/// choosing addresses (a client connecting to 127.0.0.1 reaches the first process).
+/// (x ≤ [`AUTO_ADDRS`]).
 fn open_net(cfg: NetConfig) -> Result<NetDevice, FfiError> {
-    let auto = std::env::var_os(uroce_net::ADDR_ENV).is_none_or(|v| v.is_empty());
+    let auto = !cfg.shared && std::env::var_os(uroce_net::ADDR_ENV).is_none_or(|v| v.is_empty());
     let first = cfg.addr;
     let mut cfg = cfg;
     cfg.hw_counters = crate::sysfs::hw_counters_dir(&cfg.name);
@@ -129,6 +133,15 @@ fn open_net(cfg: NetConfig) -> Result<NetDevice, FfiError> {
             }
             Err(uroce_net::NetError::Socket(uroce_net::SocketError::Bind { addr, source })) => {
                 let why = match source.kind() {
+                    std::io::ErrorKind::AddrInUse if cfg.shared => format!(
+                        "UDP port {} on {} is held by a socket that does not share it (a \
+                         uroce process started with {}=0, or the kernel's RoCE); set {} to \
+                         another local address",
+                        addr.port(),
+                        addr.ip(),
+                        uroce_net::SHARED_ENV,
+                        uroce_net::ADDR_ENV
+                    ),
                     std::io::ErrorKind::AddrInUse => format!(
                         "UDP port {} on {} is taken by another process (another uroce \
                          device or the kernel's RoCE); set {} to a free local address",

@@ -350,8 +350,8 @@ fn rdma_core_pyverbs_suite_passes() {
         Mode::Presented(uroce) => {
             // In a network namespace of its own (`UROCE_NETNS=1`): the suite's RDMA-CM
             // tests use the first address of the device's net interface (127.0.0.1 of
-            // `lo`) and the port 7471, which must not meet other tests on this host; each
-            // process's device takes the first free 127.0.0.x there.
+            // `lo`) and the port 7471, which must not meet other tests on this host; every
+            // process's device is the shared device on 127.0.0.1 there.
             let mut c = Command::new(uroce);
             c.args(["run", "--", PYTHON])
                 .env("UROCE_LIB_DIR", &run_libs.0)

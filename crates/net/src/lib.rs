@@ -23,7 +23,9 @@ pub mod gsi;
 pub mod stats;
 
 pub use cm::{CmCounters, CmEventSink, CmService};
-pub use device::{DeviceCounters, NetConfig, NetDevice, QpCounters, ADDR_ENV, DEFAULT_ADDR};
+pub use device::{
+    DeviceCounters, NetConfig, NetDevice, QpCounters, ADDR_ENV, DEFAULT_ADDR, SHARED_ENV,
+};
 pub use error::NetError;
 pub use gsi::{Gsi, GsiCounters, GsiError, ReceivedMad};
 // The socket layer, under the paths the crates above have always used.

@@ -23,12 +23,15 @@
 //! `<dir>/host-registry-net<inode>` (replaced atomically: written to a temporary file that
 //! is renamed over it, so an unlocked reader, [`Registry::read`], always sees a whole one)
 //! and the same name with `.lock` (the `flock`, released by the kernel when its holder
-//! dies, so a killed member never leaves the registry locked). `<dir>` follows the rule of
-//! the device's published counters (`uroce_net::stats`): `UROCE_HOST_DIR` when set, else
-//! `$XDG_RUNTIME_DIR/uroce` when that runtime directory exists, else `<tmp>/uroce-<uid>`
-//! ([`host_dir`]); it is made with mode 0700 and must belong to the user. One registry per
-//! user is also what the kernel allows: the members of a reuseport group must have the
-//! same effective UID.
+//! dies, so a killed member never leaves the registry locked). `<dir>` is
+//! `UROCE_HOST_DIR` when set, else `/dev/shm/uroce-<uid>` when `/dev/shm` is a directory,
+//! else `/tmp/uroce-<uid>` ([`host_dir`]); it is made with mode 0700 and must belong to the
+//! user. One registry per user is also what the kernel allows: the members of a reuseport
+//! group must have the same effective UID. The default depends on nothing of a process's
+//! environment (not `TMPDIR`, not `XDG_RUNTIME_DIR`, which a login session has and a
+//! cron job or a service does not): every process of the user on the host must find the
+//! *same* registry, or two registries would each model one reuseport group and steer
+//! each other's datagrams wrong.
 //!
 //! **Namespaces.** Reuseport groups belong to a network namespace, so the file's name
 //! carries the inode of the process's (`/proc/self/ns/net`): processes of one user in two
@@ -140,13 +143,9 @@ pub fn host_dir() -> PathBuf {
     if let Some(d) = std::env::var_os(HOST_DIR_ENV).filter(|d| !d.is_empty()) {
         return PathBuf::from(d);
     }
-    if let Some(d) = std::env::var_os("XDG_RUNTIME_DIR")
-        .map(PathBuf::from)
-        .filter(|d| d.is_dir())
-    {
-        return d.join("uroce");
-    }
-    std::env::temp_dir().join(format!("uroce-{}", own_uid()))
+    let shm = Path::new("/dev/shm");
+    let base = if shm.is_dir() { shm } else { Path::new("/tmp") };
+    base.join(format!("uroce-{}", own_uid()))
 }
 
 /// This process's user (the owner of `/proc/self`, as `uroce_net::stats` reads it).

@@ -50,7 +50,7 @@
 //! `unsafe` is denied in the whole crate except the private `sys` module, which wraps the
 //! few system calls the standard library lacks (`setsockopt` / `getsockopt`, including
 //! `SO_ATTACH_REUSEPORT_CBPF`, `sendmmsg`,
-//! `recvmmsg`, `poll`), and [`ifaddr`] (`getifaddrs`, `if_nametoindex`), in safe functions over borrowed Rust values; each block carries a
+//! `recvmmsg`, `poll`, the `pthread_atfork` handler of [`fork`]), and [`ifaddr`] (`getifaddrs`, `if_nametoindex`), in safe functions over borrowed Rust values; each block carries a
 //! `// SAFETY:` comment saying why the pointers it hands the kernel are valid for the
 //! call. Received bytes are only ever read through safe slices, and nothing here panics
 //! on network input.
@@ -65,6 +65,7 @@ pub mod capture;
 pub mod counters;
 mod error;
 pub mod faults;
+pub mod fork;
 pub mod host;
 #[allow(unsafe_code)]
 pub mod ifaddr;

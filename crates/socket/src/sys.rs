@@ -242,6 +242,40 @@ const fn cmsg_align(len: usize) -> usize {
     (len + a - 1) & !(a - 1)
 }
 
+/// Installs [`after_fork_in_child`] as a `pthread_atfork` child handler.
+pub(crate) fn install_atfork_child() -> io::Result<()> {
+    // SAFETY: the handler is an `extern "C"` function with no arguments that lives for the
+    // whole program; the other two handlers are absent.
+    let r = unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::from_raw_os_error(r))
+    }
+}
+
+/// Runs in a child right after `fork`: points every descriptor of [`crate::fork`]'s table
+/// at `/dev/null`. Only async-signal-safe calls (`open`, `dup3`, `close`) and atomic loads;
+/// no lock, no allocation (the child may inherit locks held by threads that do not exist
+/// in it).
+extern "C" fn after_fork_in_child() {
+    // SAFETY: a NUL-terminated literal path and plain flags.
+    let null = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+    if null < 0 {
+        return;
+    }
+    for fd in crate::fork::hidden_fds() {
+        if fd != null {
+            // SAFETY: both are descriptor numbers; `dup3` closes the child's reference to
+            // `fd`'s socket and makes `fd` another `/dev/null`, which the child's copy of
+            // the owning value closes in time. Errors leave `fd` as it was.
+            unsafe { libc::dup3(null, fd, libc::O_CLOEXEC) };
+        }
+    }
+    // SAFETY: `null` was opened above and nothing else refers to it.
+    unsafe { libc::close(null) };
+}
+
 /// Whether this kernel knows the UDP segmentation offload option (`UDP_SEGMENT`, Linux
 /// 4.18+): reading it succeeds on a UDP socket.
 pub(crate) fn gso_supported(fd: BorrowedFd<'_>) -> bool {

@@ -37,13 +37,14 @@
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::ops::RangeInclusive;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::AsFd;
 use std::os::unix::fs::MetadataExt as _;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use uroce_socket::fork::DupFd;
 use uroce_socket::host::{host_dir, Locked, Registry};
 use uroce_socket::steer::{self, QpnLayout};
 use uroce_wire::opcode::op::UD_SEND_ONLY;
@@ -106,6 +107,8 @@ pub(super) struct HostMember {
     /// on it, or the host has as many listeners as a program holds).
     pub(super) listen_refused: AtomicU64,
     left: AtomicBool,
+    /// The process that joined (a forked child's copy must not change the registry).
+    owner: u32,
     seen: Mutex<Seen>,
 }
 
@@ -178,6 +181,7 @@ impl HostMember {
             listen_refused: AtomicU64::new(0),
             designated: AtomicBool::new(designated),
             left: AtomicBool::new(false),
+            owner: std::process::id(),
             seen: Mutex::new(Seen {
                 file,
                 generation,
@@ -185,6 +189,12 @@ impl HostMember {
             }),
         };
         Ok((member, sock))
+    }
+
+    /// Whether this is a forked child's copy of its parent's member (whose registry state
+    /// is the parent's to change; see `uroce_socket::fork`).
+    fn forked(&self) -> bool {
+        std::process::id() != self.owner
     }
 
     /// The member's slot.
@@ -219,9 +229,9 @@ impl HostMember {
     pub(super) fn record_listeners(
         &self,
         services: &BTreeSet<u64>,
-        dup: &Mutex<Option<Arc<OwnedFd>>>,
+        dup: &Mutex<Option<Arc<DupFd>>>,
     ) -> bool {
-        if self.left.load(Ordering::SeqCst) {
+        if self.left.load(Ordering::SeqCst) || self.forked() {
             return true;
         }
         let Ok(mut l) = self.registry.lock() else {
@@ -300,7 +310,7 @@ impl HostMember {
         if !recheck && now < self.next_check.load(Ordering::Relaxed) {
             return;
         }
-        if self.left.load(Ordering::Relaxed) {
+        if self.left.load(Ordering::Relaxed) || self.forked() {
             return;
         }
         let mut seen = lock(&self.seen);
@@ -346,7 +356,7 @@ impl HostMember {
     /// socket) and `dup` (the progress thread's duplicate of its descriptor) are closed
     /// while the registry is locked. Only the first call does anything; the caller holds
     /// the progress lock.
-    pub(super) fn leave(&self, sock: &mut Option<RoceSocket>, dup: &Mutex<Option<Arc<OwnedFd>>>) {
+    pub(super) fn leave(&self, sock: &mut Option<RoceSocket>, dup: &Mutex<Option<Arc<DupFd>>>) {
         if self.left.swap(true, Ordering::SeqCst) {
             return;
         }
@@ -354,6 +364,13 @@ impl HostMember {
             *sock = None;
             lock(dup).take();
         };
+        if self.forked() {
+            // A forked child's copy of its parent's device: its descriptors were pointed
+            // at /dev/null after the fork (`uroce_socket::fork`); the member is the
+            // parent's, which records its own leave.
+            close(sock);
+            return;
+        }
         let Ok(mut l) = self.registry.lock() else {
             close(sock);
             return;

@@ -84,6 +84,7 @@ use crate::gsi::Gsi;
 use crate::socket::{IcrcPolicy, OutPacket, RecvBatch, RoceSocket, SocketConfig};
 use crate::stats::{DeviceStat, Publisher, QpStat};
 use crate::CounterSnapshot;
+use uroce_socket::fork::DupFd;
 use uroce_socket::SocketError;
 
 mod member;
@@ -100,8 +101,10 @@ use transport::DeviceTransport;
 /// The environment variable that chooses a device's address for programs that cannot be
 /// changed ([`NetConfig::from_env`]).
 pub const ADDR_ENV: &str = "UROCE_ADDR";
-/// The environment variable that makes [`NetConfig::from_env`] open a shared device
-/// ([`NetConfig::shared`]): `1`, `yes`, `true` or `on`.
+/// The environment variable that turns the shared device of [`NetConfig::from_env`] off
+/// (`0`, `no`, `false` or `off`: a device of this process alone, which binds
+/// `address:4791` exclusively); unset or any other value, the device is shared
+/// ([`NetConfig::shared`]).
 pub const SHARED_ENV: &str = "UROCE_SHARED";
 /// The address used when neither the API nor [`ADDR_ENV`] names one.
 pub const DEFAULT_ADDR: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
@@ -167,8 +170,9 @@ pub struct NetConfig {
     pub hw_counters: Option<PathBuf>,
     /// Open a *shared* device: one member of the host-wide device on `addr:port`, next
     /// to the other processes' (and this process's other shared devices) on the same
-    /// address (see the module docs); default false (`UROCE_SHARED=1` in
-    /// [`NetConfig::from_env`]).
+    /// address (see the module docs). False in [`NetConfig::new`] (a program that builds
+    /// its configuration says what it wants); true in [`NetConfig::from_env`] unless
+    /// `UROCE_SHARED=0`.
     pub shared: bool,
     /// The directory of the host registry of a shared device; default (`None`):
     /// `uroce_socket::host::host_dir` (`UROCE_HOST_DIR`, …).
@@ -197,8 +201,9 @@ impl NetConfig {
     }
 
     /// A device on the address in `UROCE_ADDR` (default 127.0.0.1), with faults from
-    /// `UROCE_FAULTS`, the ICRC policy from `UROCE_ICRC`, and shared when `UROCE_SHARED`
-    /// says so.
+    /// `UROCE_FAULTS`, the ICRC policy from `UROCE_ICRC`, and shared with the host's other
+    /// processes unless `UROCE_SHARED` is `0`, `no`, `false` or `off`: what unmodified
+    /// programs get, through the C libraries and `uroce run`.
     ///
     /// # Errors
     /// [`NetError::BadAddr`] if `UROCE_ADDR` is not an IP address, [`SocketError::Faults`] if
@@ -217,10 +222,10 @@ impl NetConfig {
         let mut cfg = NetConfig::new(addr);
         cfg.faults = FaultConfig::from_env()?;
         cfg.icrc = IcrcPolicy::from_env()?.unwrap_or_default();
-        cfg.shared = std::env::var(SHARED_ENV).is_ok_and(|v| {
+        cfg.shared = !std::env::var(SHARED_ENV).is_ok_and(|v| {
             matches!(
                 v.trim().to_ascii_lowercase().as_str(),
-                "1" | "yes" | "true" | "on"
+                "0" | "no" | "false" | "off"
             )
         });
         Ok(cfg)
@@ -322,7 +327,7 @@ struct DeviceCore {
     doorbell: OwnedFd,
     /// A duplicate of the socket's descriptor, for the progress thread's `poll` (`None`
     /// once a shared device left: its socket must close).
-    sock_fd: Mutex<Option<Arc<OwnedFd>>>,
+    sock_fd: Mutex<Option<Arc<DupFd>>>,
     /// A shared device's membership of the host-wide device.
     host: Option<HostMember>,
     sleeping: AtomicBool,
@@ -521,14 +526,14 @@ impl NetDevice {
         cfg: &NetConfig,
         host: Option<&HostMember>,
         sock: &mut RoceSocket,
-    ) -> Result<(Context, OwnedFd, OwnedFd), NetError> {
+    ) -> Result<(Context, OwnedFd, DupFd), NetError> {
         if let Some(path) = &cfg.capture {
             sock.set_capture(Some(Capture::create(path)?));
         }
         // Sending to a multicast group leaves by the device's own interface (best effort:
         // without it, multicast sends follow the routing table).
         let _ = crate::mcast::set_sending_interface(sock.as_fd(), sock.local_addr().ip());
-        let sock_fd = sock.as_fd().try_clone_to_owned().map_err(NetError::Io)?;
+        let sock_fd = sock.duplicate_fd().map_err(NetError::Io)?;
         let mut dev_cfg = DeviceConfig::new(cfg.name.clone(), cfg.addr);
         if let Some(h) = host {
             dev_cfg.qpn_range = h.qpn_range();

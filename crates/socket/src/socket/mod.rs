@@ -90,6 +90,7 @@ use uroce_wire::{icrc, HeaderKind, PacketRepr, WireError, ICRC_LEN, ROCEV2_UDP_P
 use crate::capture::Capture;
 use crate::counters::{CounterSnapshot, Counters};
 use crate::faults::{FaultConfig, FaultInjector, Outgoing};
+use crate::fork::{DupFd, ForkHidden};
 use crate::sys::{self, OutMessage, Readiness, RecvMeta, MAX_BATCH};
 use crate::SocketError;
 
@@ -224,6 +225,9 @@ fn check_addr(addr: IpAddr) -> Result<(), SocketError> {
 /// A RoCEv2 endpoint on a UDP socket (see the module docs).
 #[derive(Debug)]
 pub struct RoceSocket {
+    /// A member socket's registration with [`crate::fork`] (declared before `socket`, so
+    /// it is dropped, and the descriptor unregistered, before the socket closes).
+    hidden: Option<ForkHidden>,
     socket: UdpSocket,
     local: SocketAddr,
     buffers: BufferSizes,
@@ -343,7 +347,20 @@ impl RoceSocket {
         check_addr(addr.ip())?;
         let socket =
             crate::steer::bind_member(addr).map_err(|source| SocketError::Bind { addr, source })?;
-        Self::configure(socket, addr, config)
+        let hidden = ForkHidden::new(socket.as_fd());
+        let mut sock = Self::configure(socket, addr, config)?;
+        sock.hidden = hidden;
+        Ok(sock)
+    }
+
+    /// A duplicate of the socket's descriptor (for another thread's `poll`), hidden from
+    /// forked children when the socket is a member socket ([`crate::fork`]).
+    ///
+    /// # Errors
+    /// The `dup` failing.
+    pub fn duplicate_fd(&self) -> std::io::Result<DupFd> {
+        let fd = self.socket.as_fd().try_clone_to_owned()?;
+        Ok(DupFd::new(fd, self.hidden.is_some()))
     }
 
     /// A socket that receives the datagrams of the IP multicast group `group` on port
@@ -421,6 +438,7 @@ impl RoceSocket {
         }
         let (gso_supported, gro_supported) = (sys::gso_supported(fd), sys::gro_supported(fd));
         Ok(RoceSocket {
+            hidden: None,
             socket,
             local,
             buffers: BufferSizes {
