@@ -490,18 +490,89 @@ class Guest:
         return "\n".join(l[len(tag):] for l in self.lines() if l.startswith(tag))
 
 
-def listening(port):
+def socket_inodes(pid):
+    """The inodes of the sockets process `pid` holds (empty when it is gone)."""
+    inodes = set()
+    try:
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            try:
+                m = re.fullmatch(r"socket:\[(\d+)\]", os.readlink(fd))
+            except OSError:
+                continue
+            if m:
+                inodes.add(m.group(1))
+    except OSError:
+        pass
+    return inodes
+
+
+def listening(port, pid=None):
     """Whether a TCP socket listens on `port` in this namespace. Port 0 (a program that
     listens through rdma_cm): whether a UDP socket is bound to the RoCEv2 port, which the
-    uroce device opens when the program binds its id, just before it listens."""
+    uroce device opens when the program binds its id, just before it listens; with `pid`,
+    a socket of that process (the host's other uroce processes share the port)."""
     want = f":{port or 4791:04X}"
     files = ("/proc/net/tcp", "/proc/net/tcp6") if port else ("/proc/net/udp", "/proc/net/udp6")
+    mine = socket_inodes(pid) if pid is not None and not port else None
     for f in files:
         for line in Path(f).read_text().splitlines()[1:]:
             w = line.split()
-            if len(w) > 3 and w[1].endswith(want) and (w[3] == "0A" or not port):
-                return True
+            if len(w) > 9 and w[1].endswith(want) and (w[3] == "0A" or not port):
+                if mine is None or w[9] in mine:
+                    return True
     return False
+
+
+BYSTANDER_PORT = 18599  # the TCP port of the bystander pair's out-of-band exchange
+BYSTANDER_PAUSE = 1.0  # seconds between two bystander pairs
+
+
+class Bystander:
+    """Two more uroce processes on the host's one address for the whole run: an
+    `ibv_rc_pingpong` pair, server and client both on HOST_IP, again and again. Every step's
+    uroce program is then one of three processes sharing the host's device (one UDP 4791
+    through SO_REUSEPORT, docs/ARCHITECTURE.md "Shared devices"), so rxe's packets and CM
+    MADs must be steered to the process that owns their QP or connection, while the pair's
+    traffic must not be disturbed. Every pair must succeed."""
+
+    def __init__(self, env, rundir):
+        self.env, self.rundir = env, rundir
+        self.ok, self.failed, self.stop_flag = 0, [], threading.Event()
+        self.thread = threading.Thread(target=self.loop, daemon=True)
+        self.thread.start()
+
+    def loop(self):
+        argv = ["ibv_rc_pingpong", "-g", "0", "-n", "100", "-s", "1024", "-p", str(BYSTANDER_PORT)]
+        n = 0
+        while not self.stop_flag.is_set():
+            n += 1
+            out = self.rundir / f"bystander-{n:03d}"
+            server = Proc(argv, out.with_suffix(".server.out"), self.env, STEP_LIMIT)
+            end = time.monotonic() + 30
+            while not listening(BYSTANDER_PORT) and server.p.poll() is None and time.monotonic() < end:
+                time.sleep(0.02)
+            client = Proc(argv + [HOST_IP], out.with_suffix(".client.out"), self.env, STEP_LIMIT)
+            rcs = []
+            for p in (client, server):
+                while (rc := p.poll()) is None:
+                    time.sleep(0.05)
+                rcs.append(rc)
+            if rcs == [0, 0]:
+                self.ok += 1
+            else:
+                self.failed.append(f"pair {n}: client exit {rcs[0]}, server exit {rcs[1]} ({out}.*.out)")
+            self.stop_flag.wait(BYSTANDER_PAUSE)
+
+    def finish(self):
+        """Stops after the pair in progress; returns why the bystanders failed, or None."""
+        self.stop_flag.set()
+        self.thread.join(2 * STEP_LIMIT + 40)
+        log(f"bystander pairs on {HOST_IP}: {self.ok} ok, {len(self.failed)} failed")
+        if self.failed:
+            return "; ".join(self.failed[:5])
+        if self.ok == 0:
+            return "no bystander pair completed"
+        return None
 
 
 class Capture:
@@ -596,6 +667,7 @@ def run_steps(steps, guests, lib, uroce, rundir, end):
     [(step, ok, seconds, packets, why)] for those it ran."""
     env = dict(os.environ, LD_LIBRARY_PATH=str(lib.parent), UROCE_ADDR=HOST_IP)
     env.pop("UROCE_FAULTS", None)
+    env.pop("UROCE_SHARED", None)  # the host's device, shared with the bystander pair
     ip_of = lambda side: HOST_IP if side == "host" else side.ip
     for s in steps:
         if s.server != "host":
@@ -647,9 +719,10 @@ def run_step(s, env, lib, uroce, rundir, ip_of):
         host_procs["server"] = Proc(s.scen.argv("server", "0", peer), rundir / f"{name}.server.out", env,
                                     s.scen.server_limit())
         end = time.monotonic() + 30
-        while not listening(s.scen.port) and host_procs["server"].p.poll() is None and time.monotonic() < end:
+        pid = host_procs["server"].p.pid
+        while not listening(s.scen.port, pid) and host_procs["server"].p.poll() is None and time.monotonic() < end:
             time.sleep(0.02)
-        if not listening(s.scen.port):
+        if not listening(s.scen.port, pid):
             why.append("the uroce server never listened")
         elif s.scen.port == 0:
             time.sleep(0.5)  # from binding its id to listening (the guest gives rxe 1 s)
@@ -784,6 +857,12 @@ def inside(args):
     pending = [(s.scen, s.server != "host", s.client != "host") for s in steps]
     results, failed_once, number, boot = [], set(), 0, 0
     end = time.monotonic() + SUITE_LIMIT
+    bystander = None
+    if mode == "run":
+        env = dict(os.environ, LD_LIBRARY_PATH=str(lib.parent), UROCE_ADDR=HOST_IP)
+        env.pop("UROCE_FAULTS", None)
+        env.pop("UROCE_SHARED", None)
+        bystander = Bystander(env, rundir)
     while pending and boot < MAX_BOOTS and time.monotonic() < end:
         boot += 1
         if mode == "run":
@@ -811,6 +890,9 @@ def inside(args):
     for sc, guest_server, guest_client in pending:
         log(f"FAIL {sc.name}: not run (time or guest boots spent)")
         results.append((None, False, 0.0, 0, ["not run"]))
+    if bystander is not None and (why := bystander.finish()):
+        log(f"FAIL bystander pairs: {why}")
+        results.append((None, False, 0.0, 0, [why]))
     failed = [r for r in results if not r[1]]
     retried = [r[0].label for r in results if r[1] and (r[0].scen, r[0].server != "host",
                                                          r[0].client != "host") in failed_once]
