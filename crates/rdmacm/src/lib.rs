@@ -226,15 +226,24 @@ impl Inner {
     }
 
     /// The device with address `ip`, else, for a loopback `ip`, a loopback device of its
-    /// family (every loopback address is on the one loopback interface; see `alias`).
+    /// family (every loopback address is on the one loopback interface; see `alias`), else
+    /// any device of its family, else any device: as the Linux RDMA CM binds a loopback
+    /// address to the first active device when no device has it, so that a program that
+    /// binds `localhost` (libfabric's verbs provider does, for a passive endpoint without
+    /// a node) gets a device on a host whose RDMA device is on another interface. The id
+    /// uses that device's own address on the wire.
     pub(crate) fn device_or_loopback(&self, ip: IpAddr) -> Result<Arc<DevState>, CmError> {
         self.device_for(ip).or_else(|e| {
             if !ip.is_loopback() {
                 return Err(e);
             }
-            lock(&self.devices)
-                .iter()
-                .find(|d| d.ip().is_loopback() && d.ip().is_ipv4() == ip.is_ipv4())
+            let devs = lock(&self.devices);
+            let family = |d: &&Arc<DevState>| d.ip().is_ipv4() == ip.is_ipv4();
+            devs.iter()
+                .filter(family)
+                .find(|d| d.ip().is_loopback())
+                .or_else(|| devs.iter().find(family))
+                .or_else(|| devs.first())
                 .cloned()
                 .ok_or(e)
         })

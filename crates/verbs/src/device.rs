@@ -170,7 +170,10 @@ pub struct DeviceAttr {
     pub max_inline_data: u32,
     /// Maximum number of CQs (INTEROP-NOTES §8: 16384).
     pub max_cq: u32,
-    /// Maximum entries per CQ (INTEROP-NOTES §8: max_log_cqe 15 → 2^15 − 1).
+    /// Maximum entries per CQ: 2^22 − 1, as a ConnectX NIC reports (the kernel's rxe has
+    /// 2^15 − 1; libfabric's `ofi_rxm` asks for 262144 entries and does not retry
+    /// smaller). A CQ's entries are stored as completions arrive, so a large capacity
+    /// costs nothing until it is used.
     pub max_cqe: u32,
     /// Maximum number of memory regions (uroce: 2^20, the key index space of [`crate::mr`]).
     pub max_mr: u32,
@@ -312,7 +315,7 @@ impl Device {
             max_sge_rd: 32,
             max_inline_data: 400,
             max_cq: 16384,
-            max_cqe: (1 << 15) - 1,
+            max_cqe: (1 << 22) - 1,
             max_mr: (1 << 20) - crate::mw::MAX_MW,
             max_pd: 0x1_0000,
             max_qp_rd_atom: 128,

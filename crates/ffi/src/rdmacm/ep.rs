@@ -68,11 +68,24 @@ pub unsafe extern "C" fn uroce_rdmacm_rdma_getaddrinfo(
                         })?,
                 }),
             };
+            // A hint's address keeps its own port unless `service` names one (libfabric's
+            // verbs provider passes the peer's or its own address, port included, as
+            // hints with neither node nor service).
+            let with_service = |a: SocketAddr| match service {
+                Some(_) => SocketAddr::new(a.ip(), port),
+                None => a,
+            };
             let (src, dst) = if flags & RAI_PASSIVE != 0 {
-                let ip = ip.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
-                (Some(SocketAddr::new(ip, port)), None)
-            } else if let Some(ip) = ip.or(hint_dst.map(|d| d.ip())) {
+                let src = match (ip, hint_src) {
+                    (Some(ip), _) => SocketAddr::new(ip, port),
+                    (None, Some(h)) => with_service(h),
+                    (None, None) => SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), port),
+                };
+                (Some(src), None)
+            } else if let Some(ip) = ip {
                 (hint_src, Some(SocketAddr::new(ip, port)))
+            } else if let Some(d) = hint_dst {
+                (hint_src, Some(with_service(d)))
             } else if hint_src.is_some() {
                 // No node and no destination: the source of the hints alone, as
                 // librdmacm's (pyverbs' `AddrInfo(src=…)` names a multicast group so).

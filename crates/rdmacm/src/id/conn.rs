@@ -103,6 +103,7 @@ impl CmIdRef {
         let (Some(dev), Some(src), Some(mut dst)) = (st.dev.clone(), st.src, st.dst) else {
             return Err(invalid("connect", st.phase));
         };
+        let param = &within_device(param, &dev);
         // A listener on a loopback address that another process's device owns announces
         // the device it is on (see `alias`).
         if dst.ip().is_loopback() {
@@ -222,6 +223,7 @@ impl CmIdRef {
         else {
             return Err(invalid("accept", st.phase));
         };
+        let param = &within_device(param, &dev);
         // Fixed when the request came (`qp_attr` reports it before the accept): the
         // PSN the REP announces, which we expect to receive.
         let psn = st.rq_psn;
@@ -467,6 +469,19 @@ pub(super) fn req_transport(qp_type: Option<QpType>) -> (u8, u8) {
         Some(QpType::XrcSend) => (3, 1),
         _ => (0, 0),
     }
+}
+
+/// `param` with its RDMA READ / atomic depths no larger than the device allows: as
+/// librdmacm does, a program's `RDMA_MAX_RESP_RES` / `RDMA_MAX_INIT_DEPTH` (0xFF; libfabric
+/// passes them) or any larger value becomes the device's `max_qp_rd_atom` /
+/// `max_qp_init_rd_atom`, so the REQ or REP announces what the QP will have.
+fn within_device(param: &ConnParam, dev: &DevState) -> ConnParam {
+    let attr = dev.dev.device().attr();
+    let cap = |v: u32| u8::try_from(v).unwrap_or(u8::MAX);
+    let mut p = param.clone();
+    p.responder_resources = p.responder_resources.min(cap(attr.max_qp_rd_atom));
+    p.initiator_depth = p.initiator_depth.min(cap(attr.max_qp_init_rd_atom));
+    p
 }
 
 /// The active side's QP attributes after the REP (`None` before it).

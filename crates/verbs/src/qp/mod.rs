@@ -641,6 +641,14 @@ impl QpRef {
     /// Modifies the QP (`ibv_modify_qp`); see the module docs. On error nothing changed.
     pub fn modify(&self, attr: &QpAttr, mask: AttrMask) -> Result<(), ModifyQpError> {
         let core = &self.core;
+        if mask.contains(AttrMask::STATE) && matches!(attr.qp_state, QpState::Err | QpState::Reset)
+        {
+            // What the QP still has to send leaves first, as on destroy: an ACK deferred
+            // for the application's next post would be lost with the state, and its peer
+            // would see its last SEND flushed by the disconnect that follows
+            // (`rdma_disconnect` moves the QP to ERR right after the last completion).
+            crate::engine::flush(core);
+        }
         let mut inner = self.lock();
         let cur = inner.state();
         let next = if mask.contains(AttrMask::STATE) {
