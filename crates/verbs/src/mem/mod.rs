@@ -115,7 +115,7 @@
 //! # Raw blocks: the bulk copy
 //!
 //! A word-atomic copy cannot be vectorised: it moves 8 bytes per instruction, where a plain
-//! copy moves 32 or 64, and on a 1 MiB transfer it is the largest share of uroce's own work.
+//! copy moves 32 or 64 (docs/BENCHMARKS.md, "Design choices measured", has the figures).
 //! It is needed where Rust code may access the bytes concurrently — an owned block, whose
 //! words the application and uroce's other threads read and write as `AtomicU64`s: a plain
 //! copy racing them would be a data race, undefined behaviour. A Raw range is different: it
