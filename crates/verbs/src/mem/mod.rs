@@ -23,10 +23,13 @@
 //!   registered through the C ABI. The caller promises that the range stays valid until the
 //!   block is dropped or [`MemBlock::retire`] has returned `Ok`.
 //!
-//! **Every access uroce makes to the bytes is an atomic operation on a naturally aligned
-//! `AtomicU64` word** — for both kinds, from every thread — except the at most 7 leading and
-//! 7 trailing bytes of a Raw range that are not part of a whole aligned word, which use
-//! `AtomicU8` (see below):
+//! **Every access uroce makes to the bytes of an owned block is an atomic operation on a
+//! naturally aligned `AtomicU64` word**, from every thread. So is every IB atomic on a Raw
+//! range, and every copy on a Raw range on targets without the bulk copy, except the at most
+//! 7 leading and 7 trailing bytes of a Raw range that are not part of a whole aligned word,
+//! which use `AtomicU8` (see below). Copies on a Raw range on x86-64 are the *bulk copy*
+//! instead: the C program's memory copied as the C program or a NIC copies it (see "Raw
+//! blocks: the bulk copy"). The word-atomic copies:
 //!
 //! * copies ([`MemAccess::copy_in`], [`MemAccess::copy_out`], [`MemAccess::fill`]) move the
 //!   aligned middle of the range with one `Relaxed` 64-bit load or store per word
@@ -109,6 +112,49 @@
 //! that is still shared (for example held in an `Arc` by an engine thread). Deregistration
 //! of a Raw MR must call it before returning to the C caller, who may then free the memory.
 //!
+//! # Raw blocks: the bulk copy
+//!
+//! A word-atomic copy cannot be vectorised: it moves 8 bytes per instruction, where a plain
+//! copy moves 32 or 64 (docs/BENCHMARKS.md, "Design choices measured", has the figures).
+//! It is needed where Rust code may access the bytes concurrently — an owned block, whose
+//! words the application and uroce's other threads read and write as `AtomicU64`s: a plain
+//! copy racing them would be a data race, undefined behaviour. A Raw range is different: it
+//! is the C program's memory, which the `from_raw` contract already lets foreign code (the
+//! program's plain loads and stores, a device's DMA) access at any moment concurrently with
+//! uroce's atomics, with the content of racing bytes unspecified, as the IB specification
+//! leaves it for racing RDMA accesses.
+//!
+//! So on x86-64 [`MemAccess::copy_in`], [`MemAccess::copy_out`], [`MemAccess::fill`] and
+//! [`MemBlock::copy_from_block`] (Raw to Raw, ranges disjoint) move a Raw range's bytes with
+//! one `rep movsb` (`rep stosb` for a fill) in an `asm!` block (module `bulk`), which runs at
+//! memory speed for the sizes uroce copies (enhanced and fast-short `rep movsb` of current
+//! cores). Why this is sound:
+//!
+//! * the copy is not a Rust access. The compiler treats the `asm!` block as opaque code that
+//!   may read and write the memory its pointers reach (no `nomem`/`readonly`), as it treats a
+//!   call into the C program; what the block does is what the hardware does with those
+//!   instructions: byte loads and stores, each single-copy atomic on x86-64, with no notion
+//!   of a data race. These are exactly the accesses the C program may make to the range
+//!   itself at any moment, which the design already admits next to uroce's atomics. Racing
+//!   the bulk copy therefore adds nothing new: an IB atomic or a word-atomic copy on another
+//!   thread meeting it behaves as it would meeting the program's own `memcpy`, and two bulk
+//!   copies meeting leave some mixture of bytes;
+//! * it touches only `[address, address + len)` of the range, checked against the block
+//!   before the copy (`raw_at`), never a byte outside it (no widening to words), and the
+//!   other operand is a Rust slice, which cannot lie inside the range (the `from_raw`
+//!   contract forbids Rust references to it);
+//! * it runs under a ticket like every other access, so the gate, retirement and the
+//!   [`MemBlock::retire`] guarantee are unchanged: the ticket's `Release` decrement is a
+//!   locked instruction, which x86-64 does not reorder with earlier stores (string stores
+//!   included), and the compiler cannot move the `asm!` block across it; after `retire`
+//!   returns `Ok` no bulk copy is running or can start.
+//!
+//! Owned blocks keep the word-atomic copy: their bytes are a Rust allocation of `AtomicU64`s
+//! that Rust code reads concurrently, not foreign memory. Other targets (and the
+//! memory-model interpreter, which runs no assembly) keep the word-atomic copy for Raw ranges
+//! too. Mixed copies (Raw to owned, owned to Raw, overlapping Raw ranges) go through
+//! [`MemBlock::copy_from_block`]'s stack buffer, each side with its own copy.
+//!
 //! # Liveness
 //!
 //! Tickets are held only by [`MemAccess`] values; uroce's own accessors hold them for the
@@ -128,6 +174,8 @@ const WORD: usize = 8;
 /// How many times a partial-word compare-and-swap is retried before the wait-free
 /// `fetch_and`/`fetch_or` fallback is used.
 const CAS_ATTEMPTS: u32 = 64;
+
+mod bulk;
 
 /// Largest chunk moved through the stack buffer by [`MemBlock::copy_from_block`].
 const BOUNCE_CHUNK: usize = 4096;
@@ -309,12 +357,13 @@ pub struct MemBlock {
 
 // SAFETY: an Owned block is a Box of atomics, which is Send. A Raw block is a pointer to
 // memory the `from_raw` caller guaranteed to be valid (independently of which thread uses
-// it) until the block is dropped or retired; uroce only touches it with atomic operations
-// (through views that need a ticket), which may be performed from any thread.
+// it) until the block is dropped or retired; uroce only touches it under a ticket, with
+// atomic operations or the bulk copy (which foreign code may race), from any thread.
 unsafe impl Send for MemBlock {}
 // SAFETY: every method reachable through `&MemBlock` either touches no memory or goes
-// through a gate ticket and word-sized atomic operations, which are thread-safe; the only
-// non-atomic access (ExclusiveGuard) first excludes all others through the gate.
+// through a gate ticket and word-sized atomic operations, which are thread-safe, or (Raw
+// ranges) the bulk copy, which is not a Rust access and may race (module doc); the only
+// non-atomic Rust access (ExclusiveGuard) first excludes all others through the gate.
 unsafe impl Sync for MemBlock {}
 
 impl fmt::Debug for MemBlock {
@@ -358,11 +407,13 @@ impl MemBlock {
     /// A non-zero length at the null address ([`MemError::NullAddress`]) or a range that
     /// wraps around the address space ([`MemError::AddressWrap`]) is refused.
     ///
-    /// uroce never touches a byte outside the range. Inside it, the 8-byte-aligned words that
-    /// lie wholly within the range are accessed with 64-bit atomics, and the fewer than 8
-    /// leading and trailing bytes outside those words with 8-bit atomics (no aligned word
-    /// containing them lies within the range, so no byte is ever accessed with two atomic
-    /// sizes).
+    /// uroce never touches a byte outside the range. Inside it, copies and fills on x86-64
+    /// are the bulk copy (module doc, "Raw blocks: the bulk copy"): plain byte loads and
+    /// stores as the program's own code makes. IB atomics (and copies on other targets)
+    /// access the 8-byte-aligned words that lie wholly within the range with 64-bit atomics,
+    /// and the fewer than 8 leading and trailing bytes outside those words with 8-bit atomics
+    /// (no aligned word containing them lies within the range, so no byte is ever accessed
+    /// with two atomic sizes).
     ///
     /// # Safety
     ///
@@ -508,6 +559,8 @@ impl MemBlock {
     /// Both ranges are checked before anything is written. `src` may be this very block
     /// (or another block over the same memory); overlapping ranges are copied as if through
     /// an intermediate buffer (`memmove`), provided nothing else writes them concurrently.
+    /// Two disjoint Raw ranges are copied directly with the bulk copy (module doc, "Raw
+    /// blocks: the bulk copy"); anything else goes through a stack buffer in 4 KiB chunks.
     pub fn copy_from_block(
         &self,
         dst_offset: usize,
@@ -521,6 +574,21 @@ impl MemBlock {
         check_range(src_offset, len, src.len)?;
         let dst_addr = self.base_addr().wrapping_add(dst_offset as u64);
         let src_addr = src.base_addr().wrapping_add(src_offset as u64);
+        let disjoint = dst_addr.abs_diff(src_addr) >= len as u64;
+        if let (true, Some(d), Some(s)) = (
+            disjoint,
+            dst_access.raw_at(dst_offset, len)?,
+            src_access.raw_at(src_offset, len)?,
+        ) {
+            // SAFETY: both ranges lie inside their blocks' Raw ranges (`raw_at` checked them),
+            // valid for reading (`src`) and writing (`self`) while the two tickets live (the
+            // `from_raw` contract, as in `MemAccess::views`), and they do not overlap. Racing
+            // accesses are foreign code and uroce's own bulk copies and atomics, which
+            // `bulk::copy` allows.
+            if unsafe { bulk::copy(d, s, len) } {
+                return Ok(());
+            }
+        }
         let backward = dst_addr > src_addr && dst_addr - src_addr < len as u64;
         let mut buf = [0u8; BOUNCE_CHUNK];
         let chunks = len.div_ceil(BOUNCE_CHUNK);
@@ -686,6 +754,18 @@ impl<'a> MemAccess<'a> {
         }
     }
 
+    /// For a non-empty access of `len` bytes at `offset` of a Raw block, the address of its
+    /// first byte (for the bulk copy); `None` for an owned block or an empty access. The
+    /// range is checked first ([`MemError::OutOfRange`]).
+    fn raw_at(&self, offset: usize, len: usize) -> Result<Option<*mut u8>, MemError> {
+        check_range(offset, len, self.block.len)?;
+        Ok(match self.block.storage {
+            // In bounds (checked above), so this is the address `ptr.add(offset)` would give.
+            Storage::Raw { ptr, .. } if len > 0 => Some(ptr.wrapping_add(offset)),
+            _ => None,
+        })
+    }
+
     /// Splits `[offset, offset + len)` into the parts that fall on leading bytes, on words
     /// and on trailing bytes, each with its byte range relative to `offset`. Nothing is
     /// accessed; every part is resolved before any is used.
@@ -765,6 +845,23 @@ impl<'a> MemAccess<'a> {
 
     /// Copies `src` into the block at `offset` (see [`MemBlock::copy_in`]).
     pub fn copy_in(&self, offset: usize, src: &[u8]) -> Result<(), MemError> {
+        if let Some(dst) = self.raw_at(offset, src.len())? {
+            // SAFETY: `[dst, dst + src.len())` lies inside the block's Raw range (`raw_at`
+            // checked it), which is valid for writes while this ticket lives (the `from_raw`
+            // contract, as argued in `views`; a block that is written through must be
+            // writable). `src` is a Rust slice, so it is not inside the Raw range (no Rust
+            // reference into it may exist). Racing accesses to the range are foreign code and
+            // uroce's own bulk copies and atomics, which `bulk::copy` allows.
+            if unsafe { bulk::copy(dst, src.as_ptr(), src.len()) } {
+                return Ok(());
+            }
+        }
+        self.copy_in_words(offset, src)
+    }
+
+    /// [`MemAccess::copy_in`] with word atomics only (owned blocks; Raw ranges on targets
+    /// without the bulk copy).
+    fn copy_in_words(&self, offset: usize, src: &[u8]) -> Result<(), MemError> {
         let segments = self.segments(offset, src.len())?;
         for seg in segments.into_iter().flatten() {
             let Some(part) = src.get(seg.at) else {
@@ -784,6 +881,21 @@ impl<'a> MemAccess<'a> {
 
     /// Copies bytes at `offset` out into `dst` (see [`MemBlock::copy_out`]).
     pub fn copy_out(&self, offset: usize, dst: &mut [u8]) -> Result<(), MemError> {
+        if let Some(src) = self.raw_at(offset, dst.len())? {
+            // SAFETY: `[src, src + dst.len())` lies inside the block's Raw range (`raw_at`
+            // checked it), readable while this ticket lives (the `from_raw` contract, as in
+            // `views`). `dst` is an exclusive Rust slice, so it is valid for writes and not
+            // inside the Raw range. Racing writes to the range are foreign code and uroce's
+            // own bulk copies and atomics, which `bulk::copy` allows.
+            if unsafe { bulk::copy(dst.as_mut_ptr(), src, dst.len()) } {
+                return Ok(());
+            }
+        }
+        self.copy_out_words(offset, dst)
+    }
+
+    /// [`MemAccess::copy_out`] with word atomics only.
+    fn copy_out_words(&self, offset: usize, dst: &mut [u8]) -> Result<(), MemError> {
         let segments = self.segments(offset, dst.len())?;
         for seg in segments.into_iter().flatten() {
             let Some(part) = dst.get_mut(seg.at) else {
@@ -803,6 +915,19 @@ impl<'a> MemAccess<'a> {
 
     /// Sets `len` bytes at `offset` to `byte`.
     pub fn fill(&self, offset: usize, len: usize, byte: u8) -> Result<(), MemError> {
+        if let Some(dst) = self.raw_at(offset, len)? {
+            // SAFETY: `[dst, dst + len)` lies inside the block's Raw range (`raw_at` checked
+            // it), writable while this ticket lives (the `from_raw` contract, as in `views`);
+            // racing accesses are those `bulk::fill` allows.
+            if unsafe { bulk::fill(dst, byte, len) } {
+                return Ok(());
+            }
+        }
+        self.fill_words(offset, len, byte)
+    }
+
+    /// [`MemAccess::fill`] with word atomics only.
+    fn fill_words(&self, offset: usize, len: usize, byte: u8) -> Result<(), MemError> {
         let segments = self.segments(offset, len)?;
         for seg in segments.into_iter().flatten() {
             match seg.place {
