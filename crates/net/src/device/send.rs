@@ -11,7 +11,10 @@ use super::*;
 /// header the kernel gives it. A full socket buffer is retried briefly; packets that
 /// still do not fit are left to the engines' retransmission.
 pub(super) fn send_runs(sock: &mut RoceSocket, port: u16, tx: &mut [u8], pkts: &[TxPacket]) {
-    let mut singles: Vec<(usize, usize, SocketAddr)> = Vec::new();
+    // Singles are gathered (in order) and sent in batches of at most SINGLES, so nothing
+    // here allocates: the data path sends with no allocation.
+    let mut singles = [(0usize, 0usize, SocketAddr::from(([0, 0, 0, 0], 0))); SINGLES];
+    let mut n = 0;
     for piece in plan_runs(pkts) {
         match piece {
             Piece::Train {
@@ -20,18 +23,29 @@ pub(super) fn send_runs(sock: &mut RoceSocket, port: u16, tx: &mut [u8], pkts: &
                 seg_len,
                 dst,
             } => {
-                send_singles(sock, tx, &mut singles);
+                send_singles(sock, tx, singles.get(..n).unwrap_or_default());
+                n = 0;
                 if let Some(run) = tx.get_mut(start..end) {
                     send_train_all(sock, SocketAddr::new(dst, port), run, seg_len);
                 }
             }
             Piece::Single { start, len, dst } => {
-                singles.push((start, len, SocketAddr::new(dst, port)));
+                if n == SINGLES {
+                    send_singles(sock, tx, &singles);
+                    n = 0;
+                }
+                if let Some(slot) = singles.get_mut(n) {
+                    *slot = (start, len, SocketAddr::new(dst, port));
+                    n += 1;
+                }
             }
         }
     }
-    send_singles(sock, tx, &mut singles);
+    send_singles(sock, tx, singles.get(..n).unwrap_or_default());
 }
+
+/// Single packets sent in one `sendmmsg` batch at most (the socket layer's batch).
+const SINGLES: usize = 64;
 
 /// One part of a transmit batch as [`send_runs`] sends it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,15 +69,29 @@ enum Piece {
 /// Splits the packets of a transmit batch (back to back, in order) into trains and
 /// single packets: a train is a maximal run of equal-length packets to one destination,
 /// optionally ended by one shorter packet to the same destination.
-fn plan_runs(pkts: &[TxPacket]) -> Vec<Piece> {
-    let mut out = Vec::new();
-    let mut off = 0;
-    let mut i = 0;
-    // Bounded: every pass consumes at least one packet.
-    while let Some(first) = pkts.get(i) {
+fn plan_runs(pkts: &[TxPacket]) -> Runs<'_> {
+    Runs { pkts, i: 0, off: 0 }
+}
+
+/// The pieces of [`plan_runs`], one at a time.
+struct Runs<'a> {
+    pkts: &'a [TxPacket],
+    /// The next packet.
+    i: usize,
+    /// Its offset in the buffer.
+    off: usize,
+}
+
+impl Iterator for Runs<'_> {
+    type Item = Piece;
+
+    fn next(&mut self) -> Option<Piece> {
+        let (pkts, i, off) = (self.pkts, self.i, self.off);
+        let first = pkts.get(i)?;
         let len = first.len;
         let mut j = i + 1;
         let mut end = off + len;
+        // Bounded by the packets left.
         while let Some(next) = pkts.get(j) {
             if next.len > len || next.dst != first.dst {
                 break;
@@ -75,47 +103,52 @@ fn plan_runs(pkts: &[TxPacket]) -> Vec<Piece> {
             }
         }
         if j - i >= 2 {
-            out.push(Piece::Train {
+            self.off = end;
+            self.i = j;
+            Some(Piece::Train {
                 start: off,
                 end,
                 seg_len: len,
                 dst: first.dst,
-            });
-            off = end;
-            i = j;
+            })
         } else {
-            out.push(Piece::Single {
+            self.off = off + len;
+            self.i = i + 1;
+            Some(Piece::Single {
                 start: off,
                 len,
                 dst: first.dst,
-            });
-            off += len;
-            i += 1;
+            })
         }
     }
-    out
 }
 
-/// Seals and sends the packets at `(offset, length, destination)` of `tx` in one batch.
-fn send_singles(
-    sock: &mut RoceSocket,
-    tx: &mut [u8],
-    singles: &mut Vec<(usize, usize, SocketAddr)>,
-) {
+/// Seals and sends the packets at `(offset, length, destination)` of `tx` in one batch
+/// (at most [`SINGLES`]).
+fn send_singles(sock: &mut RoceSocket, tx: &mut [u8], singles: &[(usize, usize, SocketAddr)]) {
     if singles.is_empty() {
         return;
     }
-    for &(off, len, dst) in singles.iter() {
+    for &(off, len, dst) in singles {
         if let Some(p) = tx.get_mut(off..off + len) {
             // A packet that cannot be sealed (impossible addresses) is not worth sending;
             // the engine retransmits it.
             let _ = sock.seal(dst, p);
         }
     }
-    let pkts: Vec<OutPacket<'_>> = singles
-        .iter()
-        .filter_map(|&(off, len, dst)| tx.get(off..off + len).map(|roce| OutPacket { dst, roce }))
-        .collect();
+    let empty = OutPacket {
+        dst: SocketAddr::from(([0, 0, 0, 0], 0)),
+        roce: &[],
+    };
+    let mut out = [empty; SINGLES];
+    let mut n = 0;
+    for (slot, &(off, len, dst)) in out.iter_mut().zip(singles) {
+        if let Some(roce) = tx.get(off..off + len) {
+            *slot = OutPacket { dst, roce };
+            n += 1;
+        }
+    }
+    let pkts = out.get(..n).unwrap_or_default();
     let mut done = 0;
     for _attempt in 0..8 {
         let Some(rest) = pkts.get(done..).filter(|r| !r.is_empty()) else {
@@ -129,7 +162,6 @@ fn send_singles(
             Err(_) => break,
         }
     }
-    singles.clear();
 }
 
 /// `send_train` until everything is sent, the buffer stays full, or the socket fails.
@@ -183,7 +215,7 @@ mod tests {
         ];
         let ip = |s: &str| -> IpAddr { s.parse().unwrap() };
         assert_eq!(
-            plan_runs(&pkts),
+            plan_runs(&pkts).collect::<Vec<_>>(),
             vec![
                 Piece::Train {
                     start: 0,
@@ -219,6 +251,6 @@ mod tests {
                 },
             ]
         );
-        assert!(plan_runs(&[]).is_empty());
+        assert_eq!(plan_runs(&[]).next(), None);
     }
 }
