@@ -134,9 +134,9 @@ fn open_net(cfg: NetConfig) -> Result<NetDevice, FfiError> {
             Err(uroce_net::NetError::Socket(uroce_net::SocketError::Bind { addr, source })) => {
                 let why = match source.kind() {
                     std::io::ErrorKind::AddrInUse if cfg.shared => format!(
-                        "UDP port {} on {} is held by a socket that does not share it (a \
-                         uroce process started with {}=0, or the kernel's RoCE); set {} to \
-                         another local address",
+                        "UDP port {} on {} is held by a socket this process cannot share \
+                         (a uroce process started with {}=0, another user's uroce process, \
+                         or the kernel's RoCE); set {} to another local address",
                         addr.port(),
                         addr.ip(),
                         uroce_net::SHARED_ENV,
