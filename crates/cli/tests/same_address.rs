@@ -15,89 +15,20 @@
 //! with the other test files. Without the C libraries next to `uroce` or the programs, a
 //! test is skipped (failing under `UROCE_REQUIRE_TOOLS=1`).
 
-use std::net::{Ipv4Addr, TcpListener};
+use std::net::Ipv4Addr;
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use uroce_testkit::{run, skip, Output, TempFile};
+use uroce_testkit::{run, skip, Output};
 
 mod support;
 use support::libs_built;
+use support::shared::{
+    bound, check_ok, check_pingpong, free_tcp_port, have, listening, shared_run, strings, TestDir,
+};
 
-const UROCE: &str = env!("CARGO_BIN_EXE_uroce");
 const LIMIT: Duration = Duration::from_secs(90);
-
-fn have(test: &str, program: &str, package: &str) -> bool {
-    if Path::new(program).exists() {
-        return true;
-    }
-    skip(test, &format!("{program} is missing (install {package})"));
-    false
-}
-
-/// A directory for one test's host registry, removed with its contents on drop.
-struct HostDir(TempFile);
-
-impl HostDir {
-    fn new() -> HostDir {
-        let f = TempFile::new("hostdir", "d");
-        std::fs::create_dir(f.path()).expect("create the host registry directory");
-        HostDir(f)
-    }
-}
-
-impl Drop for HostDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(self.0.path());
-    }
-}
-
-/// A TCP port that was free a moment ago.
-fn free_tcp_port() -> u16 {
-    let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind an ephemeral port");
-    l.local_addr().expect("local_addr").port()
-}
-
-/// Whether some socket listens on TCP `port`, from `/proc/net/tcp{,6}`.
-fn listening(port: u16) -> bool {
-    let want = format!(":{port:04X}");
-    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|f| {
-        std::fs::read_to_string(f).is_ok_and(|t| {
-            t.lines().skip(1).any(|l| {
-                let w: Vec<&str> = l.split_whitespace().collect();
-                w.len() > 3 && w[1].ends_with(&want) && w[3] == "0A"
-            })
-        })
-    })
-}
-
-/// Whether UDP `addr`:4791 is bound on this host.
-fn bound(addr: Ipv4Addr) -> bool {
-    let want = format!("{:08X}:12B7", u32::from_le_bytes(addr.octets()));
-    std::fs::read_to_string("/proc/net/udp").is_ok_and(|t| {
-        t.lines()
-            .any(|l| l.split_whitespace().nth(1) == Some(&want))
-    })
-}
-
-/// `uroce run -- args…` with a shared device at `addr`, registry in `host`.
-fn shared_run(addr: Ipv4Addr, host: &HostDir, args: &[String]) -> Command {
-    let mut c = Command::new(UROCE);
-    c.arg("run")
-        .arg("--")
-        .args(args)
-        .env("UROCE_ADDR", addr.to_string())
-        .env_remove("UROCE_SHARED")
-        .env("UROCE_HOST_DIR", host.0.path())
-        .env_remove("UROCE_FAULTS")
-        .env_remove("UROCE_NETNS");
-    c
-}
-
-fn strings(args: &[&str]) -> Vec<String> {
-    args.iter().map(|s| s.to_string()).collect()
-}
 
 type Server = std::thread::JoinHandle<Result<Output, String>>;
 
@@ -122,39 +53,9 @@ fn wait_ready(test: &str, server: &Server, ready: impl Fn() -> bool) {
     }
 }
 
-fn check_ok(test: &str, who: &str, o: &Output) {
-    assert!(
-        o.status.success(),
-        "{test} {who} ({:?}):\n{}\n{}",
-        o.status,
-        o.stdout,
-        o.stderr
-    );
-}
-
-/// `ibv_rc_pingpong` prints "<2·size·iters> bytes in …" and "<iters> iters in …" (default
-/// size 4096) and the GIDs of both ends, here both `addr`.
-fn check_pingpong(test: &str, who: &str, o: &Output, addr: Ipv4Addr, iters: u32) {
-    check_ok(test, who, o);
-    let bytes = format!("{} bytes in ", 2 * 4096 * iters);
-    let its = format!("{iters} iters in ");
-    assert!(
-        o.stdout.contains(&bytes) && o.stdout.contains(&its),
-        "{test} {who}: no `{bytes}` / `{its}`:\n{}",
-        o.stdout
-    );
-    let gid = format!("GID ::ffff:{addr}");
-    assert_eq!(
-        o.stdout.matches(&gid).count(),
-        2,
-        "{test} {who}: local and remote GID are not both {addr}:\n{}",
-        o.stdout
-    );
-}
-
 /// One `ibv_rc_pingpong` pair on `addr`: starts the server, waits until it listens on its
 /// TCP port, runs the client; returns (server, client).
-fn pingpong_pair(test: &str, addr: Ipv4Addr, host: &HostDir, iters: u32) -> (Output, Output) {
+fn pingpong_pair(test: &str, addr: Ipv4Addr, host: &TestDir, iters: u32) -> (Output, Output) {
     let port = free_tcp_port();
     let args = strings(&[
         "ibv_rc_pingpong",
@@ -185,12 +86,12 @@ fn rc_pingpong_server_and_client_on_one_address() {
         return;
     }
     let addr = Ipv4Addr::new(127, 0, 91, 1);
-    let host = HostDir::new();
+    let host = TestDir::new("hostdir");
     let (s, c) = pingpong_pair(test, addr, &host, 50);
     check_pingpong(test, "server", &s, addr, 50);
     check_pingpong(test, "client", &c, addr, 50);
     // The devices joined through this test's registry (not each a device of its own).
-    let joined = std::fs::read_dir(host.0.path())
+    let joined = std::fs::read_dir(host.path())
         .expect("the host registry directory")
         .filter_map(Result::ok)
         .any(|e| {
@@ -198,7 +99,7 @@ fn rc_pingpong_server_and_client_on_one_address() {
                 .to_string_lossy()
                 .starts_with("host-registry-")
         });
-    assert!(joined, "{test}: no host registry in {:?}", host.0.path());
+    assert!(joined, "{test}: no host registry in {:?}", host.path());
 }
 
 #[test]
@@ -208,7 +109,7 @@ fn rping_server_and_client_on_one_address() {
         return;
     }
     let addr = Ipv4Addr::new(127, 0, 91, 2);
-    let host = HostDir::new();
+    let host = TestDir::new("hostdir");
     let port = free_tcp_port().to_string();
     let a = addr.to_string();
     let count = 10;
@@ -262,7 +163,7 @@ fn ib_write_lat_on_one_address() {
         return;
     }
     let addr = Ipv4Addr::new(127, 0, 91, 3);
-    let host = HostDir::new();
+    let host = TestDir::new("hostdir");
     let port = free_tcp_port();
     let args = strings(&[
         "ib_write_lat",
@@ -307,7 +208,7 @@ fn four_rc_pingpong_pairs_at_once_on_one_address() {
         return;
     }
     let addr = Ipv4Addr::new(127, 0, 91, 4);
-    let host = std::sync::Arc::new(HostDir::new());
+    let host = std::sync::Arc::new(TestDir::new("hostdir"));
     let pairs: Vec<_> = (0..4)
         .map(|_| {
             let host = host.clone();
@@ -348,7 +249,7 @@ fn a_forked_child_does_not_keep_the_member_socket() {
         return;
     }
     let addr = Ipv4Addr::new(127, 0, 91, 5);
-    let host = HostDir::new();
+    let host = TestDir::new("hostdir");
     // The child sleeps (bounded) and exits; the parent prints the child's pid once its
     // device is closed and exits at once.
     let script = "import os, sys, time\n\

@@ -17,7 +17,9 @@
 //! * the **CM listeners**: which slot listens on which service ID, so that every group's
 //!   program sends REQs and SIDR_REQs for it to that member (see *CM listeners*);
 //! * a **generation**, bumped by every change, so that a member that sees a new one knows
-//!   the program may have to be attached again.
+//!   the program may have to be attached again;
+//! * for every group, **the program attached**: the generation it was made from and how
+//!   many programs members attached (see *Re-attaching*).
 //!
 //! ## Where it lives
 //! `<dir>/host-registry-net<inode>` (replaced atomically: written to a temporary file that
@@ -71,6 +73,18 @@
 //! recording it (the windows of misdelivery each leaves are in [`crate::steer`]). A member that receives a datagram for a slot not its own (the sign
 //! of a stale program after a member was killed) should take the lock and reap.
 //!
+//! A member that attached a group's program tells the registry ([`Locked::attached`]);
+//! the commit records, in [`HostState::attached`], the generation the program was made
+//! from (the one it commits) and counts the program when that generation is newer than
+//! the one recorded, so the count grows by one for each change of the group's order or
+//! listeners that reached the kernel, not for every member attaching the same program
+//! again. Recording it alone writes the file without a new generation (a new generation
+//! would make every member attach again). So anyone can see from the file whether the
+//! kernel has the program of the registry's latest generation, and how many re-attaches
+//! the group has had (the test of a member killed mid-traffic reads both). An attach
+//! recorded before a later change of the same lock is forgotten (its program lacks the
+//! change).
+//!
 //! ## CM listeners
 //! Each member runs its own CM agent; the steering program sends the MADs of a connection
 //! to the member whose slot is in the communication ID (a member allots IDs from
@@ -111,7 +125,7 @@
 //! ([`Locked::listen`] / [`Locked::unlisten`], then attached) before the command returns.
 //! Probing an uncertain group is not done by it yet.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -290,6 +304,22 @@ pub struct HostState {
     /// The CM listeners: service ID → the slot of the member listening on it (at most
     /// [`MAX_LISTENERS`]).
     pub listeners: BTreeMap<u64, u16>,
+    /// The program last attached to each group (only groups that have member sockets and
+    /// a program a member recorded, [`Locked::attached`]).
+    pub attached: BTreeMap<SocketAddr, Attached>,
+}
+
+/// The steering program attached to one group, as its members recorded it (see
+/// *Re-attaching* in the module documentation).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct Attached {
+    /// The generation of the registry the newest program was made from: the program
+    /// steers by the group's order and the listeners of that generation.
+    pub generation: u64,
+    /// How many programs members attached to the group, each of a newer generation than
+    /// the one before (a member attaching a program of the recorded generation again is
+    /// not counted).
+    pub count: u64,
 }
 
 impl HostState {
@@ -302,6 +332,7 @@ impl HostState {
             freed: BTreeMap::new(),
             groups: BTreeMap::new(),
             listeners: BTreeMap::new(),
+            attached: BTreeMap::new(),
         }
     }
 
@@ -335,6 +366,9 @@ impl HostState {
         }
         for (service, slot) in &self.listeners {
             let _ = writeln!(t, "listen {service:#018x} {slot}");
+        }
+        for (addr, a) in &self.attached {
+            let _ = writeln!(t, "attached {addr} {} {}", a.generation, a.count);
         }
         t
     }
@@ -389,6 +423,17 @@ impl HostState {
                         .ok_or_else(|| bad("a service ID (0x…) expected"))?;
                     let s = slot(words.next())?;
                     state.listeners.insert(service, s);
+                }
+                Some("attached") => {
+                    let addr: SocketAddr = words
+                        .next()
+                        .and_then(|w| w.parse().ok())
+                        .ok_or_else(|| bad("an address expected"))?;
+                    let a = Attached {
+                        generation: num(words.next())?,
+                        count: num(words.next())?,
+                    };
+                    state.attached.insert(addr, a);
                 }
                 Some("group") => {
                     let addr: SocketAddr = words
@@ -553,6 +598,7 @@ impl Registry {
             _lock: file,
             state,
             changed: false,
+            attached_now: BTreeSet::new(),
         })
     }
 
@@ -607,6 +653,8 @@ pub struct Locked<'r> {
     _lock: File,
     state: HostState,
     changed: bool,
+    /// Groups whose program was attached since the last change ([`Locked::attached`]).
+    attached_now: BTreeSet<SocketAddr>,
 }
 
 impl Locked<'_> {
@@ -661,7 +709,7 @@ impl Locked<'_> {
                 joined_ms: now,
             },
         );
-        self.changed = true;
+        self.touch();
         Ok(slot)
     }
 
@@ -692,7 +740,7 @@ impl Locked<'_> {
             self.state.freed.insert(s, now);
         }
         self.state.listeners.retain(|_, s| !slots.contains(s));
-        self.changed = true;
+        self.touch();
     }
 
     /// Records that the member of `slot` listens on `service` (its CM agent accepts REQs
@@ -716,7 +764,7 @@ impl Locked<'_> {
             return Err(HostError::TooManyListeners);
         }
         self.state.listeners.insert(service, slot);
-        self.changed = true;
+        self.touch();
         Ok(())
     }
 
@@ -728,7 +776,7 @@ impl Locked<'_> {
             return false;
         }
         self.state.listeners.remove(&service);
-        self.changed = true;
+        self.touch();
         true
     }
 
@@ -746,8 +794,9 @@ impl Locked<'_> {
             certain: true,
         });
         g.order.joined(slot);
-        self.changed = true;
-        Ok(u32::try_from(g.order.len() - 1).unwrap_or(u32::MAX))
+        let index = u32::try_from(g.order.len() - 1).unwrap_or(u32::MAX);
+        self.touch();
+        Ok(index)
     }
 
     /// Records that the member of `slot` closed its socket of the group `addr` while
@@ -760,7 +809,9 @@ impl Locked<'_> {
         if g.order.is_empty() {
             self.state.groups.remove(&addr);
         }
-        self.changed |= left;
+        if left {
+            self.touch();
+        }
         left
     }
 
@@ -812,7 +863,22 @@ impl Locked<'_> {
                 },
             );
         }
+        self.touch();
+    }
+
+    /// Marks a change: the commit writes a new generation, and the attaches recorded so
+    /// far are forgotten (their programs lack the change).
+    fn touch(&mut self) {
         self.changed = true;
+        self.attached_now.clear();
+    }
+
+    /// Records that the member attached the program of `addr`'s group as [`Locked::table`]
+    /// gives it now; [`Locked::commit`] notes it in [`HostState::attached`] (see
+    /// *Re-attaching* in the module documentation). A change after this call makes the
+    /// commit forget it.
+    pub fn attached(&mut self, addr: SocketAddr) {
+        self.attached_now.insert(addr);
     }
 
     /// The steering table of `addr`'s group, with the host's CM listeners; `None` when
@@ -827,15 +893,37 @@ impl Locked<'_> {
     }
 
     /// Writes the registry if anything changed, with the next generation, and releases
-    /// the lock. Returns the generation.
+    /// the lock. Returns the generation. The programs recorded as attached
+    /// ([`Locked::attached`]) are noted with the generation written; when they are all
+    /// that changed, the file is written with the same generation.
     ///
     /// # Errors
     /// [`HostError::Io`] if the file cannot be written (the registry stays as it was).
     pub fn commit(mut self) -> Result<u64, HostError> {
-        if !self.changed {
+        let generation = self.state.generation + u64::from(self.changed);
+        let mut noted = false;
+        for addr in std::mem::take(&mut self.attached_now) {
+            if !self.state.groups.contains_key(&addr) {
+                continue;
+            }
+            let a = self.state.attached.entry(addr).or_default();
+            if a.count == 0 || a.generation < generation {
+                a.generation = generation;
+                a.count += 1;
+                noted = true;
+            }
+        }
+        // A group without member sockets has no program.
+        let groups = &self.state.groups;
+        let before = self.state.attached.len();
+        self.state
+            .attached
+            .retain(|addr, _| groups.contains_key(addr));
+        noted |= self.state.attached.len() != before;
+        if !self.changed && !noted {
             return Ok(self.state.generation);
         }
-        self.state.generation += 1;
+        self.state.generation = generation;
         let path = self.registry.path();
         let tmp = path.with_extension("tmp");
         let write = || -> io::Result<()> {
@@ -903,8 +991,16 @@ mod tests {
         );
         s.listeners.insert(0x0000_0000_0106_1C06, 3);
         s.listeners.insert(u64::MAX, 1);
+        s.attached.insert(
+            "[::1]:4791".parse().unwrap(),
+            Attached {
+                generation: 8,
+                count: 3,
+            },
+        );
         let t = s.to_text();
         assert!(t.contains("listen 0x0000000001061c06 3\n"), "{t}");
+        assert!(t.contains("attached [::1]:4791 8 3\n"), "{t}");
         assert_eq!(HostState::parse(&t), Ok(s));
         for bad in [
             "",
@@ -919,6 +1015,9 @@ mod tests {
             "uroce-host 1\nlisten 0x1\n",
             "uroce-host 1\nlisten 0xg 1\n",
             "uroce-host 1\nlisten 0x1 1 2\n",
+            "uroce-host 1\nattached 1.2.3.4:1 1\n",
+            "uroce-host 1\nattached 1.2.3.4 1 1\n",
+            "uroce-host 1\nattached 1.2.3.4:1 1 1 1\n",
         ] {
             assert!(HostState::parse(bad).is_err(), "{bad:?}");
         }
@@ -972,6 +1071,70 @@ mod tests {
         assert_eq!(name, format!("host-registry-net{}", ns_inode("net")));
         assert!(ns_inode("net") != 0 && ns_inode("pid") != 0);
         assert_eq!(reg.read().unwrap().pid_ns, ns_inode("pid"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn attaches_are_counted_once_per_generation_without_a_new_one() {
+        let dir = scratch("attached");
+        let reg = Registry::open(&dir, QpnLayout::default()).unwrap();
+        let a: SocketAddr = (IpAddr::V4(Ipv4Addr::new(127, 0, 77, 9)), 4791).into();
+        let attached = |generation, count| Attached { generation, count };
+        let ino = || std::fs::metadata(reg.path()).unwrap().ino();
+        // A joiner attaches: the program of the generation it commits, counted.
+        let mut l = reg.lock().unwrap();
+        let s1 = l.join().unwrap();
+        l.joined_group(s1, a).unwrap();
+        l.attached(a);
+        assert_eq!(l.commit().unwrap(), 1);
+        assert_eq!(reg.read().unwrap().attached[&a], attached(1, 1));
+        // Another member attaching the same program again: not counted, file untouched.
+        let file = ino();
+        let mut l = reg.lock().unwrap();
+        l.attached(a);
+        assert_eq!(l.commit().unwrap(), 1);
+        assert_eq!(ino(), file);
+        assert_eq!(reg.read().unwrap().attached[&a], attached(1, 1));
+        // A change nobody attached (a reaper without a socket in the group): the record
+        // stays behind the generation until a member attaches; that attach is written
+        // without a new generation (which would make every member attach again).
+        let mut l = reg.lock().unwrap();
+        let s2 = l.join().unwrap();
+        l.joined_group(s2, a).unwrap();
+        assert_eq!(l.commit().unwrap(), 2);
+        assert_eq!(reg.read().unwrap().attached[&a], attached(1, 1));
+        let file = ino();
+        let mut l = reg.lock().unwrap();
+        l.attached(a);
+        assert_eq!(l.commit().unwrap(), 2);
+        assert_ne!(ino(), file);
+        let state = reg.read().unwrap();
+        assert_eq!((state.generation, state.attached[&a]), (2, attached(2, 2)));
+        // An attach before a later change of the same lock is forgotten.
+        let mut l = reg.lock().unwrap();
+        l.attached(a);
+        assert!(l.left_group(s2, a));
+        l.leave(s2).unwrap();
+        assert_eq!(l.commit().unwrap(), 3);
+        assert_eq!(reg.read().unwrap().attached[&a], attached(2, 2));
+        // Discarded changes note nothing.
+        let mut l = reg.lock().unwrap();
+        l.attached(a);
+        drop(l);
+        assert_eq!(reg.read().unwrap().attached[&a], attached(2, 2));
+        // A group without sockets gets no record, and a group's record goes with its
+        // last socket.
+        let none: SocketAddr = (IpAddr::V4(Ipv4Addr::new(127, 0, 77, 10)), 4791).into();
+        let mut l = reg.lock().unwrap();
+        l.attached(none);
+        assert_eq!(l.commit().unwrap(), 3);
+        assert!(!reg.read().unwrap().attached.contains_key(&none));
+        let mut l = reg.lock().unwrap();
+        assert!(l.left_group(s1, a));
+        l.attached(a);
+        l.leave(s1).unwrap();
+        assert_eq!(l.commit().unwrap(), 4);
+        assert!(reg.read().unwrap().attached.is_empty());
         let _ = std::fs::remove_dir_all(&dir);
     }
 

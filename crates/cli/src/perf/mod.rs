@@ -272,10 +272,15 @@ pub fn default_addr(addr: Option<IpAddr>) -> Result<IpAddr> {
     }
 }
 
-/// Opens the device on `addr` (binding UDP 4791 there), with an optional capture file.
+/// Opens the device on `addr` (binding UDP 4791 there), with an optional capture file; a
+/// shared device (a member of the host-wide device on `addr`) unless the environment says
+/// `UROCE_SHARED=0` (as `NetConfig::from_env` reads it), so that several perf pairs can
+/// run on one address, as every program's device is. The rest of the environment's configuration (faults,
+/// ICRC policy) is not applied.
 pub fn open_device(addr: IpAddr, capture: Option<PathBuf>) -> Result<NetDevice> {
     let mut cfg = NetConfig::new(addr);
     cfg.capture = capture;
+    cfg.shared = NetConfig::from_env().is_ok_and(|c| c.shared);
     NetDevice::open(cfg).with_context(|| {
         format!(
             "opening the device on {addr} (UDP port 4791; is the address local and the port free?)"

@@ -1,5 +1,6 @@
 //! Helpers shared by the `uroce` CLI tests: running the binary with a time limit, a
-//! server child that is killed if the test ends early, and parsing the perf table.
+//! server child that is killed if the test ends early, and parsing the perf table;
+//! [`shared`] has those of the tests on one shared device.
 #![allow(dead_code)] // each test binary uses a different subset
 
 use std::collections::BTreeMap;
@@ -8,6 +9,8 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 pub use uroce_testkit::*;
+
+pub mod shared;
 
 /// The `uroce` binary under test.
 pub fn uroce() -> Command {

@@ -33,6 +33,10 @@
 //!   record the close, free the slot, attach the program for the order after the close
 //!   (the last member moves into this socket's index), close the socket, commit. The
 //!   registry's leave drops the member's CM listeners with its slot.
+//!
+//! Every program attached is recorded before the commit (`Locked::attached`): the registry
+//! file shows, per group, the generation the kernel's program was made from and how many
+//! programs of newer generations were attached (`HostState::attached`).
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
@@ -127,12 +131,17 @@ fn designated_in(l: &Locked<'_>, group: SocketAddr, slot: u16) -> bool {
     })
 }
 
-/// Attaches the program for `group`'s order as the registry knows it through `sock`; an
-/// uncertain order (several members died at once) attaches nothing: the program stays
-/// as it was until a member probes the group (not done yet).
-fn attach(l: &Locked<'_>, group: SocketAddr, sock: &impl AsFd) -> std::io::Result<()> {
+/// Attaches the program for `group`'s order as the registry knows it through `sock` and
+/// records it (`Locked::attached`: the commit notes the generation, and counts a newer
+/// one); an uncertain order (several members died at once) attaches nothing: the program
+/// stays as it was until a member probes the group (not done yet).
+fn attach(l: &mut Locked<'_>, group: SocketAddr, sock: &impl AsFd) -> std::io::Result<()> {
     match l.table(group) {
-        Some(t) => steer::attach(sock, &t.program()),
+        Some(t) => {
+            steer::attach(sock, &t.program())?;
+            l.attached(group);
+            Ok(())
+        }
         None => Ok(()),
     }
 }
@@ -164,7 +173,7 @@ impl HostMember {
             // declaration) and the uncommitted changes are discarded: nothing happened.
             let sock = RoceSocket::bind_member(group, cfg)?;
             l.joined_group(slot, group)?;
-            attach(&l, group, &sock).map_err(|e| NetError::Steer { group, source: e })?;
+            attach(&mut l, group, &sock).map_err(|e| NetError::Steer { group, source: e })?;
             let designated = designated_in(&l, group, slot);
             let generation = l.commit()?;
             (slot, sock, generation, file, designated)
@@ -263,7 +272,7 @@ impl HostMember {
             .store(designated_in(&l, self.group, self.slot), Ordering::Relaxed);
         let fd = lock(dup).clone();
         if let Some(fd) = &fd {
-            if attach(&l, self.group, fd.as_ref()).is_err() {
+            if attach(&mut l, self.group, fd.as_ref()).is_err() {
                 self.attach_errors.fetch_add(1, Ordering::Relaxed);
             }
         }
@@ -342,7 +351,7 @@ impl HostMember {
         self.designated
             .store(designated_in(&l, self.group, self.slot), Ordering::Relaxed);
         if (reaped || forced || l.state().generation != seen.generation)
-            && attach(&l, self.group, sock).is_err()
+            && attach(&mut l, self.group, sock).is_err()
         {
             self.attach_errors.fetch_add(1, Ordering::Relaxed);
         }
@@ -379,7 +388,7 @@ impl HostMember {
         let _ = l.leave(self.slot);
         if let Some(s) = sock.as_ref() {
             // The order after this socket's close: the last member in its index.
-            let _ = attach(&l, self.group, s);
+            let _ = attach(&mut l, self.group, s);
         }
         close(sock);
         let _ = l.commit();
