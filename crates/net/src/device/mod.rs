@@ -306,6 +306,8 @@ struct ProgressState {
     /// QPs whose engine said, for a packet received in this step, that its answer may
     /// wait ([`Reply::Deferrable`]: the ACK of a SEND or WRITE).
     completed: Vec<u32>,
+    /// Scratch for the QPs a post takes off the ready list (kept for its capacity).
+    parked: Vec<u32>,
     /// The IP multicast groups joined, each with its receiving socket (see
     /// [`crate::mcast`]).
     groups: Vec<GroupSock>,
@@ -593,9 +595,11 @@ impl NetDevice {
                 timers: HashMap::new(),
                 touched: Vec::new(),
                 completed: Vec::new(),
+                parked: Vec::with_capacity(TX_BATCH),
                 groups: Vec::new(),
             }),
-            ready: Mutex::new(Vec::new()),
+            // Room for the QPs of a burst: parking must not allocate on the data path.
+            ready: Mutex::new(Vec::with_capacity(TX_BATCH)),
             has_ready: AtomicBool::new(false),
             doorbell,
             sock_fd: Mutex::new(Some(Arc::new(sock_fd))),

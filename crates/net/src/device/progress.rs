@@ -29,13 +29,17 @@ impl DeviceCore {
         // 0. A polling application's own posts (rung since its last step) leave first,
         // together with any ACKs deferred for them.
         if defer_rx_output && self.rung.swap(false, Ordering::SeqCst) {
-            let qpns: Vec<u32> = {
+            // Through the state's scratch list: no allocation on the data path.
+            let mut qpns = std::mem::take(&mut io.parked);
+            {
                 let mut r = lock(&self.ready);
                 self.has_ready.store(false, Ordering::SeqCst);
-                r.drain(..).collect()
-            };
+                qpns.extend(r.drain(..));
+            }
             self.deferred_since.store(0, Ordering::Relaxed);
             work |= self.transmit_all(io, &qpns, now);
+            qpns.clear();
+            io.parked = qpns;
         }
         // 1. Receive. When a timer is due, everything already received goes first (an
         // ACK waiting in the socket after this process was not scheduled must count before

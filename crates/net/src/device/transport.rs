@@ -34,10 +34,14 @@ impl Transport for DeviceTransport {
                 // sleep), and QPs rung during a burst.
                 if sh.has_ready.swap(false, Ordering::SeqCst) {
                     sh.deferred_since.store(0, Ordering::Relaxed);
-                    let parked: Vec<u32> = lock(&sh.ready).drain(..).collect();
-                    for q in parked.into_iter().filter(|&q| q != qpn) {
+                    // Through the state's scratch list: no allocation on the data path.
+                    let mut parked = std::mem::take(&mut io.parked);
+                    parked.extend(lock(&sh.ready).drain(..).filter(|&q| q != qpn));
+                    for &q in &parked {
                         sh.transmit_now(&mut io, q, now);
                     }
+                    parked.clear();
+                    io.parked = parked;
                 }
             }
             Err(_) => sh.mark_ready(qpn),
