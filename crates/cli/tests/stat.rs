@@ -215,7 +215,8 @@ fn every_drop_reason_is_counted_where_uroce_stat_shows_it() {
             addr: a_mr.iova(),
             length: 8,
             lkey: a_mr.lkey(),
-        }],
+        }]
+        .into(),
         ..SendWr::default()
     })
     .expect("post");

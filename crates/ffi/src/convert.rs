@@ -4,12 +4,12 @@
 
 use std::io::Write as _;
 
-use uroce_verbs::UdDest;
 use uroce_verbs::{
     AccessFlags, AhAttr, AtomicInfo, Gid, PathMigState, QpAttr, QpCap, QpState, RdmaInfo, RecvWr,
     SendFlags, SendOpcode, SendWr, Sge, WorkCompletion,
 };
 use uroce_verbs::{AttrMask, WcFlags};
+use uroce_verbs::{InlineData, SgList, UdDest};
 use uroce_wire::pmtu::Pmtu;
 use uroce_wire::psn::Psn;
 
@@ -195,10 +195,10 @@ pub(crate) fn qp_attr_to_c(q: &QpAttr) -> ibv_qp_attr {
 ///
 /// # Safety
 /// `sg_list` is valid for reading `num_sge` entries when `num_sge > 0`.
-unsafe fn sges_from_c(sg_list: *const ibv_sge, num_sge: i32) -> Result<Vec<Sge>, FfiError> {
+unsafe fn sges_from_c(sg_list: *const ibv_sge, num_sge: i32) -> Result<SgList, FfiError> {
     let n = usize::try_from(num_sge).map_err(|_| FfiError::Invalid("negative num_sge"))?;
     if n == 0 {
-        return Ok(Vec::new());
+        return Ok(SgList::new());
     }
     if sg_list.is_null() {
         return Err(FfiError::Invalid("sg_list is NULL"));
@@ -248,7 +248,7 @@ pub(crate) unsafe fn send_wr_from_c(wr: &ibv_send_wr, max_inline: u32) -> Result
         if total > u64::from(max_inline) && opcode != SendOpcode::AtomicWrite {
             return Err(FfiError::Invalid("inline data longer than max_inline_data"));
         }
-        let mut data = Vec::with_capacity(usize::try_from(total).unwrap_or(0));
+        let mut data = InlineData::with_capacity(usize::try_from(total).unwrap_or(0));
         for s in &sges {
             let len = usize::try_from(s.length).unwrap_or(usize::MAX);
             if len == 0 {
@@ -427,7 +427,7 @@ mod tests {
         wr.imm_data = 0x0102_0304u32.to_be();
         // SAFETY: sg_list points to one live SGE over `payload`.
         let s = unsafe { send_wr_from_c(&wr, 64) }.expect("valid");
-        assert_eq!(s.inline_data, payload);
+        assert_eq!(s.inline_data[..], payload[..]);
         assert!(s.sg_list.is_empty());
         assert_eq!(s.imm_data, 0x0102_0304);
         assert_eq!(s.opcode, SendOpcode::SendWithImm);

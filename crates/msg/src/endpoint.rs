@@ -566,7 +566,7 @@ impl Shared {
             wr_id: TAG_CTRL,
             opcode: SendOpcode::RdmaWrite,
             flags: SendFlags::SIGNALED | SendFlags::INLINE,
-            inline_data: inner.posted.to_le_bytes().to_vec(),
+            inline_data: inner.posted.to_le_bytes()[..].into(),
             rdma: RdmaInfo { remote_addr, rkey },
             ..SendWr::default()
         };
@@ -639,7 +639,8 @@ impl Shared {
                     addr: slot.mr.iova(),
                     length: len as u32,
                     lkey: slot.mr.lkey(),
-                }],
+                }]
+                .into(),
                 imm_data: imm(kind, inner.posted as u32),
                 ..SendWr::default()
             };

@@ -87,7 +87,7 @@ pub fn main() -> Result<(), Box<dyn Error>> {
         wr_id: 2,
         opcode: SendOpcode::RdmaWriteWithImm,
         flags: SendFlags::SIGNALED,
-        sg_list: vec![sge(&mr_a, 4096, 2000)],
+        sg_list: vec![sge(&mr_a, 4096, 2000)].into(),
         imm_data: 0xC0FFEE,
         rdma: RdmaInfo {
             remote_addr: mr_b.iova() + 4096,

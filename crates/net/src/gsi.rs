@@ -340,7 +340,8 @@ impl Gsi {
                         addr: self.send_mr.iova() + off as u64,
                         length: MAD_LEN as u32,
                         lkey: self.send_mr.lkey(),
-                    }],
+                    }]
+                    .into(),
                     // The WR holds its own reference to the AH; ours goes at once.
                     ud: Some(UdDest {
                         ah: ah.reference(),

@@ -60,7 +60,7 @@ fn atomic_write_stores_eight_bytes_as_one_word() {
         wr_id: 2,
         opcode: SendOpcode::AtomicWrite,
         flags: SendFlags::SIGNALED,
-        sg_list: vec![a.sge(64, 8)],
+        sg_list: vec![a.sge(64, 8)].into(),
         rdma: RdmaInfo {
             remote_addr: b.mr.iova() + 16,
             rkey: b.mr.rkey(),

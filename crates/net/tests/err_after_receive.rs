@@ -30,7 +30,7 @@ fn the_held_back_ack_leaves_before_the_qp_enters_err() {
             wr_id: 2,
             opcode: SendOpcode::Send,
             flags: SendFlags::SIGNALED,
-            sg_list: vec![a.sge(0, 8)],
+            sg_list: vec![a.sge(0, 8)].into(),
             ..SendWr::default()
         })
         .expect("post_send");

@@ -292,7 +292,7 @@ impl Flow {
             let mut wr = SendWr {
                 wr_id,
                 flags: SendFlags::SIGNALED,
-                sg_list: vec![req.sge(local, len)],
+                sg_list: vec![req.sge(local, len)].into(),
                 ..SendWr::default()
             };
             let rdma = RdmaInfo {

@@ -193,7 +193,7 @@ fn every_op(a: &Side, b: &Side, mtu: Pmtu, key: u64, what: &str) {
         wr_id: 2,
         opcode: SendOpcode::RdmaWrite,
         flags: SendFlags::SIGNALED,
-        sg_list: vec![a.sge(0, WRITE_LEN)],
+        sg_list: vec![a.sge(0, WRITE_LEN)].into(),
         rdma: RdmaInfo {
             remote_addr: b.va(WRITE_OFF),
             rkey: b.mr.rkey(),
@@ -221,7 +221,7 @@ fn every_op(a: &Side, b: &Side, mtu: Pmtu, key: u64, what: &str) {
         wr_id: 3,
         opcode: SendOpcode::RdmaRead,
         flags: SendFlags::SIGNALED,
-        sg_list: vec![a.sge(READ_DST_OFF, READ_LEN)],
+        sg_list: vec![a.sge(READ_DST_OFF, READ_LEN)].into(),
         rdma: RdmaInfo {
             remote_addr: b.va(WRITE_OFF),
             rkey: b.mr.rkey(),
@@ -250,7 +250,7 @@ fn every_op(a: &Side, b: &Side, mtu: Pmtu, key: u64, what: &str) {
         wr_id: 4,
         opcode: SendOpcode::AtomicFetchAndAdd,
         flags: SendFlags::SIGNALED,
-        sg_list: vec![a.sge(FETCH_OFF, 8)],
+        sg_list: vec![a.sge(FETCH_OFF, 8)].into(),
         atomic: AtomicInfo {
             remote_addr: b.va(ATOMIC_OFF),
             compare_add: add,

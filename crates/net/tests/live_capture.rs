@@ -163,7 +163,7 @@ fn every_operation(a: &Side, b: &Side, c: &Conn<'_>, tag: u64) {
                 SendOpcode::RdmaWrite
             },
             flags: SendFlags::SIGNALED,
-            sg_list: vec![a.sge(BUF, len)],
+            sg_list: vec![a.sge(BUF, len)].into(),
             imm_data: imm.unwrap_or(0),
             rdma: RdmaInfo {
                 remote_addr: b.va(BUF),
@@ -201,7 +201,7 @@ fn every_operation(a: &Side, b: &Side, c: &Conn<'_>, tag: u64) {
             wr_id: key,
             opcode: SendOpcode::RdmaRead,
             flags: SendFlags::SIGNALED,
-            sg_list: vec![a.sge(BUF, len)],
+            sg_list: vec![a.sge(BUF, len)].into(),
             rdma: RdmaInfo {
                 remote_addr: b.va(READ_SRC),
                 rkey: b.mr.rkey(),
@@ -231,7 +231,7 @@ fn every_operation(a: &Side, b: &Side, c: &Conn<'_>, tag: u64) {
             wr_id: key,
             opcode,
             flags: SendFlags::SIGNALED,
-            sg_list: vec![a.sge(RESULT, 8)],
+            sg_list: vec![a.sge(RESULT, 8)].into(),
             atomic: AtomicInfo {
                 remote_addr: b.va(ATOMIC),
                 compare_add,

@@ -122,7 +122,7 @@ fn rdma(wr_id: u64, opcode: SendOpcode, local: Sge, remote_addr: u64, rkey: u32)
         wr_id,
         opcode,
         flags: SendFlags::SIGNALED,
-        sg_list: vec![local],
+        sg_list: vec![local].into(),
         rdma: RdmaInfo { remote_addr, rkey },
         ..SendWr::default()
     }
@@ -385,7 +385,7 @@ fn send_with_invalidate_invalidates_a_type2_window() {
         wr_id: 1,
         opcode: SendOpcode::SendWithInv,
         flags: SendFlags::SIGNALED,
-        sg_list: vec![sge(&a.mr, 0, 100)],
+        sg_list: vec![sge(&a.mr, 0, 100)].into(),
         invalidate_rkey: rkey,
         ..SendWr::default()
     };
@@ -427,7 +427,7 @@ fn send_with_invalidate_of_a_region_or_type1_window_is_refused() {
             wr_id: 1,
             opcode: SendOpcode::SendWithInv,
             flags: SendFlags::SIGNALED,
-            sg_list: vec![sge(&a.mr, 0, 100)],
+            sg_list: vec![sge(&a.mr, 0, 100)].into(),
             invalidate_rkey: target,
             ..SendWr::default()
         };

@@ -148,7 +148,8 @@ fn send_ping_pong_allocates_nothing() {
                 addr: a.mr.iova(),
                 length: 8,
                 lkey: a.mr.lkey(),
-            }],
+            }]
+            .into(),
             ..SendWr::default()
         })
         .collect();
@@ -159,7 +160,8 @@ fn send_ping_pong_allocates_nothing() {
                 addr: b.mr.iova(),
                 length: 64,
                 lkey: b.mr.lkey(),
-            }],
+            }]
+            .into(),
         })
         .collect();
     for _ in 0..32 {

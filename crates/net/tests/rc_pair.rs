@@ -135,7 +135,7 @@ fn every_rc_operation_between_two_devices() {
         wr_id: 2,
         opcode: SendOpcode::RdmaWrite,
         flags: SendFlags::SIGNALED,
-        sg_list: vec![sge(&a.mr, 0, data.len())],
+        sg_list: vec![sge(&a.mr, 0, data.len())].into(),
         rdma: RdmaInfo {
             remote_addr: b.mr.iova() + 4096,
             rkey: b.mr.rkey(),
@@ -156,7 +156,7 @@ fn every_rc_operation_between_two_devices() {
     a.mr.block().fill(0, LEN, 0).expect("clear");
     w.wr_id = 3;
     w.opcode = SendOpcode::RdmaRead;
-    w.sg_list = vec![sge(&a.mr, 0, 150 * 1024)];
+    w.sg_list = vec![sge(&a.mr, 0, 150 * 1024)].into();
     a.qp.post_send(w).expect("read");
     let wa = wait(&a.cq, 1);
     assert_eq!(
@@ -173,7 +173,7 @@ fn every_rc_operation_between_two_devices() {
         wr_id: 4,
         opcode: SendOpcode::AtomicFetchAndAdd,
         flags: SendFlags::SIGNALED,
-        sg_list: vec![sge(&a.mr, 64, 8)],
+        sg_list: vec![sge(&a.mr, 64, 8)].into(),
         atomic: AtomicInfo {
             remote_addr: b.mr.iova(),
             compare_add: 2,
@@ -193,7 +193,7 @@ fn every_rc_operation_between_two_devices() {
         wr_id: 5,
         opcode: SendOpcode::AtomicCmpAndSwp,
         flags: SendFlags::SIGNALED,
-        sg_list: vec![sge(&a.mr, 72, 8)],
+        sg_list: vec![sge(&a.mr, 72, 8)].into(),
         atomic: AtomicInfo {
             remote_addr: b.mr.iova(),
             compare_add: 42,

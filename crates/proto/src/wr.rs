@@ -128,13 +128,25 @@ bitflags! {
     }
 }
 
+/// A work request's scatter/gather list. One entry is kept in place (the size of a `Vec`),
+/// so the common single-buffer work request is posted without an allocation; longer lists
+/// go to the heap. Build one from a `Vec` with `.into()`, from an iterator with
+/// `collect()`, or with [`SgList::from_slice`].
+pub type SgList = smallvec::SmallVec<[Sge; 1]>;
+
+/// The payload of an inline send, copied at post time: up to 64 bytes kept in place, so
+/// small inline sends (latency tests, 64-byte message-rate tests, control messages) post
+/// without an allocation. (A work request grows by 48 bytes over a `Vec`; send queues hold
+/// only the work requests in flight.)
+pub type InlineData = smallvec::SmallVec<[u8; 64]>;
+
 /// Where the data of a send WR comes from.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum SendPayload {
     /// Gathered from local memory when the packets are built.
-    Sges(Vec<Sge>),
+    Sges(SgList),
     /// Copied at post time (`IBV_SEND_INLINE`): no local memory access later.
-    Inline(Vec<u8>),
+    Inline(InlineData),
 }
 
 impl SendPayload {
@@ -297,12 +309,12 @@ pub enum WrError {
 
 impl SendWr {
     /// A WR with `opcode` over `sges` and every other field zero/empty.
-    pub fn new(wr_id: u64, opcode: SendOpcode, sges: Vec<Sge>) -> SendWr {
+    pub fn new(wr_id: u64, opcode: SendOpcode, sges: impl Into<SgList>) -> SendWr {
         SendWr {
             wr_id,
             opcode,
             flags: SendFlags::empty(),
-            payload: SendPayload::Sges(sges),
+            payload: SendPayload::Sges(sges.into()),
             imm_data: 0,
             invalidate_rkey: 0,
             remote_addr: 0,
@@ -322,13 +334,16 @@ pub struct RecvWr {
     /// Returned in the completion.
     pub wr_id: u64,
     /// Where incoming SEND data is scattered.
-    pub sg_list: Vec<Sge>,
+    pub sg_list: SgList,
 }
 
 impl RecvWr {
-    /// A receive WR scattering into `sg_list`.
-    pub fn new(wr_id: u64, sg_list: Vec<Sge>) -> RecvWr {
-        RecvWr { wr_id, sg_list }
+    /// A receive WR scattering into `sg_list` (a `Vec<Sge>`, an array or an [`SgList`]).
+    pub fn new(wr_id: u64, sg_list: impl Into<SgList>) -> RecvWr {
+        RecvWr {
+            wr_id,
+            sg_list: sg_list.into(),
+        }
     }
 
     /// Total bytes the WR can receive.

@@ -481,16 +481,18 @@ struct Outcome {
     exhausted: usize,
 }
 
-fn sge_list(h: &RegionHandle, pieces: &[(u64, u32)]) -> Vec<uroce_proto::memory::Sge> {
+fn sge_list(h: &RegionHandle, pieces: &[(u64, u32)]) -> uroce_proto::wr::SgList {
     pieces.iter().map(|&(o, l)| h.sge(o, l)).collect()
 }
 
 fn build_wr(i: usize, op: &Op, mine: &Regions, peer: &Regions) -> SendWr {
     let mut wr = SendWr::new(i as u64, op.kind.opcode(), Vec::new());
     wr.payload = match (&op.inline, op.kind) {
-        (Some(bytes), _) => SendPayload::Inline(bytes.clone()),
+        (Some(bytes), _) => SendPayload::Inline(bytes[..].into()),
         (None, Kind::Read) => SendPayload::Sges(sge_list(&mine.read, &op.dst)),
-        (None, Kind::FetchAdd | Kind::CmpSwap) => SendPayload::Sges(vec![mine.res.sge(op.res, 8)]),
+        (None, Kind::FetchAdd | Kind::CmpSwap) => {
+            SendPayload::Sges(vec![mine.res.sge(op.res, 8)].into())
+        }
         (None, _) => SendPayload::Sges(sge_list(&mine.src, &op.src)),
     };
     if op.inline.is_some() {

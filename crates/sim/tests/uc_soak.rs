@@ -171,7 +171,7 @@ fn run_case(level: f64, dup_only: bool, seed: u64, n_ops: usize) -> Result<Outco
             };
             let mut wr = SendWr::new(i as u64, opcode, sges);
             if len <= 256 && rng.random_bool(0.3) {
-                wr.payload = SendPayload::Inline(data.clone());
+                wr.payload = SendPayload::Inline(data[..].into());
                 wr.flags |= SendFlags::INLINE;
             }
             let signaled = rng.random_bool(0.7);

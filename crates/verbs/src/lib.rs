@@ -180,8 +180,8 @@ pub use mr::AccessFlags;
 pub use mw::{BindMwWr, Mw, MwBindInfo, MwType};
 pub use pd::Pd;
 pub use qp::{
-    AtomicInfo, PathMigState, Qp, QpAttr, QpCap, QpInitAttr, QpInitInfo, QpRef, RdmaInfo, RecvWr,
-    SendFlags, SendOpcode, SendWr, Sge, UdDest,
+    AtomicInfo, InlineData, PathMigState, Qp, QpAttr, QpCap, QpInitAttr, QpInitInfo, QpRef,
+    RdmaInfo, RecvWr, SendFlags, SendOpcode, SendWr, SgList, Sge, UdDest,
 };
 pub use region::{Mr, MrRef, ReregMrError};
 pub use srq::{Srq, SrqAttr, SrqAttrMask, SrqInitAttr, SrqRef};

@@ -356,7 +356,7 @@ fn post_send_rules() {
     ));
     let inline = SendWr {
         flags: SendFlags::INLINE,
-        inline_data: vec![0; 65],
+        inline_data: vec![0; 65].into(),
         ..SendWr::send(2, vec![])
     };
     assert!(matches!(
@@ -374,7 +374,7 @@ fn post_send_rules() {
     ));
     let atomic = |addr: u64, len: u32| SendWr {
         opcode: SendOpcode::AtomicFetchAndAdd,
-        sg_list: vec![Sge { length: len, ..sge }],
+        sg_list: vec![Sge { length: len, ..sge }].into(),
         atomic: AtomicInfo {
             remote_addr: addr,
             ..AtomicInfo::default()

@@ -797,7 +797,7 @@ impl<'a> Runner<'a> {
                 wr_id: wr_id(i, n),
                 opcode: SendOpcode::RdmaWrite,
                 flags: SendFlags::SIGNALED,
-                sg_list: vec![self.sge(i, l.local_off(0), l.size)],
+                sg_list: vec![self.sge(i, l.local_off(0), l.size)].into(),
                 rdma: RdmaInfo {
                     remote_addr: peer.addr,
                     rkey: peer.rkey,
@@ -924,7 +924,7 @@ impl<'a> Runner<'a> {
                 wr_id: wr_id(i, m),
                 opcode: SendOpcode::AtomicFetchAndAdd,
                 flags: signaled,
-                sg_list: vec![local],
+                sg_list: vec![local].into(),
                 atomic: AtomicInfo {
                     remote_addr: peer.addr,
                     compare_add: 1,
@@ -938,7 +938,7 @@ impl<'a> Runner<'a> {
                 wr_id: wr_id(i, m),
                 opcode: SendOpcode::RdmaRead,
                 flags: signaled,
-                sg_list: vec![local],
+                sg_list: vec![local].into(),
                 rdma: RdmaInfo {
                     remote_addr: peer.addr + (remote % l.target_slots as u64) * l.stride as u64,
                     rkey: peer.rkey,
@@ -1055,7 +1055,7 @@ impl<'a> Runner<'a> {
                     wr_id: wr_id(i, m),
                     opcode: SendOpcode::RdmaWrite,
                     flags: SendFlags::SIGNALED,
-                    sg_list: vec![self.sge(i, local, l.size)],
+                    sg_list: vec![self.sge(i, local, l.size)].into(),
                     rdma: RdmaInfo {
                         remote_addr: peer.addr + (m % l.target_slots as u64) * l.stride as u64,
                         rkey: peer.rkey,

@@ -36,7 +36,7 @@ use std::ffi::{c_int, c_void};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use uroce_verbs::{
-    AtomicInfo, QpRef, QpType, RdmaInfo, SendFlags, SendOpcode, SendWr, Sge, UdDest,
+    AtomicInfo, QpRef, QpType, RdmaInfo, SendFlags, SendOpcode, SendWr, SgList, Sge, UdDest,
 };
 
 use crate::abi::*;
@@ -549,7 +549,7 @@ unsafe fn copy_inline(
 fn put_inline(w: &mut SendWr, data: Vec<u8>) {
     w.flags |= SendFlags::INLINE;
     w.sg_list.clear();
-    w.inline_data = data;
+    w.inline_data = data.into();
 }
 
 /// `ibv_wr_set_inline_data(qpx, addr, length)`: the payload, copied now.
@@ -602,7 +602,7 @@ unsafe extern "C" fn wr_set_sge(qpx: *mut ibv_qp_ex, lkey: u32, addr: u64, lengt
     set(qpx, |w, _| {
         w.flags -= SendFlags::INLINE;
         w.inline_data.clear();
-        w.sg_list = vec![Sge { addr, length, lkey }];
+        w.sg_list = vec![Sge { addr, length, lkey }].into();
         Ok(())
     })
 }
@@ -617,7 +617,7 @@ unsafe extern "C" fn wr_set_sge_list(qpx: *mut ibv_qp_ex, num_sge: usize, sg_lis
             return Err(FfiError::Invalid("num_sge too large"));
         }
         let list = if num_sge == 0 {
-            Vec::new()
+            SgList::new()
         } else {
             if sg_list.is_null() {
                 return Err(FfiError::Invalid("sg_list is NULL"));

@@ -158,7 +158,7 @@ impl Side {
             wr_id,
             opcode: SendOpcode::RdmaWrite,
             flags: SendFlags::SIGNALED,
-            sg_list: vec![self.sge(0, len)],
+            sg_list: vec![self.sge(0, len)].into(),
             rdma: RdmaInfo {
                 remote_addr: to.va(0),
                 rkey: to.mr.rkey(),

@@ -903,7 +903,7 @@ fn inline_payload_and_zero_length_messages() {
     p.post_recv(100, 0, 64);
     p.post_recv(101, 64, 64);
     let mut w = SendWr::new(1, SendOpcode::Send, vec![]);
-    w.payload = SendPayload::Inline(vec![8; 33]);
+    w.payload = SendPayload::Inline(vec![8; 33].into());
     Engine::post_send(&mut p.a, w).unwrap();
     Engine::post_send(&mut p.a, SendWr::new(2, SendOpcode::Send, vec![])).unwrap();
     let mut z = SendWr::new(3, SendOpcode::RdmaWrite, vec![]);

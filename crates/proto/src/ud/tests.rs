@@ -304,7 +304,7 @@ fn oversize_and_invalid_sends_are_refused_at_post_time() {
         }))
     );
     let mut inline = send_wr(&m, 1, 0, &[], dest);
-    inline.payload = SendPayload::Inline(vec![3; 300]);
+    inline.payload = SendPayload::Inline(vec![3; 300].into());
     assert_eq!(
         a.post_send(inline),
         Err(PostError::InvalidWr(WrError::LargerThanMtu {
@@ -341,7 +341,7 @@ fn oversize_and_invalid_sends_are_refused_at_post_time() {
     // Exactly the PMTU is fine, inline too.
     a.post_send(send_wr(&m, 2, 0, &[1; 256], dest)).unwrap();
     let mut inline = send_wr(&m, 3, 0, &[], dest);
-    inline.payload = SendPayload::Inline(vec![9; 5]);
+    inline.payload = SendPayload::Inline(vec![9; 5].into());
     a.post_send(inline).unwrap();
     let out = transmit_all(&mut a, &m);
     assert_eq!(out.len(), 2);
@@ -417,11 +417,14 @@ fn unsignaled_sends_complete_silently_and_bad_sges_move_to_sqe() {
     quiet.flags = SendFlags::empty();
     a.post_send(quiet).unwrap();
     let mut bad = send_wr(&m, 2, 0, b"y", dest);
-    bad.payload = SendPayload::Sges(vec![Sge {
-        addr: 0xdead_0000,
-        length: 4,
-        lkey: 99,
-    }]);
+    bad.payload = SendPayload::Sges(
+        vec![Sge {
+            addr: 0xdead_0000,
+            length: 4,
+            lkey: 99,
+        }]
+        .into(),
+    );
     a.post_send(bad).unwrap();
     a.post_send(send_wr(&m, 3, 0, b"z", dest)).unwrap();
     let out = transmit_all(&mut a, &m);

@@ -242,7 +242,7 @@ fn rc_stream(a: &NetDevice, b: &NetDevice, sh: &Shared) -> Res<()> {
                     wr_id: seq,
                     opcode: op,
                     flags: SendFlags::SIGNALED,
-                    sg_list: vec![sa.sge(off, 4096)],
+                    sg_list: vec![sa.sge(off, 4096)].into(),
                     rdma: RdmaInfo {
                         remote_addr: sb.mr.iova() + remote as u64,
                         rkey: sb.mr.rkey(),

@@ -83,7 +83,8 @@ mod wr;
 
 pub use attr::{PathMigState, QpAttr, QpCap, QpInitAttr, QpInitInfo};
 pub use wr::{
-    AtomicInfo, RdmaInfo, RecvWr, SendFlags, SendOpcode, SendWr, Sge, UdDest, MAX_RECV_LEN,
+    AtomicInfo, InlineData, RdmaInfo, RecvWr, SendFlags, SendOpcode, SendWr, SgList, Sge, UdDest,
+    MAX_RECV_LEN,
 };
 
 pub(crate) struct QpInner {

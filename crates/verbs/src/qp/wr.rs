@@ -16,6 +16,11 @@ pub use uroce_proto::wr::SendOpcode;
 /// One scatter/gather element (the protocol layer's type).
 pub use uroce_proto::memory::Sge;
 
+/// A scatter/gather list and an inline payload (the protocol layer's types): the first
+/// entry, and up to 64 inline bytes, kept in place, so a single-buffer or small inline
+/// work request is posted without an allocation.
+pub use uroce_proto::wr::{InlineData, SgList};
+
 /// RDMA READ/WRITE (and ATOMIC WRITE) target (`wr.rdma`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct RdmaInfo {
@@ -59,9 +64,9 @@ pub struct SendWr {
     /// Flags.
     pub flags: SendFlags,
     /// Local buffers (ignored with [`SendFlags::INLINE`]).
-    pub sg_list: Vec<Sge>,
+    pub sg_list: SgList,
     /// The payload of an INLINE send, copied at post time.
-    pub inline_data: Vec<u8>,
+    pub inline_data: InlineData,
     /// Immediate data (host order) for `*_WITH_IMM`.
     pub imm_data: u32,
     /// R_Key to invalidate (`SEND_WITH_INV`, `LOCAL_INV`).
@@ -85,8 +90,8 @@ impl Default for SendWr {
             wr_id: 0,
             opcode: SendOpcode::Send,
             flags: SendFlags::empty(),
-            sg_list: Vec::new(),
-            inline_data: Vec::new(),
+            sg_list: SgList::new(),
+            inline_data: InlineData::new(),
             imm_data: 0,
             invalidate_rkey: 0,
             rdma: RdmaInfo::default(),
@@ -100,12 +105,12 @@ impl Default for SendWr {
 
 impl SendWr {
     /// A signaled SEND of `sg_list`.
-    pub fn send(wr_id: u64, sg_list: Vec<Sge>) -> SendWr {
+    pub fn send(wr_id: u64, sg_list: impl Into<SgList>) -> SendWr {
         SendWr {
             wr_id,
             opcode: SendOpcode::Send,
             flags: SendFlags::SIGNALED,
-            sg_list,
+            sg_list: sg_list.into(),
             ..SendWr::default()
         }
     }
@@ -121,7 +126,7 @@ impl SendWr {
             wr_id,
             opcode: SendOpcode::AtomicWrite,
             flags: SendFlags::SIGNALED | SendFlags::INLINE,
-            inline_data: value.to_vec(),
+            inline_data: InlineData::from_slice(&value),
             rdma: RdmaInfo { remote_addr, rkey },
             ..SendWr::default()
         }

@@ -18,7 +18,7 @@ const VALUE: [u8; 8] = [0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88];
 /// An ATOMIC WRITE of `value` (inline) to B's `va` under rkey 2.
 fn aw(wr_id: u64, va: u64, value: [u8; 8]) -> SendWr {
     let mut w = rdma(wr_id, SendOpcode::AtomicWrite, vec![], va, 2);
-    w.payload = SendPayload::Inline(value.to_vec());
+    w.payload = SendPayload::Inline(value[..].into());
     w
 }
 
@@ -315,7 +315,7 @@ fn post_time_checks() {
     let mut p = pair(ALL);
     for len in [0usize, 7, 9, 16] {
         let mut w = aw(1, 0x1008, VALUE);
-        w.payload = SendPayload::Inline(vec![1; len]);
+        w.payload = SendPayload::Inline(vec![1; len].into());
         assert_eq!(
             p.a.post_send(w),
             Err(PostError::InvalidWr(WrError::AtomicLength {

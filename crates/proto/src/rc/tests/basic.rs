@@ -456,7 +456,7 @@ fn inline_send_reads_no_local_memory() {
     p.b.post_recv(recv(1, vec![sge(0x1000, 4096, 2)])).unwrap();
     let payload = bytes(9, 700);
     let mut w = wr(1, SendOpcode::SendWithImm, vec![]);
-    w.payload = SendPayload::Inline(payload.clone());
+    w.payload = SendPayload::Inline(payload.clone().into());
     w.flags |= SendFlags::INLINE | SendFlags::SOLICITED;
     w.imm_data = 0x0102_0304;
     // A has no memory regions at all: any gather would fail with LOC_PROT_ERR.

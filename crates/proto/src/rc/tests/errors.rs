@@ -426,7 +426,7 @@ fn set_state_err_flushes_in_posting_order() {
 fn post_time_validation() {
     let mut p = Pair::new();
     let mut w = rdma(1, SendOpcode::RdmaRead, vec![], 0, 0);
-    w.payload = SendPayload::Inline(vec![1, 2, 3]);
+    w.payload = SendPayload::Inline(vec![1, 2, 3].into());
     assert!(matches!(p.a.post_send(w), Err(PostError::InvalidWr(_))));
     assert!(matches!(
         p.a.post_send(wr(1, SendOpcode::BindMw, vec![])),
