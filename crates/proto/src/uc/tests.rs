@@ -13,8 +13,8 @@ use super::{UcConfig, UcQp};
 use crate::engine::{Arrival, Engine};
 use crate::engine::{CqKind, Env, PostError, QpEvent, RemoteAccess, RtsAttrs, SharedRecvQueue};
 use crate::qp_state::{QpState, QpType};
-use crate::rc::tests::{bytes, flush_bytes, recv, sge, TestSrq, ALL, LOCAL_WRITE};
-use crate::testing::{Access, TestMemory};
+use crate::rc::tests::{bytes, flush_bytes, recv, sge, ALL, LOCAL_WRITE};
+use crate::testing::{Access, TestMemory, TestSrq};
 use crate::time::Instant;
 use crate::wr::{
     SendFlags, SendOpcode, SendPayload, SendWr, WcFlags, WcOpcode, WcStatus, WorkCompletion,
@@ -693,8 +693,8 @@ fn srq_wqe_of_a_dropped_message_is_kept_for_the_next() {
         Err(PostError::InvalidWr(WrError::UsesSrq))
     );
     let mut srq = TestSrq::default();
-    srq.0.push_back(recv(200, vec![sge(DST, 1024, 2)]));
-    srq.0.push_back(recv(201, vec![sge(DST + 1024, 1024, 2)]));
+    srq.post(recv(200, vec![sge(DST, 1024, 2)]));
+    srq.post(recv(201, vec![sge(DST + 1024, 1024, 2)]));
     p.srq_b = Some(srq);
     p.send(1, SendOpcode::Send, 0, &bytes(70, 700));
     let m = bytes(71, 40);
@@ -708,7 +708,7 @@ fn srq_wqe_of_a_dropped_message_is_kept_for_the_next() {
         (recv_wc(&wcs[0]).wr_id, recv_wc(&wcs[0]).byte_len),
         (200, 40)
     );
-    assert_eq!(p.srq_b.as_ref().unwrap().0.len(), 1, "201 still in the SRQ");
+    assert_eq!(p.srq_b.as_ref().unwrap().len(), 1, "201 still in the SRQ");
 }
 
 #[test]
@@ -1037,7 +1037,7 @@ proptest! {
         let mut srq_q = TestSrq::default();
         for i in 0..8 {
             if srq {
-                srq_q.0.push_back(recv(i, vec![sge(DST + 512 * i, 512, 2)]));
+                srq_q.post(recv(i, vec![sge(DST + 512 * i, 512, 2)]));
             } else {
                 p.post_recv(i, 512 * i, 512);
             }

@@ -13,8 +13,8 @@ use crate::engine::{Arrival, Engine, Transmit};
 use crate::engine::{CqKind, Env, PostError, QpEvent, RtsAttrs};
 use crate::memory::Sge;
 use crate::qp_state::{QpState, QpType};
-use crate::rc::tests::{TestSrq, LOCAL_WRITE};
-use crate::testing::TestMemory;
+use crate::rc::tests::LOCAL_WRITE;
+use crate::testing::{TestMemory, TestSrq};
 use crate::time::Instant;
 use crate::wr::{
     RecvWr, SendFlags, SendOpcode, SendPayload, SendWr, UdDest, WcFlags, WcOpcode, WcStatus,
@@ -722,7 +722,7 @@ fn srq_receives() {
         Err(PostError::InvalidWr(WrError::UsesSrq))
     );
     let mut srq = TestSrq::default();
-    srq.0.push_back(recv_wr(77, 0, 64));
+    srq.post(recv_wr(77, 0, 64));
     a.post_send(send_wr(&m, 1, 0, b"srq", UdDest::new(B_IP, 0x22, 3)))
         .unwrap();
     a.post_send(send_wr(&m, 2, 0, b"srq", UdDest::new(B_IP, 0x22, 3)))

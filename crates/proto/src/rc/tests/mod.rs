@@ -21,7 +21,7 @@ use uroce_wire::{bth, PacketRepr, Pmtu, Psn};
 use super::{CqKind, Env, QpEvent, RcConfig, RcQp, SharedRecvQueue};
 pub(crate) use crate::engine::Engine;
 use crate::memory::{Memory, Sge};
-pub use crate::testing::{Access, PatternMemory, TestMemory};
+pub use crate::testing::{Access, PatternMemory, TestMemory, TestSrq};
 use crate::time::Instant;
 use crate::wr::{RecvWr, SendFlags, SendOpcode, SendWr, WorkCompletion};
 
@@ -31,16 +31,6 @@ pub const REMOTE_WRITE: Access = Access::REMOTE_WRITE;
 pub const REMOTE_READ: Access = Access::REMOTE_READ;
 pub const REMOTE_ATOMIC: Access = Access::REMOTE_ATOMIC;
 pub const ALL: Access = Access::ALL;
-
-/// An SRQ over a deque.
-#[derive(Default)]
-pub struct TestSrq(pub VecDeque<RecvWr>);
-
-impl SharedRecvQueue for TestSrq {
-    fn take(&mut self) -> Option<RecvWr> {
-        self.0.pop_front()
-    }
-}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Side {
