@@ -10,6 +10,9 @@
 //! QP as a sans-IO state machine) and the UD engine ([`ud`]: one UD or GSI QP), both behind
 //! the transport-engine interface [`engine::Engine`]. The communication manager
 //! ([`cm`]: the CM state table and a sans-IO CM agent per port) lives here too.
+//!
+//! With the `testing` feature (test infrastructure only), `testing` holds the memories the
+//! engines' tests run on, shared by proto's own tests and `uroce-sim`.
 #![forbid(unsafe_code)]
 
 mod build;
@@ -19,6 +22,8 @@ pub mod engine;
 pub mod memory;
 pub mod qp_state;
 pub mod rc;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 pub mod time;
 pub mod uc;
 pub mod ud;

@@ -7,7 +7,8 @@
 //! replayed exactly.
 //!
 //! * [`memory`]: [`memory::TestMemory`], a `uroce_proto::memory::Memory` over
-//!   registered regions, with key/bounds/permission checks.
+//!   registered regions, with key/bounds/permission checks (proto's test memory,
+//!   `uroce_proto::testing`, re-exported).
 //! * [`net`]: [`net::SimNet`], nodes (IPv4 or IPv6), QPs (any
 //!   `uroce_proto::engine::Engine`, routed per packet by its destination address), links
 //!   with loss / duplication / reordering / bit corruption / delay, packet filters, virtual

@@ -13,7 +13,8 @@ use super::{UcConfig, UcQp};
 use crate::engine::{Arrival, Engine};
 use crate::engine::{CqKind, Env, PostError, QpEvent, RemoteAccess, RtsAttrs, SharedRecvQueue};
 use crate::qp_state::{QpState, QpType};
-use crate::rc::tests::{bytes, flush_bytes, recv, sge, TestMem, TestSrq, ALL, LOCAL_WRITE};
+use crate::rc::tests::{bytes, flush_bytes, recv, sge, ALL, LOCAL_WRITE};
+use crate::testing::{Access, TestMemory, TestSrq};
 use crate::time::Instant;
 use crate::wr::{
     SendFlags, SendOpcode, SendPayload, SendWr, WcFlags, WcOpcode, WcStatus, WorkCompletion,
@@ -40,8 +41,8 @@ enum Side {
 struct Pair {
     a: UcQp,
     b: UcQp,
-    mem_a: TestMem,
-    mem_b: TestMem,
+    mem_a: TestMemory,
+    mem_b: TestMemory,
     srq_b: Option<TestSrq>,
     buf: Vec<u8>,
 }
@@ -61,9 +62,9 @@ impl Pair {
     }
 
     fn with(a: UcConfig, b: UcConfig) -> Pair {
-        let mem_a = TestMem::new();
+        let mem_a = TestMemory::new();
         mem_a.add(1, SRC, REGION, ALL);
-        let mem_b = TestMem::new();
+        let mem_b = TestMemory::new();
         mem_b.add(2, DST, REGION, LOCAL_WRITE);
         mem_b.add(3, TGT, REGION, ALL);
         Pair {
@@ -368,7 +369,7 @@ fn unsupported_opcodes_are_refused() {
 #[test]
 fn memory_window_bind_write_and_local_inv() {
     let mut p = Pair::new(Pmtu::Mtu256);
-    p.mem_b.add(0x300, 0, 0, 0);
+    p.mem_b.add(0x300, 0, 0, Access::NONE);
     crate::memory::Memory::invalidate_local(&p.mem_b, 0x300).expect("an unbound window");
     let mut bind = SendWr::new(7, SendOpcode::BindMw, vec![]);
     bind.flags = SendFlags::SIGNALED;
@@ -378,7 +379,7 @@ fn memory_window_bind_write_and_local_inv() {
         mr_lkey: 3,
         addr: 0x9000,
         length: 64,
-        access: crate::rc::tests::REMOTE_WRITE,
+        access: crate::rc::tests::REMOTE_WRITE.bits(),
         type1: false,
     });
     Engine::post_send(&mut p.b, bind).expect("post BIND_MW");
@@ -411,7 +412,7 @@ fn memory_window_bind_write_and_local_inv() {
         (wc[0].1.wr_id, wc[0].1.status, wc[0].1.opcode),
         (8, WcStatus::Success, WcOpcode::LocalInv)
     );
-    assert!(!p.mem_b.is_valid(0x301));
+    assert!(!p.mem_b.is_key_valid(0x301));
     let dropped = Engine::counters(&p.b).dropped_remote_access;
     p.mem_a.put(1, SRC, &[0x5a; 32]);
     write(&mut p, 2);
@@ -692,8 +693,8 @@ fn srq_wqe_of_a_dropped_message_is_kept_for_the_next() {
         Err(PostError::InvalidWr(WrError::UsesSrq))
     );
     let mut srq = TestSrq::default();
-    srq.0.push_back(recv(200, vec![sge(DST, 1024, 2)]));
-    srq.0.push_back(recv(201, vec![sge(DST + 1024, 1024, 2)]));
+    srq.post(recv(200, vec![sge(DST, 1024, 2)]));
+    srq.post(recv(201, vec![sge(DST + 1024, 1024, 2)]));
     p.srq_b = Some(srq);
     p.send(1, SendOpcode::Send, 0, &bytes(70, 700));
     let m = bytes(71, 40);
@@ -707,7 +708,7 @@ fn srq_wqe_of_a_dropped_message_is_kept_for_the_next() {
         (recv_wc(&wcs[0]).wr_id, recv_wc(&wcs[0]).byte_len),
         (200, 40)
     );
-    assert_eq!(p.srq_b.as_ref().unwrap().0.len(), 1, "201 still in the SRQ");
+    assert_eq!(p.srq_b.as_ref().unwrap().len(), 1, "201 still in the SRQ");
 }
 
 #[test]
@@ -1036,7 +1037,7 @@ proptest! {
         let mut srq_q = TestSrq::default();
         for i in 0..8 {
             if srq {
-                srq_q.0.push_back(recv(i, vec![sge(DST + 512 * i, 512, 2)]));
+                srq_q.post(recv(i, vec![sge(DST + 512 * i, 512, 2)]));
             } else {
                 p.post_recv(i, 512 * i, 512);
             }

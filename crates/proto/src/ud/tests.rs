@@ -13,7 +13,8 @@ use crate::engine::{Arrival, Engine, Transmit};
 use crate::engine::{CqKind, Env, PostError, QpEvent, RtsAttrs};
 use crate::memory::Sge;
 use crate::qp_state::{QpState, QpType};
-use crate::rc::tests::{TestMem, TestSrq, LOCAL_WRITE};
+use crate::rc::tests::LOCAL_WRITE;
+use crate::testing::{TestMemory, TestSrq};
 use crate::time::Instant;
 use crate::wr::{
     RecvWr, SendFlags, SendOpcode, SendPayload, SendWr, UdDest, WcFlags, WcOpcode, WcStatus,
@@ -31,8 +32,8 @@ const BUF: usize = 4096 + 64;
 const A_IP: IpAddr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 1));
 const B_IP: IpAddr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
 
-fn mem() -> TestMem {
-    let m = TestMem::new();
+fn mem() -> TestMemory {
+    let m = TestMemory::new();
     m.add(SEND_KEY, SEND_BASE, REGION, LOCAL_WRITE);
     m.add(RECV_KEY, RECV_BASE, REGION, LOCAL_WRITE);
     m
@@ -56,7 +57,7 @@ fn ud_qp(qpn: u32, qkey: u32, local: IpAddr) -> UdQp {
 }
 
 /// A send of `data` (written into the send region at `off`) to `dest`.
-fn send_wr(m: &TestMem, wr_id: u64, off: u64, data: &[u8], dest: UdDest) -> SendWr {
+fn send_wr(m: &TestMemory, wr_id: u64, off: u64, data: &[u8], dest: UdDest) -> SendWr {
     m.put(SEND_KEY, SEND_BASE + off, data);
     let mut wr = SendWr::new(
         wr_id,
@@ -85,7 +86,7 @@ fn recv_wr(wr_id: u64, off: u64, len: u32) -> RecvWr {
 }
 
 /// Every packet `qp` has ready, checked to parse and to leave the ICRC zero.
-fn transmit_all(qp: &mut UdQp, m: &TestMem) -> Vec<(Transmit, Vec<u8>)> {
+fn transmit_all(qp: &mut UdQp, m: &TestMemory) -> Vec<(Transmit, Vec<u8>)> {
     let mut out = Vec::new();
     let mut buf = vec![0u8; BUF];
     for _ in 0..10_000 {
@@ -101,7 +102,7 @@ fn transmit_all(qp: &mut UdQp, m: &TestMem) -> Vec<(Transmit, Vec<u8>)> {
     panic!("poll_transmit never returned None");
 }
 
-fn deliver(qp: &mut UdQp, m: &TestMem, from: Arrival, bytes: &[u8]) {
+fn deliver(qp: &mut UdQp, m: &TestMemory, from: Arrival, bytes: &[u8]) {
     let pkt = PacketRepr::parse(bytes).expect("parse");
     qp.handle_packet(Instant::ZERO, &from, &pkt, &mut Env::new(m));
 }
@@ -357,7 +358,7 @@ fn one_qp_sends_to_three_destinations() {
         IpAddr::V6(Ipv6Addr::LOCALHOST),
     ];
     let mut a = ud_qp(0x11, 0, A_IP);
-    let mut peers: Vec<(UdQp, TestMem)> = (0..3)
+    let mut peers: Vec<(UdQp, TestMemory)> = (0..3)
         .map(|i| {
             let mut q = ud_qp(0x100 + i, 0x4000 + i, ips[i as usize]);
             q.post_recv(recv_wr(i as u64, 0, 1024)).unwrap();
@@ -724,7 +725,7 @@ fn srq_receives() {
         Err(PostError::InvalidWr(WrError::UsesSrq))
     );
     let mut srq = TestSrq::default();
-    srq.0.push_back(recv_wr(77, 0, 64));
+    srq.post(recv_wr(77, 0, 64));
     a.post_send(send_wr(&m, 1, 0, b"srq", UdDest::new(B_IP, 0x22, 3)))
         .unwrap();
     a.post_send(send_wr(&m, 2, 0, b"srq", UdDest::new(B_IP, 0x22, 3)))

@@ -2,7 +2,7 @@
 //!
 //! Nodes have an IP address (`127.0.0.x` from [`SimNet::add_node`], `fd00::x` from
 //! [`SimNet::add_node_v6`]; nothing ever leaves the process), a [`TestMemory`] and a shared
-//! receive queue ([`SimSrq`]). QPs (any `uroce_proto::engine::Engine`: the real engines,
+//! receive queue ([`TestSrq`]). QPs (any `uroce_proto::engine::Engine`: the real engines,
 //! `Box<dyn Engine>`, and the simulator's own test fakes) are registered per node by QPN, either connected to a
 //! peer node ([`SimNet::add_qp`]: packets from any other address are dropped, as a
 //! connected QP's checks would) or open to any sender ([`SimNet::add_datagram_qp`], for
@@ -43,7 +43,7 @@
 //! configuration and what the test does.
 
 use std::cmp::Ordering;
-use std::collections::{BTreeMap, BinaryHeap, VecDeque};
+use std::collections::{BTreeMap, BinaryHeap};
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
@@ -52,7 +52,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use thiserror::Error;
 use uroce_proto::engine::{Arrival, Engine};
-use uroce_proto::rc::{CqKind, Env, QpEvent, SharedRecvQueue, XrcSrqError, XrcSrqs};
+use uroce_proto::rc::{CqKind, Env, QpEvent, XrcSrqError, XrcSrqs};
 use uroce_proto::time::Instant;
 use uroce_proto::wr::{RecvWr, WorkCompletion};
 use uroce_wire::ip::{self, Datagram, Endpoints};
@@ -60,6 +60,7 @@ use uroce_wire::{icrc, PacketRepr, WireError};
 
 use crate::memory::TestMemory;
 use crate::trace::{DropReason, Micros, PacketSummary, Trace, TraceEntry, TraceEvent, NO_NODE};
+pub use uroce_proto::testing::TestSrq;
 
 mod run;
 mod transmit;
@@ -67,12 +68,6 @@ mod transmit;
 /// Size of the buffer handed to `poll_transmit`: the engine contract's minimum,
 /// 4096 + 64 bytes, so that an engine that needs more is caught.
 pub const TRANSMIT_BUF_LEN: usize = 4096 + 64;
-
-impl SharedRecvQueue for SimSrq {
-    fn take(&mut self) -> Option<RecvWr> {
-        SimSrq::take(self)
-    }
-}
 
 /// The engine environment over a node: its memory, its SRQ (an engine takes receive
 /// WQEs from the SRQ only when it was configured to use one) and its XRC SRQs (used only
@@ -93,7 +88,7 @@ fn engine_env<'a>(node: &'a mut NodeEnv<'_>) -> Env<'a> {
 pub struct SimXrc {
     /// The XRC domain the node's XRC target QPs belong to.
     pub target_domain: u32,
-    srqs: BTreeMap<u32, (u32, SimSrq)>,
+    srqs: BTreeMap<u32, (u32, TestSrq)>,
     current: Option<u32>,
     /// Successful selections, per SRQ number (tests check where packets were steered).
     pub selected: BTreeMap<u32, u64>,
@@ -102,7 +97,7 @@ pub struct SimXrc {
 impl SimXrc {
     /// Adds (or replaces) XRC SRQ `srqn` in `domain`.
     pub fn add_srq(&mut self, srqn: u32, domain: u32) {
-        self.srqs.insert(srqn, (domain, SimSrq::default()));
+        self.srqs.insert(srqn, (domain, TestSrq::default()));
     }
 
     /// Posts a receive WR on XRC SRQ `srqn`; `false` if there is no such SRQ.
@@ -142,40 +137,12 @@ impl XrcSrqs for SimXrc {
     }
 }
 
-/// A node's shared receive queue: receive WRs that SRQ-attached QPs take in order.
-#[derive(Debug, Clone, Default)]
-pub struct SimSrq {
-    queue: VecDeque<RecvWr>,
-}
-
-impl SimSrq {
-    /// Appends a receive WR.
-    pub fn post(&mut self, wr: RecvWr) {
-        self.queue.push_back(wr);
-    }
-
-    /// Takes the oldest receive WR.
-    pub fn take(&mut self) -> Option<RecvWr> {
-        self.queue.pop_front()
-    }
-
-    /// Receive WRs waiting.
-    pub fn len(&self) -> usize {
-        self.queue.len()
-    }
-
-    /// True when none is waiting.
-    pub fn is_empty(&self) -> bool {
-        self.queue.is_empty()
-    }
-}
-
 /// What an engine call may touch on its node besides the QP itself.
 pub struct NodeEnv<'a> {
     /// The node's memory.
     pub mem: &'a TestMemory,
     /// The node's shared receive queue.
-    pub srq: &'a mut SimSrq,
+    pub srq: &'a mut TestSrq,
     /// The node's XRC SRQs.
     pub xrc: &'a mut SimXrc,
 }
@@ -421,7 +388,7 @@ struct QpSlot<E: Engine> {
 struct Node<E: Engine> {
     addr: IpAddr,
     mem: TestMemory,
-    srq: SimSrq,
+    srq: TestSrq,
     xrc: SimXrc,
     qps: BTreeMap<u32, QpSlot<E>>,
 }
@@ -625,7 +592,7 @@ impl<E: Engine> SimNet<E> {
         self.nodes.push(Node {
             addr,
             mem: TestMemory::with_base(base),
-            srq: SimSrq::default(),
+            srq: TestSrq::default(),
             xrc: SimXrc::default(),
             qps: BTreeMap::new(),
         });
@@ -673,7 +640,7 @@ impl<E: Engine> SimNet<E> {
     ///
     /// # Errors
     /// [`SimError::UnknownNode`].
-    pub fn srq_mut(&mut self, node: usize) -> Result<&mut SimSrq, SimError> {
+    pub fn srq_mut(&mut self, node: usize) -> Result<&mut TestSrq, SimError> {
         Ok(&mut self.node_mut(node)?.srq)
     }
 

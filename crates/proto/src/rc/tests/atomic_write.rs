@@ -23,7 +23,7 @@ fn aw(wr_id: u64, va: u64, value: [u8; 8]) -> SendWr {
 }
 
 /// A's region 1 and B's region 2 (`b_access`), both 4 KiB at 0x1000.
-fn pair(b_access: u32) -> Pair {
+fn pair(b_access: Access) -> Pair {
     let p = Pair::new();
     p.mem_a.add(1, 0x1000, 4096, ALL);
     p.mem_b.add(2, 0x1000, 4096, b_access);
@@ -77,7 +77,7 @@ fn stores_the_eight_bytes_and_completes_on_an_empty_read_response() {
     assert_eq!(p.mem_b.get(2, 0x1010, 8), reversed);
     assert_eq!(p.mem_b.get(2, 0x1000, 8), [0; 8], "nothing else written");
     assert_eq!(p.mem_b.get(2, 0x1018, 8), [0; 8]);
-    assert_eq!(p.mem_b.atomic_writes.get(), 2);
+    assert_eq!(p.mem_b.stats().atomic_writes, 2);
     let wa: Vec<_> = p
         .completions(Side::A)
         .iter()
@@ -137,7 +137,7 @@ fn misaligned_va_is_an_invalid_request() {
     p.a.post_send(wr(2, SendOpcode::Send, vec![])).unwrap();
     p.run();
     assert_eq!(p.mem_b.get(2, 0x1000, 16), [0xEE; 16], "memory untouched");
-    assert_eq!(p.mem_b.atomic_writes.get(), 0);
+    assert_eq!(p.mem_b.stats().atomic_writes, 0);
     let wa: Vec<_> = p
         .completions(Side::A)
         .iter()
@@ -214,7 +214,7 @@ fn duplicate_after_a_lost_response_is_answered_without_storing_again() {
         0x0123_4567_89ab_cdef,
         "the duplicate was not executed"
     );
-    assert_eq!(p.mem_b.atomic_writes.get(), 1);
+    assert_eq!(p.mem_b.stats().atomic_writes, 1);
     assert_eq!(p.a.counters().timeouts, 1);
     assert_eq!(p.b.counters().duplicates_received, 1);
     assert_eq!(p.b.counters().read_responses_sent, 2, "answered again");
@@ -239,7 +239,7 @@ fn lost_request_is_sent_again_after_the_timeout() {
     p.drop_packets(Side::A, 1, |pkt| pkt.bth.opcode == op::RC_ATOMIC_WRITE);
     p.run();
     assert_eq!(p.mem_b.get(2, 0x1008, 8), VALUE);
-    assert_eq!(p.mem_b.atomic_writes.get(), 1);
+    assert_eq!(p.mem_b.stats().atomic_writes, 1);
     assert_eq!(p.a.counters().timeouts, 1);
     assert_eq!(p.a.counters().retransmitted_packets, 1);
     assert_eq!(p.b.counters().duplicates_received, 0);
@@ -261,7 +261,7 @@ fn ack_beyond_an_unanswered_atomic_write_is_an_implicit_nak() {
     p.run();
     assert_eq!(p.a.counters().implicit_naks, 1);
     assert_eq!(p.a.counters().timeouts, 0);
-    assert_eq!(p.mem_b.atomic_writes.get(), 1);
+    assert_eq!(p.mem_b.stats().atomic_writes, 1);
     let ids: Vec<_> = p
         .completions(Side::A)
         .iter()

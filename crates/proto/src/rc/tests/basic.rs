@@ -683,7 +683,7 @@ fn one_gibibyte_write_and_read() {
     let (mut ca, mut cb) = configs();
     ca.pmtu = Pmtu::Mtu4096;
     cb.pmtu = Pmtu::Mtu4096;
-    let mut p = Pair::with(ca, cb, PatternMem::default(), PatternMem::default());
+    let mut p = Pair::with(ca, cb, PatternMemory::default(), PatternMemory::default());
     p.log_enabled = false;
     p.burst = 256;
     let gib: u32 = 1 << 30;
@@ -705,10 +705,10 @@ fn one_gibibyte_write_and_read() {
     p.a.post_send(rdma(2, SendOpcode::RdmaRead, sges, 0x1_0000_0000, 1))
         .unwrap();
     p.run();
-    assert_eq!(p.mem_b.bytes_written.get(), u64::from(gib));
-    assert_eq!(p.mem_b.bad_bytes.get(), 0);
-    assert_eq!(p.mem_a.bytes_written.get(), u64::from(gib));
-    assert_eq!(p.mem_a.bad_bytes.get(), 0);
+    assert_eq!(p.mem_b.bytes_written(), u64::from(gib));
+    assert_eq!(p.mem_b.bad_bytes(), 0);
+    assert_eq!(p.mem_a.bytes_written(), u64::from(gib));
+    assert_eq!(p.mem_a.bad_bytes(), 0);
     let ids: Vec<_> = p
         .completions(Side::A)
         .iter()
@@ -723,7 +723,7 @@ fn one_gibibyte_write_and_read() {
 }
 
 /// The opcodes `side` sent, after the first `skip` packets.
-fn opcodes_from(p: &Pair<TestMem>, side: Side, skip: usize) -> Vec<u8> {
+fn opcodes_from(p: &Pair<TestMemory>, side: Side, skip: usize) -> Vec<u8> {
     p.sent(side).iter().skip(skip).map(|s| s.opcode).collect()
 }
 

@@ -308,7 +308,7 @@ fn send_with_invalidate() {
     assert_eq!((wc.status, wc.opcode), (WcStatus::Success, WcOpcode::Recv));
     assert_eq!(wc.wc_flags, crate::wr::WcFlags::WITH_INV);
     assert_eq!(wc.invalidated_rkey, 0x77);
-    assert!(!p.mem_b.is_valid(0x77));
+    assert!(!p.mem_b.is_key_valid(0x77));
     assert_eq!(p.sent(Side::A)[0].opcode, op::RC_SEND_ONLY_WITH_INVALIDATE);
 
     // Invalidating a key that does not exist fails at both ends.

@@ -15,7 +15,7 @@ fn bind_wr(wr_id: u64, mw_rkey: u32, new_rkey: u32) -> SendWr {
         mr_lkey: 1,
         addr: 0x9000,
         length: 64,
-        access: REMOTE_WRITE,
+        access: REMOTE_WRITE.bits(),
         type1: false,
     });
     w
@@ -48,7 +48,7 @@ fn local_inv_runs_in_order_takes_no_psn_and_completes_in_order() {
     // First round: both WRITEs leave, the LOCAL_INV between them executes; no ACK yet.
     p.round();
     assert!(
-        !p.mem_a.is_valid(0x55),
+        !p.mem_a.is_key_valid(0x55),
         "executed when the requester reached it"
     );
     assert!(
@@ -77,7 +77,7 @@ fn local_inv_runs_in_order_takes_no_psn_and_completes_in_order() {
 #[test]
 fn a_local_op_alone_completes_at_once_and_binds() {
     let mut p = Pair::new();
-    p.mem_a.add(0x300, 0, 0, 0);
+    p.mem_a.add(0x300, 0, 0, Access::NONE);
     p.mem_a.invalidate_local(0x300).unwrap();
     p.a.post_send(bind_wr(7, 0x300, 0x301)).unwrap();
     p.round();
@@ -87,7 +87,7 @@ fn a_local_op_alone_completes_at_once_and_binds() {
         (wc[0].1.wr_id, wc[0].1.status, wc[0].1.opcode),
         (7, WcStatus::Success, WcOpcode::BindMw)
     );
-    assert!(p.mem_a.is_valid(0x301));
+    assert!(p.mem_a.is_key_valid(0x301));
     assert!(p.sent(Side::A).is_empty(), "no packet");
 }
 
@@ -115,7 +115,7 @@ fn failed_local_ops_complete_with_their_error_and_flush() {
 
     // A bind of a window that is bound: MW_BIND_ERR.
     let mut p = Pair::new();
-    p.mem_a.add(0x400, 0, 0, 0);
+    p.mem_a.add(0x400, 0, 0, Access::NONE);
     p.a.post_send(bind_wr(3, 0x400, 0x401)).unwrap();
     p.run();
     let wc = p.completions(Side::A);

@@ -166,8 +166,8 @@ fn srq_supplies_receive_wqes_and_last_wqe_reached() {
     p.mem_a.put(1, 0x1000, b"srq!");
     p.mem_b.add(2, 0x1000, 64, ALL);
     let mut srq = TestSrq::default();
-    srq.0.push_back(recv(70, vec![sge(0x1000, 4, 2)]));
-    srq.0.push_back(recv(71, vec![sge(0x1010, 4, 2)]));
+    srq.post(recv(70, vec![sge(0x1000, 4, 2)]));
+    srq.post(recv(71, vec![sge(0x1010, 4, 2)]));
     p.srq_b = Some(srq);
     assert!(matches!(
         p.b.post_recv(recv(1, vec![])),

@@ -13,386 +13,24 @@ mod local_ops;
 mod misc;
 mod recovery;
 
-use std::cell::{Cell, RefCell};
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
 use uroce_wire::aeth::Syndrome;
 use uroce_wire::{bth, PacketRepr, Pmtu, Psn};
 
 use super::{CqKind, Env, QpEvent, RcConfig, RcQp, SharedRecvQueue};
 pub(crate) use crate::engine::Engine;
-use crate::memory::{
-    AtomicOp, LocalAccessError, Memory, MwBind, MwError, RemoteAccessError, RemoteOp, Sge,
-};
+use crate::memory::{Memory, Sge};
+pub use crate::testing::{Access, PatternMemory, TestMemory, TestSrq};
 use crate::time::Instant;
 use crate::wr::{RecvWr, SendFlags, SendOpcode, SendWr, WorkCompletion};
 
-/// Region access bits of the test memory.
-pub const LOCAL_WRITE: u32 = 1;
-pub const REMOTE_WRITE: u32 = 2;
-pub const REMOTE_READ: u32 = 4;
-pub const REMOTE_ATOMIC: u32 = 8;
-pub const ALL: u32 = LOCAL_WRITE | REMOTE_WRITE | REMOTE_READ | REMOTE_ATOMIC;
-
-struct Region {
-    base: u64,
-    data: Vec<u8>,
-    access: u32,
-    valid: bool,
-}
-
-/// A memory of regions over `Vec<u8>`; lkey == rkey == the region's key.
-#[derive(Default)]
-pub struct TestMem {
-    regions: RefCell<HashMap<u32, Region>>,
-    /// ATOMIC WRITE stores executed (`atomic_write_remote` calls that stored).
-    pub atomic_writes: Cell<u64>,
-}
-
-impl TestMem {
-    pub fn new() -> TestMem {
-        TestMem::default()
-    }
-
-    /// Adds region `key` of `len` zero bytes at `base`.
-    pub fn add(&self, key: u32, base: u64, len: usize, access: u32) {
-        self.regions.borrow_mut().insert(
-            key,
-            Region {
-                base,
-                data: vec![0; len],
-                access,
-                valid: true,
-            },
-        );
-    }
-
-    /// Test-side write (no checks besides bounds).
-    pub fn put(&self, key: u32, addr: u64, bytes: &[u8]) {
-        let mut r = self.regions.borrow_mut();
-        let reg = r.get_mut(&key).expect("region");
-        let off = (addr - reg.base) as usize;
-        reg.data[off..off + bytes.len()].copy_from_slice(bytes);
-    }
-
-    /// Test-side read.
-    pub fn get(&self, key: u32, addr: u64, len: usize) -> Vec<u8> {
-        let r = self.regions.borrow();
-        let reg = r.get(&key).expect("region");
-        let off = (addr - reg.base) as usize;
-        reg.data[off..off + len].to_vec()
-    }
-
-    pub fn get_u64(&self, key: u32, addr: u64) -> u64 {
-        u64::from_ne_bytes(self.get(key, addr, 8).try_into().unwrap())
-    }
-
-    pub fn put_u64(&self, key: u32, addr: u64, v: u64) {
-        self.put(key, addr, &v.to_ne_bytes());
-    }
-
-    pub fn is_valid(&self, key: u32) -> bool {
-        self.regions.borrow().get(&key).is_some_and(|r| r.valid)
-    }
-
-    fn range(reg: &Region, addr: u64, len: u64) -> Option<std::ops::Range<usize>> {
-        let off = addr.checked_sub(reg.base)?;
-        let end = off.checked_add(len)?;
-        (end <= reg.data.len() as u64).then_some(off as usize..end as usize)
-    }
-
-    fn remote<R>(
-        &self,
-        rkey: u32,
-        va: u64,
-        len: u64,
-        op: RemoteOp,
-        f: impl FnOnce(&mut [u8]) -> R,
-    ) -> Result<R, RemoteAccessError> {
-        let mut r = self.regions.borrow_mut();
-        let reg = r
-            .get_mut(&rkey)
-            .filter(|r| r.valid)
-            .ok_or(RemoteAccessError::BadKey { rkey })?;
-        let need = match op {
-            RemoteOp::Read => REMOTE_READ,
-            RemoteOp::Write => REMOTE_WRITE,
-            RemoteOp::Atomic => REMOTE_ATOMIC,
-        };
-        if reg.access & need == 0 {
-            return Err(RemoteAccessError::NoPermission { rkey, op });
-        }
-        if op == RemoteOp::Atomic && va % 8 != 0 {
-            return Err(RemoteAccessError::Misaligned { va });
-        }
-        let range =
-            Self::range(reg, va, len).ok_or(RemoteAccessError::OutOfBounds { rkey, va, len })?;
-        Ok(f(&mut reg.data[range]))
-    }
-}
-
-impl Memory for TestMem {
-    fn read_local(&self, lkey: u32, addr: u64, dst: &mut [u8]) -> Result<(), LocalAccessError> {
-        let r = self.regions.borrow();
-        let reg = r
-            .get(&lkey)
-            .filter(|r| r.valid)
-            .ok_or(LocalAccessError::BadKey { lkey })?;
-        let range =
-            Self::range(reg, addr, dst.len() as u64).ok_or(LocalAccessError::OutOfBounds {
-                lkey,
-                addr,
-                len: dst.len() as u64,
-            })?;
-        dst.copy_from_slice(&reg.data[range]);
-        Ok(())
-    }
-
-    fn write_local(&self, lkey: u32, addr: u64, src: &[u8]) -> Result<(), LocalAccessError> {
-        let mut r = self.regions.borrow_mut();
-        let reg = r
-            .get_mut(&lkey)
-            .filter(|r| r.valid)
-            .ok_or(LocalAccessError::BadKey { lkey })?;
-        if reg.access & LOCAL_WRITE == 0 {
-            return Err(LocalAccessError::NotWritable { lkey });
-        }
-        let range =
-            Self::range(reg, addr, src.len() as u64).ok_or(LocalAccessError::OutOfBounds {
-                lkey,
-                addr,
-                len: src.len() as u64,
-            })?;
-        reg.data[range].copy_from_slice(src);
-        Ok(())
-    }
-
-    fn check_remote(
-        &self,
-        rkey: u32,
-        va: u64,
-        len: u64,
-        op: RemoteOp,
-    ) -> Result<(), RemoteAccessError> {
-        if len == 0 {
-            return Ok(());
-        }
-        self.remote(rkey, va, len, op, |_| ())
-    }
-
-    fn write_remote(&self, rkey: u32, va: u64, src: &[u8]) -> Result<(), RemoteAccessError> {
-        self.remote(rkey, va, src.len() as u64, RemoteOp::Write, |d| {
-            d.copy_from_slice(src)
-        })
-    }
-
-    fn read_remote(&self, rkey: u32, va: u64, dst: &mut [u8]) -> Result<(), RemoteAccessError> {
-        self.remote(rkey, va, dst.len() as u64, RemoteOp::Read, |s| {
-            dst.copy_from_slice(s)
-        })
-    }
-
-    fn atomic_remote(&self, rkey: u32, va: u64, op: AtomicOp) -> Result<u64, RemoteAccessError> {
-        self.remote(rkey, va, 8, RemoteOp::Atomic, |w| {
-            let old = u64::from_ne_bytes((&*w).try_into().unwrap());
-            let new = match op {
-                AtomicOp::FetchAdd { add } => old.wrapping_add(add),
-                AtomicOp::CompareSwap { compare, swap } => {
-                    if old == compare {
-                        swap
-                    } else {
-                        old
-                    }
-                }
-            };
-            w.copy_from_slice(&new.to_ne_bytes());
-            old
-        })
-    }
-
-    /// One copy of the 8 bytes: the test memory is single-threaded, so no reader sees
-    /// it half done. Counted in `atomic_writes`.
-    fn atomic_write_remote(
-        &self,
-        rkey: u32,
-        va: u64,
-        value: [u8; 8],
-    ) -> Result<(), RemoteAccessError> {
-        self.remote(rkey, va, 8, RemoteOp::Write, |_| ())?;
-        if va % 8 != 0 {
-            return Err(RemoteAccessError::Misaligned { va });
-        }
-        self.remote(rkey, va, 8, RemoteOp::Write, |d| d.copy_from_slice(&value))?;
-        self.atomic_writes.set(self.atomic_writes.get() + 1);
-        Ok(())
-    }
-
-    fn invalidate_remote(&self, rkey: u32) -> Result<(), RemoteAccessError> {
-        let mut r = self.regions.borrow_mut();
-        let reg = r
-            .get_mut(&rkey)
-            .filter(|r| r.valid)
-            .ok_or(RemoteAccessError::BadKey { rkey })?;
-        reg.valid = false;
-        Ok(())
-    }
-
-    /// LOCAL_INV: invalidates a valid region (the test memory's stand-in for a window).
-    fn invalidate_local(&self, rkey: u32) -> Result<(), MwError> {
-        let mut r = self.regions.borrow_mut();
-        let reg = r
-            .get_mut(&rkey)
-            .filter(|r| r.valid)
-            .ok_or(MwError::BadWindow { rkey })?;
-        reg.valid = false;
-        Ok(())
-    }
-
-    /// BIND_MW: makes a window region `new_rkey` over `[addr, addr + length)` (zeroed),
-    /// if the window `mw_rkey` is known and invalid (unbound).
-    fn bind_window(&self, b: &MwBind) -> Result<(), MwError> {
-        let mut r = self.regions.borrow_mut();
-        match r.get(&b.mw_rkey) {
-            Some(w) if !w.valid => {}
-            Some(_) => return Err(MwError::WrongState { rkey: b.mw_rkey }),
-            None => return Err(MwError::BadWindow { rkey: b.mw_rkey }),
-        }
-        r.remove(&b.mw_rkey);
-        let len = usize::try_from(b.length).map_err(|_| MwError::OutOfBounds {
-            addr: b.addr,
-            len: b.length,
-        })?;
-        r.insert(
-            b.new_rkey,
-            Region {
-                base: b.addr,
-                data: vec![0; len],
-                access: b.access,
-                valid: true,
-            },
-        );
-        Ok(())
-    }
-}
-
-/// A memory without storage: every address holds `pattern_byte(addr)`; writes are checked
-/// against the pattern and counted. Lets tests move gigabytes with content verification.
-#[derive(Default)]
-pub struct PatternMem {
-    pub bytes_written: Cell<u64>,
-    /// Damaged bytes (aligned words count once).
-    pub bad_bytes: Cell<u64>,
-}
-
-/// The pattern word of the 8-byte aligned address `a8` (a multiplicative hash).
-fn pattern_word(a8: u64) -> u64 {
-    let x = a8.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    x ^ (x >> 29)
-}
-
-pub fn pattern_byte(addr: u64) -> u8 {
-    pattern_word(addr & !7).to_le_bytes()[(addr & 7) as usize]
-}
-
-/// Splits `[addr, addr + len)` into an unaligned head, whole aligned words, and a tail.
-fn pattern_split(addr: u64, len: usize) -> (usize, usize) {
-    let head = ((8 - (addr & 7) as usize) & 7).min(len);
-    let words = (len - head) / 8;
-    (head, words)
-}
-
-impl PatternMem {
-    fn fill(addr: u64, dst: &mut [u8]) {
-        let (head, words) = pattern_split(addr, dst.len());
-        let (h, rest) = dst.split_at_mut(head);
-        let (mid, tail) = rest.split_at_mut(words * 8);
-        for (i, b) in h.iter_mut().enumerate() {
-            *b = pattern_byte(addr + i as u64);
-        }
-        let a = addr + head as u64;
-        for (k, c) in mid.chunks_exact_mut(8).enumerate() {
-            c.copy_from_slice(&pattern_word(a + 8 * k as u64).to_le_bytes());
-        }
-        let t = a + (words * 8) as u64;
-        for (i, b) in tail.iter_mut().enumerate() {
-            *b = pattern_byte(t + i as u64);
-        }
-    }
-
-    fn check(&self, addr: u64, src: &[u8]) {
-        let (head, words) = pattern_split(addr, src.len());
-        let a = addr + head as u64;
-        let mut bad = 0u64;
-        for (k, c) in src[head..head + words * 8].chunks_exact(8).enumerate() {
-            if c != pattern_word(a + 8 * k as u64).to_le_bytes() {
-                bad += 1; // counted per damaged word here, per byte below
-            }
-        }
-        let bytewise = (0..head).chain(head + words * 8..src.len());
-        bad += bytewise
-            .filter(|i| src[*i] != pattern_byte(addr + *i as u64))
-            .count() as u64;
-        self.bad_bytes.set(self.bad_bytes.get() + bad);
-        self.bytes_written
-            .set(self.bytes_written.get() + src.len() as u64);
-    }
-}
-
-#[test]
-fn pattern_fill_matches_pattern_byte() {
-    let mut buf = vec![0u8; 1000];
-    PatternMem::fill(0x1234_56f0, &mut buf);
-    for (i, b) in buf.iter().enumerate() {
-        assert_eq!(*b, pattern_byte(0x1234_56f0 + i as u64));
-    }
-    let m = PatternMem::default();
-    m.check(0x1234_56f0, &buf);
-    assert_eq!(m.bad_bytes.get(), 0);
-    buf[300] ^= 1;
-    m.check(0x1234_56f0, &buf);
-    assert_eq!(m.bad_bytes.get(), 1);
-}
-
-impl Memory for PatternMem {
-    fn read_local(&self, _: u32, addr: u64, dst: &mut [u8]) -> Result<(), LocalAccessError> {
-        Self::fill(addr, dst);
-        Ok(())
-    }
-    fn write_local(&self, _: u32, addr: u64, src: &[u8]) -> Result<(), LocalAccessError> {
-        self.check(addr, src);
-        Ok(())
-    }
-    fn check_remote(&self, _: u32, _: u64, _: u64, _: RemoteOp) -> Result<(), RemoteAccessError> {
-        Ok(())
-    }
-    fn write_remote(&self, _: u32, va: u64, src: &[u8]) -> Result<(), RemoteAccessError> {
-        self.check(va, src);
-        Ok(())
-    }
-    fn read_remote(&self, _: u32, va: u64, dst: &mut [u8]) -> Result<(), RemoteAccessError> {
-        Self::fill(va, dst);
-        Ok(())
-    }
-    fn atomic_remote(&self, rkey: u32, _: u64, _: AtomicOp) -> Result<u64, RemoteAccessError> {
-        Err(RemoteAccessError::BadKey { rkey })
-    }
-    fn atomic_write_remote(&self, rkey: u32, _: u64, _: [u8; 8]) -> Result<(), RemoteAccessError> {
-        Err(RemoteAccessError::BadKey { rkey })
-    }
-    fn invalidate_remote(&self, rkey: u32) -> Result<(), RemoteAccessError> {
-        Err(RemoteAccessError::BadKey { rkey })
-    }
-}
-
-/// An SRQ over a deque.
-#[derive(Default)]
-pub struct TestSrq(pub VecDeque<RecvWr>);
-
-impl SharedRecvQueue for TestSrq {
-    fn take(&mut self) -> Option<RecvWr> {
-        self.0.pop_front()
-    }
-}
+/// Region access rights of the test memory, short for the tests.
+pub const LOCAL_WRITE: Access = Access::LOCAL_WRITE;
+pub const REMOTE_WRITE: Access = Access::REMOTE_WRITE;
+pub const REMOTE_READ: Access = Access::REMOTE_READ;
+pub const REMOTE_ATOMIC: Access = Access::REMOTE_ATOMIC;
+pub const ALL: Access = Access::ALL;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Side {
@@ -433,7 +71,7 @@ struct DropRule {
 }
 
 /// Two QPs, their memories and the wire between them.
-pub struct Pair<M: Memory = TestMem> {
+pub struct Pair<M: Memory = TestMemory> {
     pub a: RcQp,
     pub b: RcQp,
     pub mem_a: M,
@@ -470,14 +108,14 @@ pub fn configs() -> (RcConfig, RcConfig) {
     (a, b)
 }
 
-impl Pair<TestMem> {
-    pub fn new() -> Pair<TestMem> {
+impl Pair<TestMemory> {
+    pub fn new() -> Pair<TestMemory> {
         let (a, b) = configs();
-        Pair::with(a, b, TestMem::new(), TestMem::new())
+        Pair::with(a, b, TestMemory::new(), TestMemory::new())
     }
 
-    pub fn with_configs(a: RcConfig, b: RcConfig) -> Pair<TestMem> {
-        Pair::with(a, b, TestMem::new(), TestMem::new())
+    pub fn with_configs(a: RcConfig, b: RcConfig) -> Pair<TestMemory> {
+        Pair::with(a, b, TestMemory::new(), TestMemory::new())
     }
 }
 
