@@ -22,7 +22,7 @@
 //!   many programs members attached (see *Re-attaching*).
 //!
 //! ## Where it lives
-//! `<dir>/host-registry-net<inode>` (replaced atomically: written to a temporary file that
+//! `<dir>/host-registry-net<inode>-c<cookie>` (replaced atomically: written to a temporary file that
 //! is renamed over it, so an unlocked reader, [`Registry::read`], always sees a whole one)
 //! and the same name with `.lock` (the `flock`, released by the kernel when its holder
 //! dies, so a killed member never leaves the registry locked). `<dir>` is
@@ -38,7 +38,11 @@
 //! **Namespaces.** Reuseport groups belong to a network namespace, so the file's name
 //! carries the inode of the process's (`/proc/self/ns/net`): processes of one user in two
 //! network namespaces (`uroce run` can make one) keep two registries even in one
-//! directory. Members are checked by pid, so all members of a registry must see the same
+//! directory. It carries the namespace's cookie (`SO_NETNS_COOKIE`) too: the inode of a
+//! destroyed namespace is reused by later ones, and a namespace made a moment after
+//! another one died would otherwise inherit its registry, slots in quarantine included
+//! (seen: the fourth of several back-to-back runs of rdma-core's suite, each in a
+//! namespace of its own, found no free slot). Members are checked by pid, so all members of a registry must see the same
 //! pids: the file records the PID namespace's inode, and a process of another one is
 //! refused ([`HostError::PidNamespace`]) rather than reaping members it cannot see.
 //!
@@ -141,9 +145,9 @@ use crate::steer::{GroupOrder, QpnLayout, SteeringTable, MAX_LISTENERS, MAX_ROUT
 /// Environment variable that chooses the registry's directory.
 pub const HOST_DIR_ENV: &str = "UROCE_HOST_DIR";
 
-/// The start of the registry file's name: `host-registry-net<inode>`, the inode being
-/// that of the network namespace (see the module documentation); the lock file adds
-/// `.lock`.
+/// The start of the registry file's name: `host-registry-net<inode>-c<cookie>`, the
+/// inode and the cookie being those of the network namespace (see the module
+/// documentation); the lock file adds `.lock`.
 pub const REGISTRY_FILE: &str = "host-registry";
 
 /// How long a freed slot is not handed out again by default.
@@ -504,6 +508,8 @@ pub struct Registry {
     layout: QpnLayout,
     quarantine: Duration,
     net_ns: u64,
+    /// The network namespace's cookie (`SO_NETNS_COOKIE`), where the kernel has it.
+    net_cookie: Option<u64>,
     pid_ns: u64,
 }
 
@@ -546,8 +552,20 @@ impl Registry {
             layout,
             quarantine: DEFAULT_QUARANTINE,
             net_ns: ns_inode("net"),
+            net_cookie: crate::sys::netns_cookie(),
             pid_ns: ns_inode("pid"),
         })
+    }
+
+    /// `host-registry-net<inode>` and, where the kernel has one, `-c<cookie>` of the
+    /// network namespace: a namespace made after another was destroyed may get its inode,
+    /// but never its cookie, so it never inherits the old one's registry (whose slots may
+    /// still be in quarantine).
+    fn file_name(&self) -> String {
+        match self.net_cookie {
+            Some(c) => format!("{REGISTRY_FILE}-net{}-c{c}", self.net_ns),
+            None => format!("{REGISTRY_FILE}-net{}", self.net_ns),
+        }
     }
 
     /// The same registry with another quarantine for freed slots.
@@ -568,7 +586,7 @@ impl Registry {
 
     /// The registry file (its name carries the network namespace).
     pub fn path(&self) -> PathBuf {
-        self.dir.join(format!("{REGISTRY_FILE}-net{}", self.net_ns))
+        self.dir.join(self.file_name())
     }
 
     /// Takes the registry's lock (waiting for it) and reads the registry.
@@ -1068,7 +1086,11 @@ mod tests {
             .unwrap()
             .to_string_lossy()
             .into_owned();
-        assert_eq!(name, format!("host-registry-net{}", ns_inode("net")));
+        let cookie = crate::sys::netns_cookie().expect("SO_NETNS_COOKIE (Linux 5.14+)");
+        assert_eq!(
+            name,
+            format!("host-registry-net{}-c{cookie}", ns_inode("net"))
+        );
         assert!(ns_inode("net") != 0 && ns_inode("pid") != 0);
         assert_eq!(reg.read().unwrap().pid_ns, ns_inode("pid"));
         let _ = std::fs::remove_dir_all(&dir);

@@ -15,7 +15,7 @@
 use std::io;
 use std::mem;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
-use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd};
 
 /// The most datagrams one `sendmmsg` / `recvmmsg` call handles.
 pub(crate) const MAX_BATCH: usize = 64;
@@ -240,6 +240,35 @@ const fn cmsg_len(len: usize) -> usize {
 const fn cmsg_align(len: usize) -> usize {
     let a = mem::size_of::<usize>();
     (len + a - 1) & !(a - 1)
+}
+
+/// `SO_NETNS_COOKIE` (Linux 5.14+): the cookie of the network namespace, never reused
+/// while the system runs (an inode of a destroyed namespace is). Read from a fresh UDP
+/// socket; `None` when the kernel does not know the option.
+pub(crate) fn netns_cookie() -> Option<u64> {
+    /// `SO_NETNS_COOKIE` on the architectures uroce builds for (asm-generic).
+    const SO_NETNS_COOKIE: libc::c_int = 71;
+    // SAFETY: plain integer arguments; the result is a new descriptor or -1.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: `fd` was just returned by `socket` and is owned by nothing else.
+    let sock = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+    let mut value: u64 = 0;
+    let mut len = mem::size_of::<u64>() as libc::socklen_t;
+    // SAFETY: `value` and `len` are live locals; `len` tells the kernel how many bytes it
+    // may write into `value`, and it writes back how many it did.
+    let rc = unsafe {
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            SO_NETNS_COOKIE,
+            (&mut value as *mut u64).cast(),
+            &mut len,
+        )
+    };
+    (rc == 0 && len as usize == mem::size_of::<u64>()).then_some(value)
 }
 
 /// Installs [`after_fork_in_child`] as a `pthread_atfork` child handler.
