@@ -77,6 +77,17 @@ fn server_then_client(
     (so, co)
 }
 
+/// Asserts that `o` (the `who` of a pair) exited 0 and printed `needle`.
+fn check_ok(who: &str, o: &uroce_testkit::Output, needle: &str) {
+    assert!(
+        o.status.success() && o.stdout.contains(needle),
+        "{who} ({:?}):\n{}\n{}",
+        o.status,
+        o.stdout,
+        o.stderr
+    );
+}
+
 /// The GIDs `ibv_rc_pingpong` printed: its local one and its peer's.
 fn pingpong_gids(o: &uroce_testkit::Output) -> (String, String) {
     let gid = |prefix: &str| {
@@ -106,13 +117,7 @@ fn two_processes_without_addresses_share_the_device() {
     client.env_remove("UROCE_SHARED");
     let (so, co) = server_then_client(server, client, Ipv4Addr::LOCALHOST);
     for (who, o) in [("server", &so), ("client", &co)] {
-        assert!(
-            o.status.success() && o.stdout.contains("return status 0"),
-            "{who} ({:?}):\n{}\n{}",
-            o.status,
-            o.stdout,
-            o.stderr
-        );
+        check_ok(who, o, "return status 0");
     }
 }
 
@@ -131,13 +136,7 @@ fn pingpong_without_addresses_runs_on_one_address() {
     let (so, co) = server_then_client(server, client, Ipv4Addr::LOCALHOST);
     let one = "::ffff:127.0.0.1".to_string();
     for (who, o) in [("server", &so), ("client", &co)] {
-        assert!(
-            o.status.success() && o.stdout.contains("200 iters"),
-            "{who} ({:?}):\n{}\n{}",
-            o.status,
-            o.stdout,
-            o.stderr
-        );
+        check_ok(who, o, "200 iters");
         // Both ends are 127.0.0.1: one device, two processes.
         assert_eq!(pingpong_gids(o), (one.clone(), one.clone()), "{who}");
     }
@@ -165,13 +164,7 @@ fn unshared_devices_take_the_next_free_address() {
     client.env("UROCE_SHARED", "0");
     let (so, co) = server_then_client(server, client, server_addr);
     for (who, o) in [("server", &so), ("client", &co)] {
-        assert!(
-            o.status.success() && o.stdout.contains("200 iters"),
-            "{who} ({:?}):\n{}\n{}",
-            o.status,
-            o.stdout,
-            o.stderr
-        );
+        check_ok(who, o, "200 iters");
     }
     let (server_local, _) = pingpong_gids(&so);
     let (client_local, client_remote) = pingpong_gids(&co);

@@ -5,16 +5,15 @@
 //! `SendWr` owns its scatter list). The progress threads are not counted: they publish the
 //! counters for `uroce stat` now and then, which is time-driven, not per message.
 
+#[path = "support/pair.rs"]
+mod pair;
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::time::{Duration, Instant};
 
-use uroce_net::{NetConfig, NetDevice};
-use uroce_verbs::{
-    AccessFlags, Cq, MemBlock, Mr, Pd, Qp, QpCap, QpInitAttr, QpType, RcConnect, RecvWr, SendFlags,
-    SendWr, Sge, WcStatus, WorkCompletion,
-};
-use uroce_wire::psn::Psn;
+use pair::{connect, ConnectOpts, Side, SideConfig};
+use uroce_verbs::{RecvWr, SendFlags, SendWr, WcStatus, WorkCompletion};
 
 struct Counting;
 
@@ -58,46 +57,6 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
 
-struct Side {
-    dev: NetDevice,
-    _pd: Pd,
-    cq: Cq,
-    qp: Qp,
-    mr: Mr,
-}
-
-fn side(addr: &str) -> Side {
-    let mut cfg = NetConfig::new(addr.parse().expect("addr"));
-    cfg.faults = None;
-    let dev = NetDevice::open(cfg).expect("open device");
-    let ctx = dev.context();
-    let pd = ctx.alloc_pd().expect("pd");
-    let cq = ctx.create_cq(256, None, 0).expect("cq");
-    let cap = QpCap {
-        max_send_wr: 64,
-        max_recv_wr: 64,
-        max_send_sge: 1,
-        max_recv_sge: 1,
-        max_inline_data: 64,
-    };
-    let qp = pd
-        .create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq, cap))
-        .expect("qp");
-    let mr = pd
-        .reg_mr(
-            MemBlock::new(4096).expect("block"),
-            AccessFlags::LOCAL_WRITE,
-        )
-        .expect("mr");
-    Side {
-        dev,
-        _pd: pd,
-        cq,
-        qp,
-        mr,
-    }
-}
-
 /// `rounds` SEND ping-pong rounds: a SEND from `a`, its receive completion on `b` (which
 /// posts the next receive), its send completion on `a`.
 fn rounds(a: &Side, b: &Side, n: usize, sends: &mut Vec<SendWr>, recvs: &mut Vec<RecvWr>) {
@@ -109,7 +68,7 @@ fn rounds(a: &Side, b: &Side, n: usize, sends: &mut Vec<SendWr>, recvs: &mut Vec
         let mut got = 0;
         while got < 2 {
             assert!(Instant::now() < until, "the ping-pong stalled");
-            for (cq, is_b) in [(&a.cq, false), (&b.cq, true)] {
+            for (cq, is_b) in [(&a.send_cq, false), (&b.recv_cq, true)] {
                 let k = cq.poll_into(&mut wcs);
                 for wc in wcs.iter().take(k) {
                     assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
@@ -128,40 +87,22 @@ fn rounds(a: &Side, b: &Side, n: usize, sends: &mut Vec<SendWr>, recvs: &mut Vec
 fn send_ping_pong_allocates_nothing() {
     const WARM: usize = 500;
     const COUNTED: usize = 5000;
-    let a = side("127.0.66.1");
-    let b = side("127.0.66.2");
-    for (me, peer) in [(&a, &b), (&b, &a)] {
-        let c = RcConnect {
-            rq_psn: Psn::new(1),
-            sq_psn: Psn::new(1),
-            timeout: 14,
-            ..RcConnect::new(peer.dev.local_addr().ip(), peer.qp.qp_num())
-        };
-        me.qp.connect_rc(&c).expect("RESET to RTS");
-    }
+    let a = Side::open(&SideConfig::new("127.0.66.1", "uroce0"));
+    let b = Side::open(&SideConfig::new("127.0.66.2", "uroce1"));
+    connect(&a, &b, &ConnectOpts::default());
     let total = WARM + COUNTED;
     let mut sends: Vec<SendWr> = (0..total)
         .map(|i| SendWr {
             wr_id: i as u64,
             flags: SendFlags::SIGNALED,
-            sg_list: vec![Sge {
-                addr: a.mr.iova(),
-                length: 8,
-                lkey: a.mr.lkey(),
-            }]
-            .into(),
+            sg_list: vec![a.sge(0, 8)].into(),
             ..SendWr::default()
         })
         .collect();
     let mut recvs: Vec<RecvWr> = (0..total + 32)
         .map(|i| RecvWr {
             wr_id: i as u64,
-            sg_list: vec![Sge {
-                addr: b.mr.iova(),
-                length: 64,
-                lkey: b.mr.lkey(),
-            }]
-            .into(),
+            sg_list: vec![b.sge(0, 64)].into(),
         })
         .collect();
     for _ in 0..32 {
