@@ -161,11 +161,14 @@ fn ca_guid(ip: IpAddr) -> u64 {
 
 impl CmService {
     /// A CM for the device at `local` whose QP1 is `gsi`; `id_range`: the communication
-    /// IDs it allots (`None`: all), `listen_hook`: see [`ListenHook`].
+    /// IDs it allots (`None`: all), `resume_at`: the first it tries (a shared device
+    /// carrying on where its slot's last member stopped; `None`: somewhere depending on
+    /// the time), `listen_hook`: see [`ListenHook`].
     pub(crate) fn new(
         local: IpAddr,
         gsi: Weak<Gsi>,
         id_range: Option<IdRange>,
+        resume_at: Option<u32>,
         listen_hook: Option<ListenHook>,
     ) -> Result<CmService, std::io::Error> {
         let doorbell = eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)
@@ -177,10 +180,11 @@ impl CmService {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(1, |d| d.as_nanos() as u64)
             ^ u64::from(std::process::id()).rotate_left(32);
-        let first_id = match id_range {
+        let first_id = match (id_range, resume_at) {
+            (Some(r), Some(at)) if r.contains(at) => at,
             // Somewhere in the range (none of its IDs is 0).
-            Some(r) => r.first().saturating_add(((seed >> 8) % r.count()) as u32),
-            None => (seed as u32 & 0x7fff_ffff) | 1,
+            (Some(r), _) => r.first().saturating_add(((seed >> 8) % r.count()) as u32),
+            (None, _) => (seed as u32 & 0x7fff_ffff) | 1,
         };
         let config = AgentConfig {
             local_ca_guid: ca_guid(local),
@@ -204,6 +208,11 @@ impl CmService {
             listen_hook,
             recorded: Mutex::new(BTreeSet::new()),
         })
+    }
+
+    /// The communication ID the agent tries next (see `CmAgent::next_id`).
+    pub(crate) fn next_id(&self) -> u32 {
+        lock(&self.agent).next_id()
     }
 
     /// The device's IP address.

@@ -22,6 +22,10 @@
 //!   listener's device is closed, a REQ for its service is rejected by the designated
 //!   member (invalid service ID) rather than lost.
 //!
+//! * a device opened and closed again and again on a host with one free slot: each open
+//!   gets that slot at once (a clean leave needs no quarantine) and carries on with the
+//!   QPNs and communication IDs where the last one stopped.
+//!
 //! Each test has its own address (127.0.81.x) and its own registry directory, given
 //! through the configuration (the tests run in parallel threads of one process).
 
@@ -678,4 +682,47 @@ fn the_cm_of_members_that_are_not_designated_connects_and_disconnects() {
     active.close();
     first.close();
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_device_closed_cleanly_leaves_its_slot_to_the_next_at_once_numbering_carried_on() {
+    let dir = scratch("resume");
+    // Every slot but the last is held (by this process, alive throughout).
+    let layout = QpnLayout::default();
+    let registry = Registry::open(&dir, layout).expect("registry");
+    let mut l = registry.lock().expect("lock");
+    for _ in 1..layout.max_slot() {
+        l.join().expect("join");
+    }
+    l.commit().expect("commit");
+    let mut last: Option<(u16, u32, u32)> = None;
+    for round in 0..4 {
+        let side = member("127.0.81.6", &format!("resume{round}"), &dir);
+        let slot = side.dev.host_slot().expect("a member");
+        assert_eq!(slot, layout.max_slot(), "round {round}: the one free slot");
+        let qpn = side.qp.qp_num();
+        // The CM allots an ID (a listener), so its cursor moves.
+        let cm = side.dev.cm().expect("cm");
+        let first_id = cm.with_agent(|a, _| a.next_id());
+        let listener = cm
+            .with_agent(|a, _| a.listen(0x1000 + round, None))
+            .expect("listen");
+        assert_eq!(layout.comm_slot_of(listener.0), slot, "round {round}");
+        if let Some((prev_slot, next_qpn, next_id)) = last {
+            assert_eq!(prev_slot, slot);
+            assert_eq!(qpn, next_qpn, "round {round}: QPNs carry on");
+            assert_eq!(first_id, next_id, "round {round}: comm IDs carry on");
+        }
+        cm.with_agent(|a, _| a.stop_listening(listener))
+            .expect("stop listening");
+        last = Some((
+            slot,
+            side.dev.context().next_qpn(),
+            cm.with_agent(|a, _| a.next_id()),
+        ));
+        drop(side);
+        let r = registry.read().expect("read");
+        assert!(!r.members.contains_key(&slot), "round {round}: left");
+        assert!(r.resume.contains_key(&slot), "round {round}: resumable");
+    }
 }

@@ -161,7 +161,8 @@ impl Context {
         let attr = device.attr();
         let core = ContextCore {
             device: device.clone(),
-            qps: Table::new("QP", device.qpn_range(), attr.max_qp as usize + 1),
+            qps: Table::new("QP", device.qpn_range(), attr.max_qp as usize + 1)
+                .starting_at(device.qpn_start()),
             srqs: Table::new("SRQ", FIRST_SRQN..=MAX_QPN, attr.max_srq as usize),
             mrs: Table::new(
                 "MR",
@@ -190,6 +191,15 @@ impl Context {
         Ok(Context {
             core: Arc::new(core),
         })
+    }
+
+    /// The QPN its next QP creation tries first (the QPN allocator's cursor; see
+    /// `crate::table`). A member of a host-wide device leaving cleanly records it, so the
+    /// next member of its slot carries on there ([`DeviceConfig::qpn_start`]).
+    ///
+    /// [`DeviceConfig::qpn_start`]: crate::DeviceConfig::qpn_start
+    pub fn next_qpn(&self) -> u32 {
+        self.core.qps.cursor()
     }
 
     /// The device this context was opened on.

@@ -123,6 +123,11 @@ pub struct DeviceConfig {
     /// host-wide device allots only the numbers of its slot (`uroce_socket::steer`'s QPN
     /// layout); the GSI QP keeps number 1, outside any range.
     pub qpn_range: RangeInclusive<u32>,
+    /// The first QPN a context tries (default: the range's first; one outside the range
+    /// is ignored). A member of a host-wide device that takes over a slot whose last
+    /// member left cleanly carries on where that one's numbering stopped, so a number
+    /// comes back only after the whole range.
+    pub qpn_start: Option<u32>,
 }
 
 impl DeviceConfig {
@@ -133,6 +138,7 @@ impl DeviceConfig {
             addr,
             link_mtu: 1500,
             qpn_range: crate::context::FIRST_QPN..=crate::context::MAX_QPN,
+            qpn_start: None,
         }
     }
 }
@@ -260,6 +266,7 @@ struct DeviceInner {
     link_mtu: u32,
     active_mtu: Pmtu,
     qpn_range: RangeInclusive<u32>,
+    qpn_start: u32,
     attr: DeviceAttr,
     gid0: Gid,
     port_up: AtomicBool,
@@ -276,6 +283,7 @@ impl Device {
             addr,
             link_mtu,
             qpn_range,
+            qpn_start,
         } = config;
         let name_ok = !name.is_empty()
             && name.len() < 64
@@ -336,6 +344,9 @@ impl Device {
                 addr,
                 link_mtu,
                 active_mtu,
+                qpn_start: qpn_start
+                    .filter(|n| qpn_range.contains(n))
+                    .unwrap_or(*qpn_range.start()),
                 qpn_range,
                 attr,
                 gid0: Gid::from_ip(addr),
@@ -348,6 +359,11 @@ impl Device {
     /// The QP numbers its contexts allot (see [`DeviceConfig::qpn_range`]).
     pub fn qpn_range(&self) -> RangeInclusive<u32> {
         self.inner.qpn_range.clone()
+    }
+
+    /// The first QPN its contexts try (see [`DeviceConfig::qpn_start`]).
+    pub fn qpn_start(&self) -> u32 {
+        self.inner.qpn_start
     }
 
     /// The device name (`uroce0`).

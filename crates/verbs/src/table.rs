@@ -115,6 +115,19 @@ impl<T> Table<T> {
         }
     }
 
+    /// The same table with its cursor at `number` (ignored outside the range): the first
+    /// allocation tries it.
+    #[must_use]
+    pub fn starting_at(self, number: u32) -> Table<T> {
+        {
+            let mut inner = write(&self.inner);
+            if (inner.first..=inner.last).contains(&number) {
+                inner.cursor = number;
+            }
+        }
+        self
+    }
+
     /// The table's name.
     pub fn name(&self) -> &'static str {
         self.name
@@ -354,6 +367,20 @@ mod tests {
             t.insert_with(Ok::<u32, ()>),
             Err(InsertError::Full { .. })
         ));
+    }
+
+    #[test]
+    fn a_table_can_start_where_another_stopped() {
+        let t: Table<u32> = Table::new("test", 16..=20, 10).starting_at(19);
+        assert_eq!(t.cursor(), 19);
+        let numbers: Vec<u32> = (0..3)
+            .map(|_| t.insert_with(Ok::<u32, ()>).expect("insert").0)
+            .collect();
+        assert_eq!(numbers, [19, 20, 16]);
+        assert_eq!(t.cursor(), 17);
+        // Outside the range: ignored.
+        let u: Table<u32> = Table::new("test", 16..=20, 10).starting_at(21);
+        assert_eq!(u.cursor(), 16);
     }
 
     #[test]

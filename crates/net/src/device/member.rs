@@ -49,7 +49,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use uroce_socket::fork::DupFd;
-use uroce_socket::host::{host_dir, Locked, Registry};
+use uroce_socket::host::{host_dir, Locked, Registry, Resume};
 use uroce_socket::steer::{self, QpnLayout};
 use uroce_wire::opcode::op::UD_SEND_ONLY;
 use uroce_wire::PacketRepr;
@@ -111,6 +111,9 @@ pub(super) struct HostMember {
     /// on it, or the host has as many listeners as a program holds).
     pub(super) listen_refused: AtomicU64,
     left: AtomicBool,
+    /// Where the slot's last member got to, when it left cleanly (this member's numbering
+    /// carries on there; see `uroce_socket::host`, *Quarantine and resuming*).
+    resumed: Option<Resume>,
     /// The process that joined (a forked child's copy must not change the registry).
     owner: u32,
     seen: Mutex<Seen>,
@@ -164,11 +167,11 @@ impl HostMember {
         }
         let layout = QpnLayout::default();
         let registry = Registry::open(dir.unwrap_or_else(host_dir), layout)?;
-        let (slot, sock, generation, file, designated) = {
+        let (slot, resumed, sock, generation, file, designated) = {
             let file = file_id(&registry);
             let mut l = registry.lock()?;
             l.reap();
-            let slot = l.join()?;
+            let (slot, resumed) = l.join_resuming()?;
             // On an error below the socket closes before the lock goes (reverse order of
             // declaration) and the uncommitted changes are discarded: nothing happened.
             let sock = RoceSocket::bind_member(group, cfg)?;
@@ -176,7 +179,7 @@ impl HostMember {
             attach(&mut l, group, &sock).map_err(|e| NetError::Steer { group, source: e })?;
             let designated = designated_in(&l, group, slot);
             let generation = l.commit()?;
-            (slot, sock, generation, file, designated)
+            (slot, resumed, sock, generation, file, designated)
         };
         let member = HostMember {
             registry,
@@ -190,6 +193,7 @@ impl HostMember {
             listen_refused: AtomicU64::new(0),
             designated: AtomicBool::new(designated),
             left: AtomicBool::new(false),
+            resumed,
             owner: std::process::id(),
             seen: Mutex::new(Seen {
                 file,
@@ -219,6 +223,28 @@ impl HostMember {
             .qpn(self.slot, self.layout.max_local())
             .unwrap_or(0);
         first..=last
+    }
+
+    /// The first QPN the member's context tries: where the slot's last member stopped,
+    /// if it left cleanly.
+    pub(super) fn qpn_start(&self) -> Option<u32> {
+        self.resumed.map(|r| r.qpn)
+    }
+
+    /// The first communication ID the member's CM tries: where the slot's last member's
+    /// CM stopped, if it had one and left cleanly.
+    pub(super) fn comm_id_start(&self) -> Option<u32> {
+        self.resumed.map(|r| r.comm_id).filter(|&id| id != 0)
+    }
+
+    /// Where this member's numbering got to, for its leave: `next_qpn` (its context's
+    /// cursor) and `next_comm_id` (its CM's, `None` when it never ran one: then the one it
+    /// resumed at, if any).
+    pub(super) fn resume(&self, next_qpn: u32, next_comm_id: Option<u32>) -> Resume {
+        Resume {
+            qpn: next_qpn,
+            comm_id: next_comm_id.or(self.comm_id_start()).unwrap_or(0),
+        }
     }
 
     /// The communication IDs the member's CM allots (its slot's, see
@@ -363,9 +389,15 @@ impl HostMember {
 
     /// Leaves the host-wide device (see the module documentation): `sock` (the member
     /// socket) and `dup` (the progress thread's duplicate of its descriptor) are closed
-    /// while the registry is locked. Only the first call does anything; the caller holds
-    /// the progress lock.
-    pub(super) fn leave(&self, sock: &mut Option<RoceSocket>, dup: &Mutex<Option<Arc<DupFd>>>) {
+    /// while the registry is locked; `resume`: where the member's numbering got to (the
+    /// slot's next member carries on there; `None`: the slot goes into quarantine). Only
+    /// the first call does anything; the caller holds the progress lock.
+    pub(super) fn leave(
+        &self,
+        sock: &mut Option<RoceSocket>,
+        dup: &Mutex<Option<Arc<DupFd>>>,
+        resume: Option<Resume>,
+    ) {
         if self.left.swap(true, Ordering::SeqCst) {
             return;
         }
@@ -385,7 +417,10 @@ impl HostMember {
             return;
         };
         l.left_group(self.slot, self.group);
-        let _ = l.leave(self.slot);
+        let _ = match resume {
+            Some(r) => l.leave_resumable(self.slot, r),
+            None => l.leave(self.slot),
+        };
         if let Some(s) = sock.as_ref() {
             // The order after this socket's close: the last member in its index.
             let _ = attach(&mut l, self.group, s);

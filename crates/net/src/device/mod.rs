@@ -483,11 +483,14 @@ impl DeviceCore {
     }
 
     /// A shared device leaves the host-wide device: its socket closes (see
-    /// `member.rs`). The caller holds the progress lock (`io`); the progress thread has
+    /// `member.rs`), and the registry notes where its QPNs and communication IDs
+    /// (`next_comm_id`: its CM's, if it ran one) got to, so the slot's next member carries
+    /// on from there. The caller holds the progress lock (`io`); the progress thread has
     /// stopped.
-    fn leave_host(&self, io: &mut ProgressState) {
+    fn leave_host(&self, io: &mut ProgressState, next_comm_id: Option<u32>) {
         if let Some(h) = &self.host {
-            h.leave(&mut io.sock, &self.sock_fd);
+            let resume = h.resume(self.ctx.next_qpn(), next_comm_id);
+            h.leave(&mut io.sock, &self.sock_fd, Some(resume));
         }
     }
 
@@ -539,6 +542,7 @@ impl NetDevice {
         let mut dev_cfg = DeviceConfig::new(cfg.name.clone(), cfg.addr);
         if let Some(h) = host {
             dev_cfg.qpn_range = h.qpn_range();
+            dev_cfg.qpn_start = h.qpn_start();
         }
         let device = Device::new(dev_cfg).map_err(|e| NetError::Device(e.to_string()))?;
         let ctx = Context::open(&device).map_err(|e| NetError::Device(e.to_string()))?;
@@ -573,7 +577,7 @@ impl NetDevice {
                 // A member leaves the host-wide device again (its socket closes under
                 // the registry's lock).
                 if let Some(h) = &host {
-                    h.leave(&mut Some(sock), &Mutex::new(None));
+                    h.leave(&mut Some(sock), &Mutex::new(None), None);
                 }
                 return Err(e);
             }
@@ -673,6 +677,11 @@ impl NetDevice {
         // A shared device's CM allots communication IDs from its slot's range and records
         // its listeners in the host's registry (see `crate::cm` and `member.rs`).
         let id_range = self.shared.host.as_ref().and_then(HostMember::comm_ids);
+        let resume_at = self
+            .shared
+            .host
+            .as_ref()
+            .and_then(HostMember::comm_id_start);
         let listen_hook: Option<crate::cm::ListenHook> = self.shared.host.as_ref().map(|_| {
             let core = Arc::downgrade(&self.shared);
             Box::new(move |services: &std::collections::BTreeSet<u64>| {
@@ -684,8 +693,14 @@ impl NetDevice {
             }) as crate::cm::ListenHook
         });
         let svc = Arc::new(
-            CmService::new(self.local.ip(), Arc::downgrade(&gsi), id_range, listen_hook)
-                .map_err(NetError::Io)?,
+            CmService::new(
+                self.local.ip(),
+                Arc::downgrade(&gsi),
+                id_range,
+                resume_at,
+                listen_hook,
+            )
+            .map_err(NetError::Io)?,
         );
         let progress: Option<Box<dyn Fn() + Send + Sync>> = if self.progress_thread {
             None
@@ -785,7 +800,8 @@ impl NetDevice {
             }
             None => Ok(()),
         };
-        self.shared.leave_host(&mut io);
+        self.shared
+            .leave_host(&mut io, self.cm.get().map(|c| c.next_id()));
         flushed
     }
 
@@ -854,6 +870,7 @@ impl Drop for NetDevice {
         if let Some(c) = io.sock.as_mut().and_then(RoceSocket::capture_mut) {
             let _ = c.flush();
         }
-        self.shared.leave_host(&mut io);
+        self.shared
+            .leave_host(&mut io, self.cm.get().map(|c| c.next_id()));
     }
 }

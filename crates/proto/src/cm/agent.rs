@@ -37,6 +37,13 @@ impl CmAgent {
         self.conns.get(&id.0).map(|c| c.state)
     }
 
+    /// The communication ID it tries next when it allots one (IDs are allotted by a
+    /// cursor that moves forward through [`AgentConfig::id_range`]): an agent that takes
+    /// over a range another left starts there ([`AgentConfig::first_id`]).
+    pub fn next_id(&self) -> u32 {
+        self.next_id
+    }
+
     /// Number of connections (listeners not counted).
     pub fn connections(&self) -> usize {
         self.conns.len()

@@ -109,14 +109,22 @@
 //! member too (their IDs' slot has no member), which drops them or answers a DREQ with a
 //! DREP. A slot in quarantine keeps a reused slot from inheriting them.
 //!
-//! ## Quarantine
-//! A slot comes back only after [`Registry::quarantine`] (default
-//! [`DEFAULT_QUARANTINE`]): a peer of a killed member may still retransmit to its QPNs for
-//! a while, and a new member handed the same slot could allot the same numbers to new QPs,
-//! which would then see the old connection's packets. So [`Locked::join`] takes a slot
-//! never used, else the one freed longest ago, and refuses ([`HostError::Full`]) when every
-//! free slot was freed less than the quarantine ago. With 254 slots that happens only to a
-//! host that starts and stops members faster than 254 a minute.
+//! ## Quarantine and resuming
+//! A peer of a member that is gone may still retransmit to its QPNs (and answer its
+//! communication IDs) for a while, and a new member handed the same slot could allot the
+//! same numbers to new QPs, which would then see the old connection's packets. A member
+//! that leaves cleanly says where its numbering got to ([`Locked::leave_resumable`], a
+//! [`Resume`]: the next QPN and communication ID it would have allotted), and the next
+//! member of that slot carries on from there ([`Locked::join_resuming`]), as one process
+//! destroying and creating QPs does: no number comes back before the slot's range has gone
+//! round. Such a slot is free at once. A slot whose member was reaped (killed: nobody knows
+//! how far it got) or left without a [`Resume`] comes back only after
+//! [`Registry::quarantine`] (default [`DEFAULT_QUARANTINE`]). So a join takes a slot never
+//! used, else a resumable one (freed longest ago first), else one out of quarantine (freed
+//! longest ago first), and refuses ([`HostError::Full`]) when every free slot is still in
+//! quarantine: with 254 slots that happens only to a host whose members are killed faster
+//! than 254 a minute, whereas programs opening and closing devices in a loop (each a new
+//! member) reuse resumable slots without limit.
 //!
 //! ## Not handled
 //! A member socket inherited by a child (`fork` without `exec`; the sockets are
@@ -280,6 +288,17 @@ impl Member {
     }
 }
 
+/// Where a member that left cleanly got to in its slot's numbering: the next member of
+/// the slot starts there (see *Quarantine and resuming* in the module documentation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Resume {
+    /// The next QPN it would have allotted (its QPN table's cursor).
+    pub qpn: u32,
+    /// The next communication ID its CM would have allotted (0: it never ran a CM and
+    /// knows none).
+    pub comm_id: u32,
+}
+
 /// The order of one group's member sockets as the registry knows it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct GroupState {
@@ -303,6 +322,9 @@ pub struct HostState {
     pub members: BTreeMap<u16, Member>,
     /// Freed slots and when (milliseconds since the Unix epoch).
     pub freed: BTreeMap<u16, u64>,
+    /// Freed slots whose member left cleanly, and where it got to: free at once, the next
+    /// member resumes there.
+    pub resume: BTreeMap<u16, Resume>,
     /// Every group (`address:port`) that has member sockets.
     pub groups: BTreeMap<SocketAddr, GroupState>,
     /// The CM listeners: service ID → the slot of the member listening on it (at most
@@ -334,6 +356,7 @@ impl HostState {
             generation: 0,
             members: BTreeMap::new(),
             freed: BTreeMap::new(),
+            resume: BTreeMap::new(),
             groups: BTreeMap::new(),
             listeners: BTreeMap::new(),
             attached: BTreeMap::new(),
@@ -356,6 +379,9 @@ impl HostState {
         }
         for (slot, at) in &self.freed {
             let _ = writeln!(t, "freed {slot} {at}");
+        }
+        for (slot, r) in &self.resume {
+            let _ = writeln!(t, "resume {slot} {} {}", r.qpn, r.comm_id);
         }
         for (addr, g) in &self.groups {
             let _ = write!(
@@ -418,6 +444,15 @@ impl HostState {
                 Some("freed") => {
                     let s = slot(words.next())?;
                     state.freed.insert(s, num(words.next())?);
+                }
+                Some("resume") => {
+                    let s = slot(words.next())?;
+                    let mut n32 = || u32::try_from(num(words.next())?).map_err(|_| bad("u32"));
+                    let r = Resume {
+                        qpn: n32()?,
+                        comm_id: n32()?,
+                    };
+                    state.resume.insert(s, r);
                 }
                 Some("listen") => {
                     let service = words
@@ -688,28 +723,48 @@ impl Locked<'_> {
     /// # Errors
     /// [`HostError::Full`], [`HostError::NoStartTime`].
     pub fn join(&mut self) -> Result<u16, HostError> {
+        self.join_resuming().map(|(slot, _)| slot)
+    }
+
+    /// [`Locked::join`], and where the slot's last member got to when it left cleanly:
+    /// the new member's numbering starts there (see *Quarantine and resuming* in the
+    /// module documentation).
+    ///
+    /// # Errors
+    /// As [`Locked::join`].
+    pub fn join_resuming(&mut self) -> Result<(u16, Option<Resume>), HostError> {
         let pid = std::process::id();
         let (_, start_time) = proc_stat(pid).ok_or(HostError::NoStartTime { pid })?;
         self.join_as(pid, start_time)
     }
 
     /// Allots a free slot to the process `pid` started at `start_time`.
-    fn join_as(&mut self, pid: u32, start_time: u64) -> Result<u16, HostError> {
+    fn join_as(&mut self, pid: u32, start_time: u64) -> Result<(u16, Option<Resume>), HostError> {
         let now = now_ms();
         let quarantine = u64::try_from(self.registry.quarantine.as_millis()).unwrap_or(u64::MAX);
         let top = self.state.layout.max_slot().min(MAX_ROUTES as u16);
         let free = (1..=top).filter(|s| !self.state.members.contains_key(s));
-        // Never used (freed at 0) first, then the longest free; lowest slot among equals.
+        // Never used (freed at 0) first, then resumable ones, then those out of
+        // quarantine; the longest free first, the lowest slot among equals.
         let pick = free
-            .map(|s| (self.state.freed.get(&s).copied().unwrap_or(0), s))
+            .map(|s| {
+                let at = self.state.freed.get(&s).copied().unwrap_or(0);
+                let rank = match (at, self.state.resume.contains_key(&s)) {
+                    (0, _) => 0,
+                    (_, true) => 1,
+                    _ => 2,
+                };
+                (rank, at, s)
+            })
             .min()
-            .filter(|&(at, _)| at == 0 || now.saturating_sub(at) >= quarantine);
-        let Some((_, slot)) = pick else {
+            .filter(|&(rank, at, _)| rank < 2 || now.saturating_sub(at) >= quarantine);
+        let Some((_, _, slot)) = pick else {
             let quarantined = self
                 .state
                 .freed
                 .iter()
                 .filter(|(s, _)| !self.state.members.contains_key(s))
+                .filter(|(s, _)| !self.state.resume.contains_key(s))
                 .filter(|(_, &at)| now.saturating_sub(at) < quarantine)
                 .count();
             return Err(HostError::Full {
@@ -718,6 +773,7 @@ impl Locked<'_> {
             });
         };
         self.state.freed.remove(&slot);
+        let resume = self.state.resume.remove(&slot);
         self.state.members.insert(
             slot,
             Member {
@@ -728,7 +784,7 @@ impl Locked<'_> {
             },
         );
         self.touch();
-        Ok(slot)
+        Ok((slot, resume))
     }
 
     /// Frees `slot`, removes its sockets from every group (the member closes them
@@ -738,12 +794,31 @@ impl Locked<'_> {
     /// # Errors
     /// [`HostError::NotMember`].
     pub fn leave(&mut self, slot: u16) -> Result<Member, HostError> {
+        self.leave_as(slot, None)
+    }
+
+    /// [`Locked::leave`] of a member that says where its numbering got to: its slot is
+    /// free at once for a member that resumes there (see *Quarantine and resuming* in the
+    /// module documentation). A QPN outside the slot's range is not recorded (the slot
+    /// then goes into quarantine).
+    ///
+    /// # Errors
+    /// [`HostError::NotMember`].
+    pub fn leave_resumable(&mut self, slot: u16, resume: Resume) -> Result<Member, HostError> {
+        self.leave_as(slot, Some(resume))
+    }
+
+    fn leave_as(&mut self, slot: u16, resume: Option<Resume>) -> Result<Member, HostError> {
         let m = self
             .state
             .members
             .remove(&slot)
             .ok_or(HostError::NotMember { slot })?;
         self.free(&[slot]);
+        let layout = self.state.layout;
+        if let Some(r) = resume.filter(|r| layout.slot_of(r.qpn) == slot) {
+            self.state.resume.insert(slot, r);
+        }
         for g in self.state.groups.values_mut() {
             g.order.left(slot);
         }
@@ -756,6 +831,7 @@ impl Locked<'_> {
         let now = now_ms();
         for &s in slots {
             self.state.freed.insert(s, now);
+            self.state.resume.remove(&s);
         }
         self.state.listeners.retain(|_, s| !slots.contains(s));
         self.touch();

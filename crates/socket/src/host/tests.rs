@@ -37,6 +37,13 @@ fn text_round_trips_and_bad_text_is_refused() {
         },
     );
     s.freed.insert(4, 99);
+    s.resume.insert(
+        4,
+        Resume {
+            qpn: 0x10_0203,
+            comm_id: 0x1000_0007,
+        },
+    );
     s.groups.insert(
         "[::1]:4791".parse().unwrap(),
         GroupState {
@@ -56,6 +63,7 @@ fn text_round_trips_and_bad_text_is_refused() {
     let t = s.to_text();
     assert!(t.contains("listen 0x0000000001061c06 3\n"), "{t}");
     assert!(t.contains("attached [::1]:4791 8 3\n"), "{t}");
+    assert!(t.contains("resume 4 1049091 268435463\n"), "{t}");
     assert_eq!(HostState::parse(&t), Ok(s));
     for bad in [
         "",
@@ -73,9 +81,65 @@ fn text_round_trips_and_bad_text_is_refused() {
         "uroce-host 1\nattached 1.2.3.4:1 1\n",
         "uroce-host 1\nattached 1.2.3.4 1 1\n",
         "uroce-host 1\nattached 1.2.3.4:1 1 1 1\n",
+        "uroce-host 1\nresume 1 2\n",
+        "uroce-host 1\nresume 1 2 4294967296\n",
     ] {
         assert!(HostState::parse(bad).is_err(), "{bad:?}");
     }
+}
+
+#[test]
+fn a_clean_leave_is_resumed_at_once_and_a_reap_is_quarantined() {
+    let dir = scratch("resume");
+    let layout = QpnLayout::new(2).unwrap(); // slots 1 and 2, 2^22 QPNs each
+    let reg = Registry::open(&dir, layout).unwrap();
+    let mut l = reg.lock().unwrap();
+    assert_eq!(l.join_resuming().unwrap(), (1, None));
+    let r = Resume {
+        qpn: layout.qpn(1, 77).unwrap(),
+        comm_id: 0x4000_0009,
+    };
+    l.leave_resumable(1, r).unwrap();
+    // Slot 2 was never used and comes first; then slot 1 resumes at once.
+    assert_eq!(l.join_resuming().unwrap(), (2, None));
+    assert_eq!(l.join_resuming().unwrap(), (1, Some(r)));
+    assert!(l.state().resume.is_empty());
+    // A resume outside the slot is not recorded: the slot is quarantined.
+    let elsewhere = Resume {
+        qpn: layout.qpn(2, 5).unwrap(),
+        comm_id: 0,
+    };
+    l.leave_resumable(1, elsewhere).unwrap();
+    assert!(matches!(
+        l.join(),
+        Err(HostError::Full {
+            members: 1,
+            quarantined: 1
+        })
+    ));
+    assert_eq!(l.commit().unwrap(), 1);
+    // Written and read back.
+    let mut l = reg.lock().unwrap();
+    l.leave_resumable(
+        2,
+        Resume {
+            qpn: layout.qpn(2, 9).unwrap(),
+            comm_id: 3,
+        },
+    )
+    .unwrap();
+    l.commit().unwrap();
+    assert_eq!(
+        reg.read().unwrap().resume.get(&2).map(|r| r.qpn),
+        layout.qpn(2, 9)
+    );
+    // A member of the resumable slot that dies is reaped into quarantine.
+    let mut l = reg.lock().unwrap();
+    let (dead, resumed) = l.join_as(u32::MAX - 6, 1).unwrap();
+    assert_eq!((dead, resumed.map(|r| r.comm_id)), (2, Some(3)));
+    assert_eq!(l.reap().len(), 1);
+    assert!(l.state().resume.is_empty());
+    assert!(matches!(l.join(), Err(HostError::Full { .. })));
 }
 
 #[test]
@@ -243,8 +307,8 @@ fn reaping_members_that_died_together_may_leave_a_group_uncertain() {
     let mut l = reg.lock().unwrap();
     let me = l.join().unwrap();
     // Two members of a process that is gone (pid beyond pid_max).
-    let dead1 = l.join_as(u32::MAX - 1, 1).unwrap();
-    let dead2 = l.join_as(u32::MAX - 2, 1).unwrap();
+    let dead1 = l.join_as(u32::MAX - 1, 1).unwrap().0;
+    let dead2 = l.join_as(u32::MAX - 2, 1).unwrap().0;
     // a: [dead1, dead2, me]: either order of their closes leaves [me].
     // b: [dead1, me, dead2]: dead1 first -> [dead2, me] -> [me]; dead2 first ->
     //    [dead1, me] -> [me]. Both certain.
@@ -262,8 +326,8 @@ fn reaping_members_that_died_together_may_leave_a_group_uncertain() {
         assert_eq!(l.state().groups[&g].order.slots(), &[me]);
     }
     // Now a real ambiguity: [x, y, me, me2] with x and y dying.
-    let x = l.join_as(u32::MAX - 3, 1).unwrap();
-    let y = l.join_as(u32::MAX - 4, 1).unwrap();
+    let x = l.join_as(u32::MAX - 3, 1).unwrap().0;
+    let y = l.join_as(u32::MAX - 4, 1).unwrap().0;
     let me2 = l.join().unwrap();
     let c: SocketAddr = "127.0.77.6:4791".parse().unwrap();
     for s in [x, y, me, me2] {
@@ -310,7 +374,7 @@ fn listeners_are_recorded_and_go_with_their_member() {
     let mut l = reg.lock().unwrap();
     let me = l.join().unwrap();
     let other = l.join().unwrap();
-    let dead = l.join_as(u32::MAX - 5, 1).unwrap();
+    let dead = l.join_as(u32::MAX - 5, 1).unwrap().0;
     for s in [me, other, dead] {
         l.joined_group(s, a).unwrap();
     }
