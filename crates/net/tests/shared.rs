@@ -22,6 +22,9 @@
 //!   listener's device is closed, a REQ for its service is rejected by the designated
 //!   member (invalid service ID) rather than lost.
 //!
+//! * two members in child processes killed at once, which leaves the kernel's order of
+//!   the group unknown to the registry: the members probe, the order is certain again
+//!   with a program attached, and nothing is misdelivered after;
 //! * a device opened and closed again and again on a host with one free slot: each open
 //!   gets that slot at once (a clean leave needs no quarantine) and carries on with the
 //!   QPNs and communication IDs where the last one stopped.
@@ -248,31 +251,38 @@ fn child_member() {
     }
 }
 
+/// A member in a child process (this test binary running [`child_member`]) on `addr`
+/// with the registry in `dir`, and its slot once it joined.
+fn child_process_member(addr: &str, dir: &Path) -> (std::process::Child, u16) {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child_member", "--nocapture", "--test-threads=1"])
+        .env(CHILD_ENV, addr)
+        .env(HOST_DIR_ENV, dir)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    // Bounded: the child prints `ready` or exits (EOF) within its 30 s.
+    while out.read_line(&mut line).unwrap_or(0) > 0 {
+        if let Some((_, s)) = line.split_once("ready ") {
+            let slot = s.trim().parse::<u16>().unwrap();
+            return (child, slot);
+        }
+        line.clear();
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    panic!("the child did not join");
+}
+
 #[test]
 fn a_killed_member_in_another_process_is_reaped_and_traffic_goes_on() {
     let dir = scratch("killed");
     let addr = "127.0.81.2";
     let a = member(addr, "ka", &dir);
     // The child joins next: order [A, child, B].
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_member", "--nocapture", "--test-threads=1"])
-        .env(CHILD_ENV, addr)
-        .env(HOST_DIR_ENV, &dir)
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut theirs = None;
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    // Bounded: the child prints `ready` or exits (EOF) within its 30 s.
-    while out.read_line(&mut line).unwrap_or(0) > 0 {
-        if let Some((_, s)) = line.split_once("ready ") {
-            theirs = Some(s.trim().parse::<u16>().unwrap());
-            break;
-        }
-        line.clear();
-    }
-    let theirs = theirs.expect("the child joined");
+    let (mut child, theirs) = child_process_member(addr, &dir);
     let b = member(addr, "kb", &dir);
     let reg = Registry::open(&dir, QpnLayout::default()).expect("registry");
     let group = SocketAddr::new(addr.parse().unwrap(), 4791);
@@ -725,4 +735,66 @@ fn a_device_closed_cleanly_leaves_its_slot_to_the_next_at_once_numbering_carried
         assert!(!r.members.contains_key(&slot), "round {round}: left");
         assert!(r.resume.contains_key(&slot), "round {round}: resumable");
     }
+}
+
+#[test]
+fn members_that_die_together_leave_an_order_that_probes_find_again() {
+    let dir = scratch("probe");
+    let addr = "127.0.81.7";
+    // Order [X, Y, A, B] with X and Y in child processes: whether X's or Y's close came
+    // first decides whether the kernel's order is [B, A] or [A, B]; the registry cannot
+    // know (uncertain) and the members probe.
+    let (mut x, sx) = child_process_member(addr, &dir);
+    let (mut y, sy) = child_process_member(addr, &dir);
+    let a = member(addr, "pa", &dir);
+    let b = member(addr, "pb", &dir);
+    let group = SocketAddr::new(addr.parse().unwrap(), 4791);
+    let reg = Registry::open(&dir, QpnLayout::default()).expect("registry");
+    let (sa, sb) = (a.dev.host_slot().unwrap(), b.dev.host_slot().unwrap());
+    assert_eq!(
+        reg.read().expect("read").groups[&group].order.slots(),
+        &[sx, sy, sa, sb]
+    );
+    let o = ConnectOpts::default();
+    connect_qps(&a, &a.qp, &b, &b.qp, &o);
+    both_ways(&a, &a.qp, &b, &b.qp, 10, "A-B next to X and Y");
+    // Both killed before either is reaped (the members reap every second).
+    x.kill().unwrap();
+    y.kill().unwrap();
+    x.wait().unwrap();
+    y.wait().unwrap();
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        let state = reg.read().expect("read");
+        let g = &state.groups[&group];
+        if state.members.len() == 2 && g.certain {
+            let mut slots = g.order.slots().to_vec();
+            slots.sort_unstable();
+            assert_eq!(slots, [sa.min(sb), sa.max(sb)]);
+            let attached = state.attached[&group];
+            if attached.generation == state.generation {
+                break;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the order never became certain with a program: {state:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let probes = a.dev.counters().probes_sent + b.dev.counters().probes_sent;
+    assert!(
+        probes >= 2,
+        "the order was found by probing ({probes} probes)"
+    );
+    // The program is the kernel's order: nothing misdelivered any more.
+    let before = a.dev.counters().dropped_foreign_slot + b.dev.counters().dropped_foreign_slot;
+    for round in 0..3 {
+        both_ways(&a, &a.qp, &b, &b.qp, 20 + round, "A-B after the probes");
+    }
+    let after = a.dev.counters().dropped_foreign_slot + b.dev.counters().dropped_foreign_slot;
+    assert_eq!(after, before, "datagrams misdelivered after the probes");
+    a.close();
+    b.close();
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -29,6 +29,17 @@
 //!   reused descriptor, and a record after the leave does nothing. Its lock order is
 //!   the CM's record lock → registry lock → the duplicate's mutex, as the leave's is
 //!   progress lock → registry lock → the duplicate's mutex: no cycle;
+//! * **probe** (in the check, and [`HostMember::probe_received`] from the progress step):
+//!   when several members died at once the registry may not know the kernel's order of
+//!   the group (*uncertain*, no program attached from a guess). Every member that holds
+//!   the lock in a check and finds its group uncertain without its own index found sends,
+//!   after the commit, one probe per index (`steer::probe`, with the group's probe key
+//!   from the registry) from the group's address; the kernel steers each to the socket at
+//!   that index, whose member records `index → slot` ([`Locked::found`]); the record that
+//!   completes the order makes the group certain again, and that member attaches the
+//!   program at once (the others when they see the generation move). While the group is
+//!   uncertain the check comes back every [`HOST_PROBE_EVERY`] (lost probes are sent
+//!   again);
 //! * **leave** ([`HostMember::leave`], when the device closes, under the progress lock):
 //!   record the close, free the slot, attach the program for the order after the close
 //!   (the last member moves into this socket's index), close the socket, commit. The
@@ -62,6 +73,8 @@ use crate::socket::{RoceSocket, SocketConfig};
 pub const HOST_CHECK_EVERY: Duration = Duration::from_millis(20);
 /// How often a member reaps dead members on its own.
 pub const HOST_REAP_EVERY: Duration = Duration::from_secs(1);
+/// While its group's order is uncertain, a member checks (and probes) this often.
+pub const HOST_PROBE_EVERY: Duration = Duration::from_millis(50);
 /// A datagram for another member's slot makes the member reap and attach again, at most
 /// this often.
 pub const HOST_RECHECK_MIN: Duration = Duration::from_millis(2);
@@ -104,6 +117,8 @@ pub(super) struct HostMember {
     pub(super) dropped_foreign: AtomicU64,
     /// Attaches of the steering program the kernel refused after the join.
     pub(super) attach_errors: AtomicU64,
+    /// Probes sent to find this member's index in an uncertain group.
+    pub(super) probes_sent: AtomicU64,
     /// Whether the member was its group's designated member when it last held the
     /// registry lock (the program sends it the CM MADs of IDs nobody owns).
     designated: AtomicBool,
@@ -190,6 +205,7 @@ impl HostMember {
             recheck: AtomicBool::new(false),
             dropped_foreign: AtomicU64::new(0),
             attach_errors: AtomicU64::new(0),
+            probes_sent: AtomicU64::new(0),
             listen_refused: AtomicU64::new(0),
             designated: AtomicBool::new(designated),
             left: AtomicBool::new(false),
@@ -381,10 +397,57 @@ impl HostMember {
         {
             self.attach_errors.fetch_add(1, Ordering::Relaxed);
         }
+        // An uncertain order: probe for this member's index (after the commit), and come
+        // back soon.
+        let probe = l
+            .state()
+            .groups
+            .get(&self.group)
+            .filter(|g| !g.certain && !g.found.values().any(|&s| s == self.slot))
+            .map(|g| (g.order.len(), g.key));
+        if probe.is_some() {
+            seen.next_reap = now.saturating_add(nanos(HOST_PROBE_EVERY));
+        }
         if let Ok(g) = l.commit() {
             seen.generation = g;
             seen.file = file;
         }
+        drop(seen);
+        if let Some((members, key)) = probe {
+            self.send_probes(members, key);
+        }
+    }
+
+    /// Sends one probe with `key` for each of the group's `members` indices, from the
+    /// group's address (a socket of its own on an ephemeral port: members only take
+    /// probes from their own address). Best effort: a probe lost is sent again at the
+    /// next check.
+    fn send_probes(&self, members: usize, key: u64) {
+        let Ok(s) = std::net::UdpSocket::bind(SocketAddr::new(self.group.ip(), 0)) else {
+            return;
+        };
+        for index in 0..u32::try_from(members).unwrap_or(0) {
+            let _ = s.send_to(&steer::probe(index, key), self.group);
+        }
+        self.probes_sent
+            .fetch_add(members as u64, Ordering::Relaxed);
+    }
+
+    /// A probe for `index` with `key` reached this member's socket (`sock`), so that is
+    /// its index in the group: recorded in the registry; when that completes the group's
+    /// order, the program is attached through `sock` before the commit. From the progress
+    /// step.
+    pub(super) fn probe_received(&self, index: u32, key: u64, sock: &RoceSocket) {
+        if self.left.load(Ordering::Relaxed) || self.forked() {
+            return;
+        }
+        let Ok(mut l) = self.registry.lock() else {
+            return;
+        };
+        if l.found(self.group, index, self.slot, key) && attach(&mut l, self.group, sock).is_err() {
+            self.attach_errors.fetch_add(1, Ordering::Relaxed);
+        }
+        let _ = l.commit();
     }
 
     /// Leaves the host-wide device (see the module documentation): `sock` (the member

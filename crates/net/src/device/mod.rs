@@ -256,6 +256,9 @@ pub struct DeviceCounters {
     /// (another member of the host listens on it, or the host has as many listeners as a
     /// steering program holds); REQs for it are not steered here.
     pub listen_refused: u64,
+    /// A shared device: steering probes it sent to find its index in its group after
+    /// several members died at once (see `member.rs`).
+    pub probes_sent: u64,
     /// Transport counters summed over the live QPs.
     pub transport: EngineCounters,
 }
@@ -269,6 +272,7 @@ impl DeviceCounters {
         v.push(("mcast_dropped", self.mcast_dropped));
         v.push(("dropped_foreign_slot", self.dropped_foreign_slot));
         v.push(("listen_refused", self.listen_refused));
+        v.push(("probes_sent", self.probes_sent));
         v.extend(self.transport.fields());
         v
     }
@@ -388,6 +392,10 @@ impl DeviceCore {
                 .host
                 .as_ref()
                 .map_or(0, |h| h.listen_refused.load(Ordering::Relaxed)),
+            probes_sent: self
+                .host
+                .as_ref()
+                .map_or(0, |h| h.probes_sent.load(Ordering::Relaxed)),
             transport,
         }
     }

@@ -116,6 +116,13 @@ impl DeviceCore {
                 }
             });
             drop(last);
+            // A shared device whose group's order is uncertain: probes tell this
+            // member's index (see `member.rs`).
+            if let (Some(h), Some(sock)) = (self.host.as_ref(), io.sock.as_ref()) {
+                for (index, key) in io.rx.probes() {
+                    h.probe_received(index, key, sock);
+                }
+            }
             match got {
                 Ok(n) if n > 0 => work = true,
                 _ => break,

@@ -61,8 +61,10 @@
 //!   into its index: when one member of a group died that is one known move, but when
 //!   several did, the result may depend on the order of their closes
 //!   ([`GroupOrder::after_unseen_closes`]); the group is then marked *uncertain* (its order
-//!   is a guess) until a member probes it and records the order it found
-//!   ([`Locked::set_order`]).
+//!   is a guess, its key for probes drawn afresh, [`GroupState::key`]) until its members
+//!   probe it: each member that receives the probe for index *k* records it
+//!   ([`Locked::found`]), and the record that completes the order makes it certain again
+//!   (or a member that learnt the whole order records it, [`Locked::set_order`]).
 //! * [`Locked::listen`] / [`Locked::unlisten`]: a member's CM agent starts or stops
 //!   listening on a service ID.
 //! * [`Locked::commit`]: writes the registry if anything changed (with the next
@@ -135,7 +137,7 @@
 //! moves, and reaps on misdelivery and every second; its CM agent allots communication
 //! IDs from the slot's range, and the service IDs it listens on are recorded here
 //! ([`Locked::listen`] / [`Locked::unlisten`], then attached) before the command returns.
-//! Probing an uncertain group is not done by it yet.
+//! It also probes an uncertain group (`uroce-net`'s `member.rs`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -307,6 +309,52 @@ pub struct GroupState {
     /// False when several members died at once and the order is a guess (see the
     /// module documentation).
     pub certain: bool,
+    /// An uncertain group: the key its probes must carry, drawn afresh whenever its order
+    /// moves (a probe sent before may name an index that has moved since), and known only
+    /// to the user's processes (a datagram from elsewhere cannot pose as a probe).
+    pub key: u64,
+    /// An uncertain group: the indices members found by probing (index → slot), until
+    /// every member's is known and the order is certain again ([`Locked::found`]).
+    pub found: BTreeMap<u32, u16>,
+}
+
+impl GroupState {
+    fn certain(order: GroupOrder) -> GroupState {
+        GroupState {
+            order,
+            certain: true,
+            key: 0,
+            found: BTreeMap::new(),
+        }
+    }
+
+    /// An uncertain group whose every index was found becomes certain with the order
+    /// found (`true`).
+    fn resolve(&mut self) -> bool {
+        let n = self.order.len();
+        let complete = !self.certain
+            && self.found.len() == n
+            && self
+                .found
+                .keys()
+                .copied()
+                .eq(0..u32::try_from(n).unwrap_or(u32::MAX));
+        if complete {
+            *self = GroupState::certain(GroupOrder::from_slots(
+                self.found.values().copied().collect(),
+            ));
+        }
+        complete
+    }
+
+    /// The order of an uncertain group moved (a close, a reap): what probes found before
+    /// may name other sockets now, and their key is void.
+    fn moved(&mut self) {
+        if !self.certain {
+            self.key = probe_key();
+            self.found.clear();
+        }
+    }
 }
 
 /// The registry's contents.
@@ -393,6 +441,12 @@ impl HostState {
                 let _ = write!(t, " {s}");
             }
             t.push('\n');
+            if !g.certain {
+                let _ = writeln!(t, "probing {addr} {}", g.key);
+                for (index, slot) in &g.found {
+                    let _ = writeln!(t, "found {addr} {index} {slot}");
+                }
+            }
         }
         for (service, slot) in &self.listeners {
             let _ = writeln!(t, "listen {service:#018x} {slot}");
@@ -488,13 +542,27 @@ impl HostState {
                         .by_ref()
                         .map(|w| w.parse::<u16>().map_err(|_| bad("a slot expected")))
                         .collect::<Result<Vec<_>, _>>()?;
-                    state.groups.insert(
-                        addr,
-                        GroupState {
-                            order: GroupOrder::from_slots(order),
-                            certain,
-                        },
-                    );
+                    let mut g = GroupState::certain(GroupOrder::from_slots(order));
+                    g.certain = certain;
+                    state.groups.insert(addr, g);
+                }
+                Some(kind @ ("probing" | "found")) => {
+                    let addr: SocketAddr = words
+                        .next()
+                        .and_then(|w| w.parse().ok())
+                        .ok_or_else(|| bad("an address expected"))?;
+                    let first = num(words.next())?;
+                    let g = state
+                        .groups
+                        .get_mut(&addr)
+                        .filter(|g| !g.certain)
+                        .ok_or_else(|| bad("not after its uncertain group"))?;
+                    if kind == "probing" {
+                        g.key = first;
+                    } else {
+                        let index = u32::try_from(first).map_err(|_| bad("an index expected"))?;
+                        g.found.insert(index, slot(words.next())?);
+                    }
                 }
                 Some(_) => return Err(bad("unknown line")),
             }
@@ -504,6 +572,17 @@ impl HostState {
         }
         Ok(state)
     }
+}
+
+/// A fresh key for an uncertain group's probes ([`GroupState::key`]): from the standard
+/// library's randomly seeded hasher (seeded by the operating system), mixed with the
+/// time; never 0.
+fn probe_key() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(now_ms());
+    h.write_u32(std::process::id());
+    h.finish() | 1
 }
 
 /// The state character and start time (field 22) of `/proc/<pid>/stat`.
@@ -883,12 +962,18 @@ impl Locked<'_> {
         if !self.state.members.contains_key(&slot) {
             return Err(HostError::NotMember { slot });
         }
-        let g = self.state.groups.entry(addr).or_insert(GroupState {
-            order: GroupOrder::default(),
-            certain: true,
-        });
+        let g = self
+            .state
+            .groups
+            .entry(addr)
+            .or_insert_with(|| GroupState::certain(GroupOrder::default()));
         g.order.joined(slot);
         let index = u32::try_from(g.order.len() - 1).unwrap_or(u32::MAX);
+        // A bind appends: nobody moves, and the joiner's index is known.
+        if !g.certain {
+            g.found.insert(index, slot);
+            g.resolve();
+        }
         self.touch();
         Ok(index)
     }
@@ -900,6 +985,7 @@ impl Locked<'_> {
             return false;
         };
         let left = g.order.left(slot);
+        g.moved();
         if g.order.is_empty() {
             self.state.groups.remove(&addr);
         }
@@ -929,16 +1015,20 @@ impl Locked<'_> {
         }
         self.free(&slots);
         for g in self.state.groups.values_mut() {
+            if !slots.iter().any(|s| g.order.slots().contains(s)) {
+                continue;
+            }
             match g.order.after_unseen_closes(&slots) {
                 Some(order) => g.order = order,
                 None => {
-                    // A guess (closes in slot order) until a member probes the group.
+                    // A guess (closes in slot order) until the members probe the group.
                     for &s in &slots {
                         g.order.left(s);
                     }
                     g.certain = false;
                 }
             }
+            g.moved();
         }
         self.state.groups.retain(|_, g| !g.order.is_empty());
         dead
@@ -949,15 +1039,33 @@ impl Locked<'_> {
         if order.is_empty() {
             self.state.groups.remove(&addr);
         } else {
-            self.state.groups.insert(
-                addr,
-                GroupState {
-                    order,
-                    certain: true,
-                },
-            );
+            self.state.groups.insert(addr, GroupState::certain(order));
         }
         self.touch();
+    }
+
+    /// Records that the member of `slot` received a probe with `key` for index `index` of
+    /// `addr`'s group (so its socket is at that index). Ignored (`false`) when the group is
+    /// certain, the slot is not in it, or `key` is not the group's ([`GroupState::key`]:
+    /// a probe sent before the order last moved, or not by a member). A slot or index
+    /// found again replaces what was found before. When every member's index is known,
+    /// the order is certain again (`true`): the caller attaches the program before it
+    /// commits.
+    pub fn found(&mut self, addr: SocketAddr, index: u32, slot: u16, key: u64) -> bool {
+        let Some(g) = self.state.groups.get_mut(&addr) else {
+            return false;
+        };
+        if g.certain || key != g.key || !g.order.slots().contains(&slot) {
+            return false;
+        }
+        if g.found.get(&index) == Some(&slot) {
+            return false;
+        }
+        g.found.retain(|&i, &mut s| i != index && s != slot);
+        g.found.insert(index, slot);
+        let complete = g.resolve();
+        self.touch();
+        complete
     }
 
     /// Marks a change: the commit writes a new generation, and the attaches recorded so

@@ -49,6 +49,8 @@ fn text_round_trips_and_bad_text_is_refused() {
         GroupState {
             order: GroupOrder::from_slots(vec![3, 1]),
             certain: false,
+            key: 8,
+            found: [(1, 1)].into(),
         },
     );
     s.listeners.insert(0x0000_0000_0106_1C06, 3);
@@ -64,6 +66,10 @@ fn text_round_trips_and_bad_text_is_refused() {
     assert!(t.contains("listen 0x0000000001061c06 3\n"), "{t}");
     assert!(t.contains("attached [::1]:4791 8 3\n"), "{t}");
     assert!(t.contains("resume 4 1049091 268435463\n"), "{t}");
+    assert!(
+        t.contains("probing [::1]:4791 8\nfound [::1]:4791 1 1\n"),
+        "{t}"
+    );
     assert_eq!(HostState::parse(&t), Ok(s));
     for bad in [
         "",
@@ -82,6 +88,9 @@ fn text_round_trips_and_bad_text_is_refused() {
         "uroce-host 1\nattached 1.2.3.4 1 1\n",
         "uroce-host 1\nattached 1.2.3.4:1 1 1 1\n",
         "uroce-host 1\nresume 1 2\n",
+        "uroce-host 1\nfound 1.2.3.4:1 0 1\n",
+        "uroce-host 1\ngroup 1.2.3.4:1 certain 1\nprobing 1.2.3.4:1 3\n",
+        "uroce-host 1\ngroup 1.2.3.4:1 uncertain 1\nfound 1.2.3.4:1 0\n",
         "uroce-host 1\nresume 1 2 4294967296\n",
     ] {
         assert!(HostState::parse(bad).is_err(), "{bad:?}");
@@ -345,6 +354,71 @@ fn reaping_members_that_died_together_may_leave_a_group_uncertain() {
     );
     assert!(l.state().freed.contains_key(&x));
     l.commit().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn probes_make_an_uncertain_group_certain_when_every_index_is_found() {
+    let dir = scratch("found");
+    let reg = Registry::open(&dir, QpnLayout::default()).unwrap();
+    let c: SocketAddr = "127.0.77.7:4791".parse().unwrap();
+    let mut l = reg.lock().unwrap();
+    let me = l.join().unwrap();
+    let x = l.join_as(u32::MAX - 3, 1).unwrap().0;
+    let y = l.join_as(u32::MAX - 4, 1).unwrap().0;
+    let me2 = l.join().unwrap();
+    for s in [x, y, me, me2] {
+        l.joined_group(s, c).unwrap();
+    }
+    l.commit().unwrap();
+    let mut l = reg.lock().unwrap();
+    assert_eq!(l.reap().len(), 2);
+    let key = l.state().groups[&c].key;
+    assert_ne!(key, 0);
+    // A probe with another key (sent before the order moved, or forged), one for a slot
+    // not in the group: ignored.
+    assert!(!l.found(c, 0, me, key ^ 1));
+    assert!(!l.found(c, 0, x, key));
+    assert!(l.state().groups[&c].found.is_empty());
+    // me is at 0 (a wrong finding first, then corrected: the later one replaces it).
+    assert!(!l.found(c, 1, me, key));
+    assert!(!l.found(c, 0, me, key));
+    assert_eq!(l.state().groups[&c].found, [(0, me)].into());
+    assert!(l.table(c).is_none());
+    l.commit().unwrap();
+    // Read back from the file, then the last index: certain, and a program again.
+    let mut l = reg.lock().unwrap();
+    assert_eq!(l.state().groups[&c].found, [(0, me)].into());
+    assert_eq!(l.state().groups[&c].key, key);
+    assert!(l.found(c, 1, me2, key));
+    let g = &l.state().groups[&c];
+    assert!(g.certain && g.found.is_empty());
+    assert_eq!(g.order.slots(), &[me, me2]);
+    assert!(l.table(c).is_some());
+    assert!(!l.found(c, 0, me, key), "certain: nothing to find");
+    // Uncertain again; a joiner's index is known, a member that leaves moves the order:
+    // what was found is void, and so is the key.
+    let z = l.join_as(u32::MAX - 5, 1).unwrap().0;
+    let w = l.join_as(u32::MAX - 6, 1).unwrap().0;
+    l.left_group(me, c);
+    l.left_group(me2, c);
+    for s in [z, w, me, me2] {
+        l.joined_group(s, c).unwrap();
+    }
+    l.reap();
+    let key = l.state().groups[&c].key;
+    assert!(!l.state().groups[&c].certain);
+    assert!(!l.found(c, 1, me2, key));
+    let joined = l.join().unwrap();
+    l.joined_group(joined, c).unwrap();
+    assert_eq!(
+        l.state().groups[&c].found,
+        [(1, me2), (2, joined)].into(),
+        "a joiner's index is known"
+    );
+    l.left_group(joined, c);
+    assert!(l.state().groups[&c].found.is_empty());
+    assert_ne!(l.state().groups[&c].key, key);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

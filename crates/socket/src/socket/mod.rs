@@ -1001,6 +1001,7 @@ impl RoceSocket {
     {
         bufs.filled = 0;
         bufs.datagrams = 0;
+        bufs.probes = 0;
         let slot_len = bufs.slot_len;
         let want_gro = self.gro.usable() && slot_len >= RecvBatch::GRO_SLOT_LEN;
         if want_gro && !self.gro_on {
@@ -1067,6 +1068,7 @@ impl RoceSocket {
                 let (status, ident) = self.receive_one(meta.src, entry.status, bytes, &mut packet);
                 entry.status = status;
                 entry.ident = ident;
+                bufs.probes += usize::from(status == RecvStatus::Probe);
                 if let (RecvStatus::Accepted(icrc), Some(packet), Some(src)) =
                     (status, packet, meta.src)
                 {
@@ -1124,6 +1126,7 @@ impl RoceSocket {
             (RecvStatus::BadIcrc, _) => Some(&c.bad_icrc),
             (RecvStatus::Unverifiable, _) => Some(&c.icrc_unverifiable),
             (RecvStatus::ParseError, _) => Some(&c.parse_errors),
+            (RecvStatus::Probe, _) => None,
         };
         if let Some(counter) = counter {
             Counters::add(counter, 1);

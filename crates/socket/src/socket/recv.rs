@@ -23,6 +23,10 @@ pub enum RecvStatus {
     /// Dropped: the ICRC is fine but the packet is not a valid RoCEv2 transport packet
     /// (`parse_errors`).
     ParseError,
+    /// Not a transport packet: a steering probe (`crate::steer::probe`) from this
+    /// host's own address, which a shared device reads from the batch
+    /// ([`RecvBatch::probes`]) to learn its socket's index in the group.
+    Probe,
 }
 
 /// One packet of a [`RecvBatch`]: where its bytes are and what became of it.
@@ -67,6 +71,8 @@ pub struct RecvBatch {
     pub(super) filled: usize,
     /// Datagrams of the last receive.
     pub(super) datagrams: usize,
+    /// Steering probes in the last receive.
+    pub(super) probes: usize,
 }
 
 /// An accepted packet of a [`RecvBatch`].
@@ -146,6 +152,7 @@ impl RecvBatch {
             per_datagram,
             filled: 0,
             datagrams: 0,
+            probes: 0,
         })
     }
 
@@ -194,6 +201,16 @@ impl RecvBatch {
         })
     }
 
+    /// The steering probes of the last receive (`RecvStatus::Probe`: index and key, see
+    /// `crate::steer::probe`), in arrival order; nothing to look through when there were
+    /// none.
+    pub fn probes(&self) -> impl Iterator<Item = (u32, u64)> + '_ {
+        self.all()
+            .take(if self.probes > 0 { self.filled } else { 0 })
+            .filter(|d| d.status == RecvStatus::Probe)
+            .filter_map(|d| crate::steer::parse_probe(d.bytes))
+    }
+
     /// Every packet of the last receive with what became of it, in arrival order.
     pub fn all(&self) -> impl Iterator<Item = RecvDatagram<'_>> + '_ {
         self.packets.iter().take(self.filled).map(|p| RecvDatagram {
@@ -222,6 +239,7 @@ impl Default for RecvBatch {
                 per_datagram: 1,
                 filled: 0,
                 datagrams: 0,
+                probes: 0,
             },
         }
     }
@@ -339,6 +357,11 @@ pub(super) fn classify<'b>(
     let Some(src) = src else {
         return (RecvStatus::BadSource, None);
     };
+    // Members send probes from the group's own address; from anywhere else the datagram
+    // is judged like any other (and dropped).
+    if src.ip() == local.ip() && crate::steer::parse_probe(bytes).is_some() {
+        return (RecvStatus::Probe, None);
+    }
     let (check, ident) = match check_icrc(src, local, bytes, ids) {
         (IcrcCheck::Ok, Some(found)) if found != Ipv4Ident::UROCE && !policy.accepts(found) => {
             (IcrcCheck::Mismatch, None)

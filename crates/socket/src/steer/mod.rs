@@ -126,7 +126,7 @@
 //!   A member that receives a datagram for a slot not its own should therefore reap.
 //!
 //! ## Left for the device runtime
-//! (`uroce-net`'s shared device does all of it but the probes; it finds misdelivered CM
+//! (`uroce-net`'s shared device does all of it; it finds misdelivered CM
 //! MADs with [`QpnLayout::cm_answer_slot`].) Binding one member socket per device
 //! address with [`bind_member`] (and turning it into a `RoceSocket`), allotting QPNs and
 //! communication IDs inside its slot ([`QpnLayout::qpn`], [`QpnLayout::comm_ids`] as the
