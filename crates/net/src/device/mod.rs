@@ -312,6 +312,8 @@ struct ProgressState {
     completed: Vec<u32>,
     /// Scratch for the QPs a post takes off the ready list (kept for its capacity).
     parked: Vec<u32>,
+    /// Scratch for the QPs whose timer is due in a step (kept for its capacity).
+    due: Vec<u32>,
     /// The IP multicast groups joined, each with its receiving socket (see
     /// [`crate::mcast`]).
     groups: Vec<GroupSock>,
@@ -608,6 +610,7 @@ impl NetDevice {
                 touched: Vec::new(),
                 completed: Vec::new(),
                 parked: Vec::with_capacity(TX_BATCH),
+                due: Vec::with_capacity(TX_BATCH),
                 groups: Vec::new(),
             }),
             // Room for the QPs of a burst: parking must not allocate on the data path.

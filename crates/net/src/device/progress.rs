@@ -170,13 +170,16 @@ impl DeviceCore {
         // before a deadline is judged, and the deadline against the clock now). A step
         // that did nothing so far took no time worth a second clock read.
         let now = if work { self.now().max(now) } else { now };
-        let due: Vec<u32> = io
-            .timers
-            .iter()
-            .filter(|(_, d)| **d <= now)
-            .map(|(q, _)| *q)
-            .collect();
-        for qpn in due {
+        // (Into a scratch list kept for its capacity: no allocation on the data path.)
+        let mut due = std::mem::take(&mut io.due);
+        due.clear();
+        due.extend(
+            io.timers
+                .iter()
+                .filter(|(_, d)| **d <= now)
+                .map(|(q, _)| *q),
+        );
+        for &qpn in &due {
             io.timers.remove(&qpn);
             if let Some(qp) = self.ctx.lookup_qp(qpn) {
                 qp.engine_handle_timeout(now);
@@ -186,6 +189,7 @@ impl DeviceCore {
                 }
             }
         }
+        io.due = due;
         // 4. Transmit.
         let touched = std::mem::take(&mut io.touched);
         work |= self.transmit_all(io, &touched, now);
