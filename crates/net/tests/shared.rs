@@ -100,6 +100,17 @@ fn member(addr: &str, name: &str, dir: &Path) -> Side {
     side
 }
 
+/// Connection options for these tests: an ACK timeout of 67 ms (code 14; 8 tries, about
+/// half a second) rather than the default 4 ms, so that a process kept off the CPU for a
+/// few tens of milliseconds on a loaded machine is not taken for a lost path; what the
+/// tests check (steering, reaps, probes) does not depend on it.
+fn patient() -> ConnectOpts {
+    ConnectOpts {
+        timeout: 14,
+        ..ConnectOpts::default()
+    }
+}
+
 /// `from`'s QP `qf` sends `len` bytes (pattern `key`) to `to`'s QP `qt`, which checks
 /// them. Both sides' CQs are polled until the completions arrive (bounded).
 fn send_and_check(from: &Side, qf: &Qp, to: &Side, qt: &Qp, key: u64, what: &str) {
@@ -161,7 +172,7 @@ fn members_in_one_process_carry_rc_and_ud_while_others_join_and_leave() {
     let b = member(addr, "shb", &dir);
     let (sa, sb) = (a.dev.host_slot().unwrap(), b.dev.host_slot().unwrap());
     assert_ne!(sa, sb);
-    let o = ConnectOpts::default();
+    let o = patient();
     connect_qps(&a, &a.qp, &b, &b.qp, &o);
     both_ways(&a, &a.qp, &b, &b.qp, 10, "A-B");
 
@@ -291,7 +302,7 @@ fn a_killed_member_in_another_process_is_reaped_and_traffic_goes_on() {
         reg.read().expect("read").groups[&group].order.slots(),
         &[sa, theirs, sb]
     );
-    let o = ConnectOpts::default();
+    let o = patient();
     connect_qps(&a, &a.qp, &b, &b.qp, &o);
     both_ways(&a, &a.qp, &b, &b.qp, 10, "A-B next to the child");
 
@@ -594,7 +605,7 @@ fn the_cm_of_members_that_are_not_designated_connects_and_disconnects() {
 
     // REQ (steered by service ID) → REP (by the active side's communication ID) → RTU.
     let (qa, qp) = (active.qp.qp_num(), passive.qp.qp_num());
-    let o = ConnectOpts::default();
+    let o = patient();
     let req = cm_connect_params(ip, SERVICE, qa, o.start_psn);
     let a_id: ConnId = a_cm
         .with_agent(|ag, now| ag.connect(now, &req))
@@ -755,7 +766,7 @@ fn members_that_die_together_leave_an_order_that_probes_find_again() {
         reg.read().expect("read").groups[&group].order.slots(),
         &[sx, sy, sa, sb]
     );
-    let o = ConnectOpts::default();
+    let o = patient();
     connect_qps(&a, &a.qp, &b, &b.qp, &o);
     both_ways(&a, &a.qp, &b, &b.qp, 10, "A-B next to X and Y");
     // Both killed before either is reaped (the members reap every second).
