@@ -6,7 +6,8 @@
 //! datagrams and CM MADs steered to the member that owns the QPN / comm ID).
 //!
 //! * `ibv_rc_pingpong` server and client (verbs, out-of-band TCP exchange);
-//! * `rping` server and client (librdmacm: the CM handshake between two members);
+//! * `rping` server and client (librdmacm: the CM handshake between two members), and a
+//!   second `rping` server on the same port refused (`EADDRINUSE`);
 //! * perftest's `ib_write_lat`;
 //! * four `ibv_rc_pingpong` pairs, eight processes, at once on one address.
 //!
@@ -122,6 +123,22 @@ fn rping_server_and_client_on_one_address() {
     // The device binds the address when it opens; rping listens right after.
     wait_ready(test, &server, || bound(addr));
     std::thread::sleep(Duration::from_millis(500));
+    // A second server on the same port: the port is the first one's on this host, as
+    // with the kernel's CM (EADDRINUSE), rather than a listener nothing reaches.
+    let second = run(
+        shared_run(
+            addr,
+            &host,
+            &strings(&["rping", "-s", "-a", &a, "-p", &port, "-C", &c_arg, "-v"]),
+        ),
+        Duration::from_secs(30),
+    )
+    .unwrap_or_else(|e| panic!("{test} second server: {e}"));
+    assert!(
+        !second.status.success()
+            && format!("{}{}", second.stdout, second.stderr).contains("Address already in use"),
+        "{test}: a second listener on the port must fail: {second:?}"
+    );
     let client = run(
         shared_run(
             addr,

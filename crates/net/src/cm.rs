@@ -37,7 +37,11 @@
 //! it listens on are recorded in the host's registry, so that REQs and SIDR_REQs for them
 //! are steered here too. The record is made by [`CmService::with_agent`] after the command
 //! that changed the listeners, outside the agent's lock, and before the call returns: a
-//! `listen` that returned is steered (see `device/member.rs` for the locks it takes).
+//! `listen` that returned is steered (see `device/member.rs` for the locks it takes). A
+//! service another process of the host already listens on is not recorded: REQs for it
+//! keep going there, and [`CmService::refused`] says so, so that the caller can undo its
+//! listen and fail (`uroce-rdmacm`'s listen answers `EADDRINUSE`, as the kernel's CM does
+//! for a port bound on the host).
 //!
 //! # Closing
 //! What the agent still has queued when the device closes (a DREQ from an id destroyed
@@ -110,9 +114,10 @@ impl CmCounters {
 }
 
 /// Records the service IDs the agent listens on where the device needs them (a shared
-/// device: the host's registry); `false` when that failed (it is tried again after the
-/// next command).
-pub(crate) type ListenHook = Box<dyn Fn(&BTreeSet<u64>) -> bool + Send + Sync>;
+/// device: the host's registry); the services refused there (another process of the host
+/// listens on them), or `None` when the record failed (it is tried again after the next
+/// command).
+pub(crate) type ListenHook = Box<dyn Fn(&BTreeSet<u64>) -> Option<BTreeSet<u64>> + Send + Sync>;
 
 /// The CM of one device (see the module documentation).
 pub struct CmService {
@@ -133,6 +138,8 @@ pub struct CmService {
     /// The service IDs last recorded through `listen_hook`; its lock orders the records
     /// (taken before the agent's).
     recorded: Mutex<BTreeSet<u64>>,
+    /// Of those, the ones the record refused (another process listens on them).
+    refused: Mutex<BTreeSet<u64>>,
 }
 
 impl std::fmt::Debug for CmService {
@@ -207,6 +214,7 @@ impl CmService {
             events_unclaimed: AtomicU64::new(0),
             listen_hook,
             recorded: Mutex::new(BTreeSet::new()),
+            refused: Mutex::new(BTreeSet::new()),
         })
     }
 
@@ -255,9 +263,19 @@ impl CmService {
         };
         let mut recorded = lock(&self.recorded);
         let now: BTreeSet<u64> = lock(&self.agent).listening().collect();
-        if now != *recorded && hook(&now) {
-            *recorded = now;
+        if now != *recorded {
+            if let Some(refused) = hook(&now) {
+                *recorded = now;
+                *lock(&self.refused) = refused;
+            }
         }
+    }
+
+    /// Whether the agent listens on `service` but the host's registry refused to steer
+    /// its REQs here: another process of the host listens on it (a shared device only;
+    /// see the module documentation).
+    pub fn refused(&self, service: u64) -> bool {
+        lock(&self.refused).contains(&service)
     }
 
     /// Installs (or with `None` removes) the event sink; returns the previous one.

@@ -273,25 +273,26 @@ impl HostMember {
 
     /// Records that the member's CM listens on exactly `services` (see the module
     /// documentation), attaching the program with them; `dup` is the progress thread's
-    /// duplicate of the member socket's descriptor. `false` when the registry could not
-    /// be read or written (the caller tries again later). A service another member
-    /// listens on is not recorded ([`uroce_socket::host::HostError::ServiceTaken`]; counted
-    /// in `listen_refused`): its REQs keep going to that member.
+    /// duplicate of the member socket's descriptor. Returns the services the registry
+    /// refused, `None` when it could not be read or written (the caller tries again
+    /// later). A service another member listens on is not recorded
+    /// ([`uroce_socket::host::HostError::ServiceTaken`]; counted in `listen_refused`): its
+    /// REQs keep going to that member.
     pub(super) fn record_listeners(
         &self,
         services: &BTreeSet<u64>,
         dup: &Mutex<Option<Arc<DupFd>>>,
-    ) -> bool {
+    ) -> Option<BTreeSet<u64>> {
         if self.left.load(Ordering::SeqCst) || self.forked() {
-            return true;
+            return Some(BTreeSet::new());
         }
         let Ok(mut l) = self.registry.lock() else {
-            return false;
+            return None;
         };
         // Under the registry lock: a leave that set the flag has not taken it yet, or is
         // over (and dropped the listeners).
         if self.left.load(Ordering::SeqCst) {
-            return true;
+            return Some(BTreeSet::new());
         }
         let mine: Vec<u64> = l
             .state()
@@ -305,9 +306,11 @@ impl HostMember {
                 l.unlisten(self.slot, service);
             }
         }
+        let mut refused = BTreeSet::new();
         for &service in services {
             if l.listen(self.slot, service).is_err() {
                 self.listen_refused.fetch_add(1, Ordering::Relaxed);
+                refused.insert(service);
             }
         }
         self.designated
@@ -321,7 +324,7 @@ impl HostMember {
         // The duplicate goes before the lock: a leave waiting for the lock closes the
         // last descriptor of the socket.
         drop(fd);
-        l.commit().is_ok()
+        l.commit().ok().map(|_| refused)
     }
 
     /// Whether a datagram for `qpn` is for a member slot not this device's: another

@@ -695,13 +695,15 @@ impl NetDevice {
             .and_then(HostMember::comm_id_start);
         let listen_hook: Option<crate::cm::ListenHook> = self.shared.host.as_ref().map(|_| {
             let core = Arc::downgrade(&self.shared);
-            Box::new(move |services: &std::collections::BTreeSet<u64>| {
-                core.upgrade().is_none_or(|c| {
-                    c.host
-                        .as_ref()
-                        .is_none_or(|h| h.record_listeners(services, &c.sock_fd))
-                })
-            }) as crate::cm::ListenHook
+            Box::new(
+                move |services: &std::collections::BTreeSet<u64>| match core.upgrade() {
+                    Some(c) => match &c.host {
+                        Some(h) => h.record_listeners(services, &c.sock_fd),
+                        None => Some(std::collections::BTreeSet::new()),
+                    },
+                    None => Some(std::collections::BTreeSet::new()),
+                },
+            ) as crate::cm::ListenHook
         });
         let svc = Arc::new(
             CmService::new(

@@ -9,7 +9,9 @@ impl CmIdRef {
     /// whose new id answers with its own QP when accepted.
     ///
     /// # Errors
-    /// [`CmError::InvalidState`] (not bound), CM errors.
+    /// [`CmError::InvalidState`] (not bound), [`CmError::AddrInUse`] when another process
+    /// of the host listens on the port (a shared device: the host's registry steers the
+    /// port's requests to that process), CM errors.
     pub fn listen(&self, _backlog: u32) -> Result<(), CmError> {
         let mut st = lock(&self.inner.st);
         if st.phase != Phase::Bound {
@@ -45,6 +47,15 @@ impl CmIdRef {
                 Ok(c)
             })
             .map_err(cm_err::<uroce_proto::cm::CmError>)?;
+        if dev.cm.refused(sid) {
+            // Another process of the host listens on the port: its requests go there.
+            // The port is in use, as the kernel's CM says of a port bound on the host.
+            dev.cm.with_agent(|a, _| {
+                let _ = a.stop_listening(conn);
+            });
+            lock(&dev.ids).remove(&conn.0);
+            return Err(CmError::AddrInUse(src.port()));
+        }
         st.conn = Some(conn);
         st.phase = Phase::Listening;
         if let Some(a) = st.alias {
