@@ -21,7 +21,7 @@ pub struct StatArgs {
     #[arg(long)]
     pub no_qps: bool,
     /// Where the devices publish (default: `$UROCE_STAT_DIR`, else
-    /// `$XDG_RUNTIME_DIR/uroce`, else `<tmp>/uroce-stat-<uid>`).
+    /// `/dev/shm/uroce-<uid>/stat`, without `/dev/shm` `/tmp/uroce-<uid>/stat`).
     #[arg(long, value_name = "DIR")]
     pub dir: Option<PathBuf>,
 }

@@ -4,8 +4,11 @@
 //! datagrams are dropped, or why. So every open device publishes a snapshot of its
 //! counters ([`DeviceStat`]) as a text file, `<dir>/<pid>-<device>-<address>.stat`, which
 //! `uroce stat` reads and prints:
-//! * `<dir>` is `UROCE_STAT_DIR` when set, else `$XDG_RUNTIME_DIR/uroce` when that runtime
-//!   directory exists, else `<tmp>/uroce-stat-<uid>` ([`stat_dir`]); made with mode 0700;
+//! * `<dir>` is `UROCE_STAT_DIR` when set, else `stat/` in the user's host directory
+//!   (`uroce_socket::host::host_dir`: `/dev/shm/uroce-<uid>`, without `/dev/shm`
+//!   `/tmp/uroce-<uid>`), which depends on nothing of a process's environment, so `uroce
+//!   stat` run from any shell, service or cron job of the user sees every program's
+//!   devices ([`stat_dir`]); made with mode 0700;
 //! * the device's progress thread writes the file at most every [`PUBLISH_EVERY`] and only
 //!   when a counter changed, atomically (a temporary file renamed over it), and once more
 //!   when the device closes, which then removes it; a reader skips (and removes, when it
@@ -57,15 +60,7 @@ pub fn stat_dir() -> PathBuf {
     if let Some(d) = std::env::var_os(STAT_DIR_ENV).filter(|d| !d.is_empty()) {
         return PathBuf::from(d);
     }
-    if let Some(d) = std::env::var_os("XDG_RUNTIME_DIR")
-        .map(PathBuf::from)
-        .filter(|d| d.is_dir())
-    {
-        return d.join("uroce");
-    }
-    use std::os::unix::fs::MetadataExt as _;
-    let uid = std::fs::metadata("/proc/self").map_or(0, |m| m.uid());
-    std::env::temp_dir().join(format!("uroce-stat-{uid}"))
+    uroce_socket::host::host_dir().join("stat")
 }
 
 /// One QP's published counters.
