@@ -44,8 +44,9 @@ fn devinfo_shows_port_gid_and_counters() {
     assert_eq!(field("hca_id"), "uroce0");
     assert_eq!(field("state"), "PORT_ACTIVE (4)");
     assert_eq!(field("link_layer"), "Ethernet");
-    // Ethernet MTU 1500 minus 80 header bytes: 1024 is the largest IB MTU that fits.
-    assert_eq!(field("active_mtu"), "1024 (3)");
+    // The port MTU derives from the interface's: loopback's 65536 minus 80 header bytes
+    // leaves room for the largest IB MTU, 4096.
+    assert_eq!(field("active_mtu"), "4096 (5)");
     assert_eq!(
         field("node_guid"),
         expected_guid(Ipv4Addr::new(127, 0, 0, 3))

@@ -3,9 +3,9 @@
 //!
 //! The expected packet counts follow from the RC rules, not from the tool: a message of
 //! S bytes at path MTU P travels in ceil(S / P) packets (WRITE and SEND requests, READ
-//! responses); the path MTU of two loopback devices is 1024 (an Ethernet MTU of 1500
-//! less the 80 header bytes, rounded down to an IB MTU — the value `uroce devinfo`
-//! reports); bandwidth tests send exactly `--iters` messages per QP. What one side
+//! responses); the path MTU of two loopback devices is 4096 (the loopback interface's
+//! MTU of 65536 less the 80 header bytes, rounded down to an IB MTU — the value `uroce
+//! devinfo` reports); bandwidth tests send exactly `--iters` messages per QP. What one side
 //! sent, the other received: on loopback nothing is lost, so the client's tx_packets and
 //! the server's rx_packets must agree (up to a few packets, should the kernel drop one).
 
@@ -19,9 +19,9 @@ use support::{exclusive, parse_table, run_uroce, Background};
 const CLIENT_LIMIT: Duration = Duration::from_secs(120);
 const SERVER_LIMIT: Duration = Duration::from_secs(30);
 /// Path MTU between two loopback devices (see the module docs).
-const PATH_MTU: u64 = 1024;
+const PATH_MTU: u64 = 4096;
 /// Message size: 5 packets at the path MTU, the last one short.
-const SIZE: u64 = 5000;
+const SIZE: u64 = 20_000;
 const ITERS: u64 = 50;
 const QPS: usize = 2;
 
@@ -228,7 +228,7 @@ fn counters_of_both_sides_after_each_test() {
     let names: Vec<&str> = bs.iter().map(|b| b.test.as_str()).collect();
     assert_eq!(
         names,
-        ["write_bw 5000", "read_lat 5000", "send_bw 5000"],
+        ["write_bw 20000", "read_lat 20000", "send_bw 20000"],
         "{}",
         out.stdout
     );

@@ -46,7 +46,7 @@ fn verified_pair(mode: &str, server_addr: &str, client_addr: &str, port: &str) {
     let json = TempFile::new("perf", "json");
     let json_path = json.path().to_str().expect("utf-8 path").to_string();
     let srv = server(server_addr, port, &[]);
-    // 5000 bytes: several packets at the 1024-byte path MTU, not a multiple of 8; 70000
+    // 5000 bytes: two packets at the 4096-byte path MTU, not a multiple of 8; 70000
     // bytes: many packets, and READs answered by several response packets.
     let out = run_uroce(
         &[

@@ -126,9 +126,9 @@ fn debian_ibv_devices_and_devinfo_list_uroce0() {
     assert_eq!(field(&info, "port"), Some("1"), "{ctx}");
     assert_eq!(field(&info, "state"), Some("PORT_ACTIVE (4)"), "{ctx}");
     assert_eq!(field(&info, "link_layer"), Some("Ethernet"), "{ctx}");
-    // Loopback runs with the default 1500-byte link MTU: 1500 - 80 header bytes leaves
-    // room for a 1024-byte IB MTU (enum value 3), not 2048.
-    assert_eq!(field(&info, "active_mtu"), Some("1024 (3)"), "{ctx}");
+    // The port MTU derives from the interface's: loopback's 65536 - 80 header bytes
+    // leaves room for the largest IB MTU, 4096 (enum value 5).
+    assert_eq!(field(&info, "active_mtu"), Some("4096 (5)"), "{ctx}");
     assert_eq!(field(&info, "max_mtu"), Some("4096 (5)"), "{ctx}");
     assert_eq!(field(&info, "phys_state"), Some("LINK_UP (5)"), "{ctx}");
     let gid0 = format!("{mapped}, RoCE v2");

@@ -240,7 +240,7 @@ fn perftest_write_bw_all_sizes() {
 }
 
 // UD (`-c UD`): SEND only, one datagram per message, so the size is at most the port's
-// active MTU (1024); the client's table has one row per size as over RC.
+// active MTU (4096 on loopback); the client's table has one row per size as over RC.
 
 #[test]
 fn perftest_ud_send_lat() {

@@ -345,7 +345,15 @@ fn raw_req(
 fn the_passive_qp_takes_the_smaller_of_the_req_mtu_and_its_port_s() {
     use uroce_wire::Pmtu;
     let server = "127.0.219.2";
-    let cm = cm_with(&[server], None);
+    // A server port below the largest IB MTU: an Ethernet link's 1500 bytes give 1024.
+    let cm = RdmaCm::new();
+    let mut cfg = uroce_net::NetConfig::new(ip(server));
+    cfg.faults = None;
+    cfg.link_mtu = Some(1500);
+    cm.add_device(std::sync::Arc::new(
+        uroce_net::NetDevice::open(cfg).expect("open device"),
+    ))
+    .expect("add device");
     let chs = cm.create_event_channel().unwrap();
     let listener = cm.create_id(&chs, PortSpace::Tcp).unwrap();
     listener.bind_addr(sa(server, 7300)).unwrap();

@@ -1,6 +1,7 @@
 //! Which network interface (netdev) owns a local address: the interface a uroce device
 //! bound to that address presents as its net device (`ndev_ifindex` of a GID entry,
-//! `/sys/class/infiniband/<dev>/device/net/<ifname>` in `uroce run`).
+//! `/sys/class/infiniband/<dev>/device/net/<ifname>` in `uroce run`), and its MTU, from
+//! which the device's port MTU derives as rxe's derives from its netdev's.
 
 use std::ffi::CStr;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -44,6 +45,45 @@ pub fn by_name(name: &str) -> Option<Netdev> {
         name: name.to_owned(),
         ifindex,
     })
+}
+
+/// The MTU of the interface that owns `addr` ([`netdev_of`]): 65536 for a loopback
+/// address on Linux's default `lo`. `None` when no interface owns it or the kernel does
+/// not say.
+pub fn link_mtu(addr: IpAddr) -> Option<u32> {
+    mtu(&netdev_of(addr)?.name)
+}
+
+/// The MTU of the interface `name` (`SIOCGIFMTU`), if the kernel knows the interface.
+pub fn mtu(name: &str) -> Option<u32> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    let bytes = name.as_bytes();
+    if bytes.is_empty() || bytes.len() >= libc::IFNAMSIZ || bytes.contains(&0) {
+        return None;
+    }
+    // SAFETY: FFI call with constant arguments; the result is checked.
+    let raw = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if raw < 0 {
+        return None;
+    }
+    // SAFETY: `raw` is a descriptor just opened and owned by nothing else.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    // SAFETY: `ifreq` is plain data (a name array and a union of integers and
+    // sockaddrs), for which all zeroes is a valid value.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (dst, src) in req.ifr_name.iter_mut().zip(bytes) {
+        *dst = *src as libc::c_char;
+    }
+    // SAFETY: SIOCGIFMTU reads the NUL-terminated `ifr_name` (the name is shorter than
+    // IFNAMSIZ, the rest zero) and writes `ifr_ifru.ifru_mtu` of `req`, which lives for
+    // the call.
+    let rc = unsafe { libc::ioctl(fd.as_raw_fd(), libc::SIOCGIFMTU, &mut req) };
+    if rc != 0 {
+        return None;
+    }
+    // SAFETY: on success the kernel wrote the union's MTU member (an int).
+    let mtu = unsafe { req.ifr_ifru.ifru_mtu };
+    u32::try_from(mtu).ok().filter(|&m| m > 0)
 }
 
 fn prefix_len(mask: IpAddr) -> u32 {
@@ -134,6 +174,16 @@ mod tests {
             let a: IpAddr = a.parse().expect("address");
             assert_eq!(netdev_of(a), Some(lo.clone()), "{a}");
         }
+    }
+
+    #[test]
+    fn the_loopback_interface_has_an_mtu() {
+        let lo = mtu("lo").expect("lo has an MTU");
+        assert!(lo >= 1280, "{lo}");
+        assert_eq!(link_mtu("127.0.31.7".parse().expect("address")), Some(lo));
+        assert_eq!(mtu("no-such-if0"), None);
+        assert_eq!(mtu(""), None);
+        assert_eq!(mtu("a-name-far-too-long-for-ifnamsiz"), None);
     }
 
     #[test]

@@ -70,10 +70,12 @@ use std::time::Duration;
 
 use rustix::event::{eventfd, EventfdFlags, PollFd, PollFlags, Timespec};
 use uroce_proto::time::Instant;
+use uroce_verbs::device::ROCE_HEADER_RESERVE;
 use uroce_verbs::mcast::MULTICAST_QPN;
 use uroce_verbs::{
     Arrival, Context, Device, DeviceConfig, EngineCounters, Gid, QpRef, Reply, Transport, TxPacket,
 };
+use uroce_wire::pmtu::Pmtu;
 use uroce_wire::ROCEV2_UDP_PORT;
 
 use crate::capture::Capture;
@@ -177,6 +179,11 @@ pub struct NetConfig {
     /// The directory of the host registry of a shared device; default (`None`):
     /// `uroce_socket::host::host_dir` (`UROCE_HOST_DIR`, …).
     pub host_dir: Option<PathBuf>,
+    /// The link MTU the port's active MTU derives from (the largest IB MTU 80 header
+    /// bytes below it); default (`None`): the MTU of the interface that owns `addr`
+    /// (`ifaddr::link_mtu`; 65536 on loopback, so a 4096-byte port MTU), or 1500 when
+    /// none is found or it is too small for any IB MTU.
+    pub link_mtu: Option<u32>,
 }
 
 impl NetConfig {
@@ -197,6 +204,7 @@ impl NetConfig {
             hw_counters: None,
             shared: false,
             host_dir: None,
+            link_mtu: None,
         }
     }
 
@@ -550,6 +558,16 @@ impl NetDevice {
         let _ = crate::mcast::set_sending_interface(sock.as_fd(), sock.local_addr().ip());
         let sock_fd = sock.duplicate_fd().map_err(NetError::Io)?;
         let mut dev_cfg = DeviceConfig::new(cfg.name.clone(), cfg.addr);
+        // The port MTU derives from the MTU of the interface that owns the address, as
+        // rxe's from its netdev's (INTEROP-NOTES §4): 4096 on loopback, 1024 on a
+        // 1500-byte Ethernet link. An interface too small for any IB MTU, or none found,
+        // leaves the Ethernet default; a configured link MTU is taken as it is.
+        if let Some(mtu) = cfg.link_mtu.or_else(|| {
+            crate::ifaddr::link_mtu(cfg.addr)
+                .filter(|&m| Pmtu::largest_fitting(m, ROCE_HEADER_RESERVE).is_some())
+        }) {
+            dev_cfg.link_mtu = mtu;
+        }
         if let Some(h) = host {
             dev_cfg.qpn_range = h.qpn_range();
             dev_cfg.qpn_start = h.qpn_start();

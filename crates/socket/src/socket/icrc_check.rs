@@ -182,7 +182,7 @@ pub fn verify_icrc_with(
     local: SocketAddr,
     roce: &[u8],
 ) -> (IcrcCheck, Option<Ipv4Ident>) {
-    let (check, ident) = check_icrc(src, local, roce, &mut IdentSolver::new());
+    let (check, ident) = check_icrc(src, local, roce, 0, &mut IdentSolver::new());
     match (check, ident) {
         (IcrcCheck::Ok, Some(found)) if found != Ipv4Ident::UROCE && !policy.accepts(found) => {
             (IcrcCheck::Mismatch, None)
@@ -201,21 +201,36 @@ pub fn verified_identification(src: SocketAddr, local: SocketAddr, roce: &[u8]) 
     }
 }
 
-/// Checks the ICRC of `roce` against every header: the fast path for Identification 0
-/// with DF (one CRC), then, for IPv4, the header found by elimination
-/// (`uroce_wire::icrc_ident`). Returns [`IcrcCheck::Ok`] with the IPv4 header found
-/// (`None` for IPv6), whatever it is: the caller applies the policy.
+/// Checks the ICRC of `roce` against every header: the fast path for the header with
+/// Identification `expected` and DF (one CRC; 0 for a single datagram, k for the k-th
+/// packet of a coalesced one, which is what a uroce sender's GSO segment carries), then,
+/// for IPv4, the header found by elimination (`uroce_wire::icrc_ident`). Returns
+/// [`IcrcCheck::Ok`] with the IPv4 header found (`None` for IPv6), whatever it is: the
+/// caller applies the policy. The answer does not depend on `expected` (at most one
+/// header makes an ICRC valid, see `uroce_wire::icrc_ident`); only its cost does.
 pub(super) fn check_icrc(
     src: SocketAddr,
     local: SocketAddr,
     roce: &[u8],
+    expected: u16,
     solver: &mut IdentSolver,
 ) -> (IcrcCheck, Option<Ipv4Ident>) {
     if check_pair(src, local).is_err() || roce.len() < MIN_PACKET_LEN {
         return (IcrcCheck::Unverifiable, None);
     }
+    let v4 = src.is_ipv4();
+    let reference = Ipv4Ident {
+        identification: if v4 { expected } else { 0 },
+        dont_fragment: true,
+    };
     let mut headers = [0u8; MAX_HEADERS_LEN];
-    let Ok(ip_len) = kernel_headers(src, local, roce.len(), 0, &mut headers) else {
+    let Ok(ip_len) = kernel_headers(
+        src,
+        local,
+        roce.len(),
+        reference.identification,
+        &mut headers,
+    ) else {
         return (IcrcCheck::Unverifiable, None);
     };
     let (ip_header, rest) = headers.split_at(ip_len);
@@ -230,12 +245,17 @@ pub(super) fn check_icrc(
         return (IcrcCheck::Unverifiable, None);
     };
     let on_wire = u32::from_le_bytes(on_wire);
-    let v4 = src.is_ipv4();
     if computed == on_wire {
-        return (IcrcCheck::Ok, v4.then_some(Ipv4Ident::UROCE));
+        return (IcrcCheck::Ok, v4.then_some(reference));
     }
     if v4 {
-        if let Some(ident) = solver.solve(roce.len(), computed ^ on_wire) {
+        let syndrome = computed ^ on_wire;
+        let found = if reference == Ipv4Ident::UROCE {
+            solver.solve(roce.len(), syndrome)
+        } else {
+            solver.basis(roce.len()).solve_from(reference, syndrome)
+        };
+        if let Some(ident) = found {
             return (IcrcCheck::Ok, Some(ident));
         }
     }

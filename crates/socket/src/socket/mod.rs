@@ -1058,14 +1058,21 @@ impl RoceSocket {
                 .unwrap_or_default();
             let used = split_datagram(meta, base, entries);
             bytes_in += meta.len;
-            for entry in entries.iter_mut().take(used) {
+            for (index, entry) in entries.iter_mut().take(used).enumerate() {
                 entry.datagram = datagram;
+                // The k-th packet of a coalesced datagram is most likely the k-th segment
+                // of its sender's GSO message, sealed for Identification k: checked first.
+                let expected = u16::try_from(index)
+                    .ok()
+                    .filter(|&k| k < TRAIN_ID_SPAN)
+                    .unwrap_or(0);
                 let bytes = bufs
                     .storage
                     .get(entry.start..entry.start + entry.len)
                     .unwrap_or_default();
                 let mut packet = None;
-                let (status, ident) = self.receive_one(meta.src, entry.status, bytes, &mut packet);
+                let (status, ident) =
+                    self.receive_one(meta.src, entry.status, bytes, expected, &mut packet);
                 entry.status = status;
                 entry.ident = ident;
                 bufs.probes += usize::from(status == RecvStatus::Probe);
@@ -1099,19 +1106,29 @@ impl RoceSocket {
     /// bytes and the fast path) and captures one received packet; `status` is
     /// `Truncated` for a piece that was cut short, anything else otherwise. Returns what
     /// became of it and the IPv4 header its ICRC was found valid for; an accepted
-    /// packet's parse goes to `packet`.
+    /// packet's parse goes to `packet`. `expected`: the Identification checked first
+    /// ([`check_icrc`]).
     fn receive_one<'b>(
         &mut self,
         src: Option<SocketAddr>,
         status: RecvStatus,
         bytes: &'b [u8],
+        expected: u16,
         packet: &mut Option<PacketRepr<'b>>,
     ) -> (RecvStatus, Option<Ipv4Ident>) {
         let c = &*self.counters;
         let (status, ident) = if status == RecvStatus::Truncated {
             (status, None)
         } else {
-            classify(self.policy, self.local, src, bytes, &mut self.ids, packet)
+            classify(
+                self.policy,
+                self.local,
+                src,
+                bytes,
+                expected,
+                &mut self.ids,
+                packet,
+            )
         };
         let counter = match (status, ident) {
             (RecvStatus::Accepted(IcrcCheck::Ok), None) => None,

@@ -345,12 +345,14 @@ pub(super) fn split_datagram(meta: &RecvMeta, base: usize, entries: &mut [Packet
 
 /// Decides what becomes of one received packet; also returns the IPv4 header its ICRC
 /// is valid for, when it was accepted for one. An accepted packet's parse (its structure
-/// check) is written to `packet`.
+/// check) is written to `packet`. `expected` is the IPv4 Identification checked first
+/// (the packet's index in its coalesced datagram: see [`check_icrc`]).
 pub(super) fn classify<'b>(
     policy: IcrcPolicy,
     local: SocketAddr,
     src: Option<SocketAddr>,
     bytes: &'b [u8],
+    expected: u16,
     ids: &mut IdentSolver,
     packet: &mut Option<PacketRepr<'b>>,
 ) -> (RecvStatus, Option<Ipv4Ident>) {
@@ -362,7 +364,7 @@ pub(super) fn classify<'b>(
     if src.ip() == local.ip() && crate::steer::parse_probe(bytes).is_some() {
         return (RecvStatus::Probe, None);
     }
-    let (check, ident) = match check_icrc(src, local, bytes, ids) {
+    let (check, ident) = match check_icrc(src, local, bytes, expected, ids) {
         (IcrcCheck::Ok, Some(found)) if found != Ipv4Ident::UROCE && !policy.accepts(found) => {
             (IcrcCheck::Mismatch, None)
         }

@@ -90,3 +90,69 @@ fn packets_are_handed_over_with_their_one_parse() {
     );
     assert_eq!(rx.counters().bad_icrc, 1);
 }
+
+/// The Identification checked first (a packet's index in its coalesced datagram) changes
+/// what the ICRC check costs, never its answer: a packet sealed for Identification k is
+/// found to be k whichever Identification is tried first, one sealed for the uroce
+/// header is the uroce header, a corrupted one matches none, and IPv6 has no
+/// Identification to try.
+#[test]
+fn the_identification_tried_first_does_not_change_the_answer() {
+    let src: SocketAddr = "127.0.0.1:4791".parse().expect("addr");
+    let dst: SocketAddr = "127.0.0.2:4791".parse().expect("addr");
+    let packet = |id: u16| {
+        let repr = PacketRepr::new(
+            uroce_wire::bth::Repr {
+                opcode: op::RC_SEND_ONLY,
+                solicited: false,
+                mig_req: false,
+                pad_cnt: 0,
+                pkey: 0xFFFF,
+                fecn: false,
+                becn: false,
+                dest_qp: 0x12,
+                ack_req: false,
+                psn: Psn::new(7),
+            },
+            &[0x5a; 100][..],
+        );
+        let mut b = vec![0u8; repr.buffer_len()];
+        repr.emit(&mut b).expect("emit");
+        seal_checked(src, dst, &mut b, id).expect("seal");
+        b
+    };
+    let mut solver = IdentSolver::new();
+    let ident = |identification| Ipv4Ident {
+        identification,
+        dont_fragment: true,
+    };
+    for sealed in [0u16, 1, 3, 63, 127] {
+        let p = packet(sealed);
+        for expected in [0u16, 1, 3, 5, 63, 127] {
+            assert_eq!(
+                check_icrc(src, dst, &p, expected, &mut solver),
+                (IcrcCheck::Ok, Some(ident(sealed))),
+                "sealed for {sealed}, tried {expected} first"
+            );
+        }
+        let mut bad = p.clone();
+        bad[20] ^= 0x10;
+        for expected in [0u16, sealed, 5] {
+            assert_eq!(
+                check_icrc(src, dst, &bad, expected, &mut solver).0,
+                IcrcCheck::Mismatch,
+                "corrupted, sealed for {sealed}, tried {expected} first"
+            );
+        }
+    }
+    let (src6, dst6): (SocketAddr, SocketAddr) = (
+        "[::1]:4791".parse().expect("addr"),
+        "[::1]:4792".parse().expect("addr"),
+    );
+    let mut p = packet(0);
+    seal_checked(src6, dst6, &mut p, 0).expect("seal");
+    assert_eq!(
+        check_icrc(src6, dst6, &p, 9, &mut solver),
+        (IcrcCheck::Ok, None)
+    );
+}
