@@ -22,6 +22,8 @@
 //!   listener's device is closed, a REQ for its service is rejected by the designated
 //!   member (invalid service ID) rather than lost.
 //!
+//! * XRC between two members: requests reach the member of the XRC SRQ they name.
+//!
 //! Each test has its own address (127.0.81.x) and its own registry directory, given
 //! through the configuration (the tests run in parallel threads of one process).
 
@@ -42,7 +44,8 @@ use uroce_proto::cm::{AcceptParams, CmEvent, ConnId, ConnectParams};
 use uroce_socket::host::{Registry, HOST_DIR_ENV};
 use uroce_socket::steer::QpnLayout;
 use uroce_verbs::{
-    AhAttr, Qp, QpCap, QpInitAttr, QpType, RecvWr, SendWr, UdDest, WcStatus, WorkCompletion,
+    AhAttr, Qp, QpCap, QpInitAttr, QpType, RcConnect, RecvWr, SendWr, SrqInitAttr, UdDest,
+    WcStatus, WorkCompletion,
 };
 use uroce_wire::cm::rdma_cm::{gid_of, PortSpace};
 use uroce_wire::cm::{rej_reason, PathRepr};
@@ -220,6 +223,74 @@ fn members_in_one_process_carry_rc_and_ud_while_others_join_and_leave() {
     b.close();
     let state = reg.read().expect("read");
     assert!(state.members.is_empty() && state.groups.is_empty());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// XRC between two members of one address: the initiator in A, the domain with its
+/// target QP and XRC SRQ in B. B's SRQ number is of B's slot (the kernel steers an XRC
+/// request by the SRQ its XRCETH names), the requests reach B, the ACKs A, and no member
+/// sees a datagram of another's slot.
+#[test]
+fn xrc_requests_reach_the_member_of_their_srq() {
+    let dir = scratch("xrc");
+    let addr = "127.0.81.6";
+    let a = member(addr, "xra", &dir);
+    let b = member(addr, "xrb", &dir);
+    let (sa, sb) = (a.dev.host_slot().unwrap(), b.dev.host_slot().unwrap());
+    let layout = QpnLayout::default();
+    let cap = QpCap {
+        max_send_wr: 8,
+        max_recv_wr: 0,
+        max_send_sge: 1,
+        max_recv_sge: 0,
+        max_inline_data: 0,
+    };
+    let mut attr = QpInitAttr::new(QpType::XrcSend, &a.send_cq, &a.send_cq, cap);
+    attr.recv_cq = None;
+    let ini = a.pd.create_qp(&attr).expect("xrc send qp");
+    let xrcd = b.dev.context().alloc_xrcd().expect("xrcd");
+    let tgt = xrcd.create_qp().expect("target qp");
+    let srq = xrcd
+        .create_srq(
+            &b.pd,
+            &b.recv_cq,
+            &SrqInitAttr {
+                max_wr: 16,
+                max_sge: 1,
+                srq_limit: 0,
+            },
+        )
+        .expect("xrc srq");
+    assert_eq!(layout.slot_of(ini.qp_num()), sa);
+    assert_eq!(layout.slot_of(tgt.qp_num()), sb);
+    assert_eq!(layout.slot_of(srq.srq_num()), sb, "SRQ numbers of B's slot");
+    tgt.connect_rc(&RcConnect::new(a.ip(), ini.qp_num()))
+        .expect("target to RTR");
+    ini.connect_rc(&RcConnect::new(b.ip(), tgt.qp_num()))
+        .expect("initiator to RTS");
+    for key in 0..4u64 {
+        let len = 2500; // three packets at MTU 1024
+        let data = pattern(key, len);
+        a.mr.block().copy_in(0, &data).expect("fill");
+        srq.post_recv(RecvWr::new(key, vec![b.sge(8192, len)]))
+            .expect("post recv");
+        let mut wr = SendWr::send(key, vec![a.sge(0, len)]);
+        wr.xrc_remote_srqn = srq.srq_num();
+        ini.post_send(wr).expect("post send");
+        let s = one_completion(&a.send_cq, "XRC send");
+        assert_eq!((s.wr_id, s.status), (key, WcStatus::Success));
+        let r = one_completion(&b.recv_cq, "XRC receive");
+        assert_eq!((r.wr_id, r.status), (key, WcStatus::Success));
+        let mut got = vec![0; len];
+        b.mr.block().copy_out(8192, &mut got).expect("read");
+        assert!(got == data, "XRC data differs");
+    }
+    for (s, name) in [(&a, "A"), (&b, "B")] {
+        assert_eq!(s.dev.counters().dropped_foreign_slot, 0, "{name}");
+    }
+    drop((ini, tgt, srq, xrcd));
+    a.close();
+    b.close();
     let _ = std::fs::remove_dir_all(&dir);
 }
 

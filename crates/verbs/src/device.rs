@@ -123,6 +123,11 @@ pub struct DeviceConfig {
     /// host-wide device allots only the numbers of its slot (`uroce_socket::steer`'s QPN
     /// layout); the GSI QP keeps number 1, outside any range.
     pub qpn_range: RangeInclusive<u32>,
+    /// The SRQ numbers a context of the device allots (default
+    /// [`crate::context::FIRST_SRQN`]`..=`[`crate::context::MAX_QPN`]). A member of a
+    /// host-wide device allots only its slot's, as for QPNs: an XRC request is steered to
+    /// the process of the XRC SRQ its XRCETH names (`uroce_socket::steer`).
+    pub srqn_range: RangeInclusive<u32>,
 }
 
 impl DeviceConfig {
@@ -133,6 +138,7 @@ impl DeviceConfig {
             addr,
             link_mtu: 1500,
             qpn_range: crate::context::FIRST_QPN..=crate::context::MAX_QPN,
+            srqn_range: crate::context::FIRST_SRQN..=crate::context::MAX_QPN,
         }
     }
 }
@@ -260,6 +266,7 @@ struct DeviceInner {
     link_mtu: u32,
     active_mtu: Pmtu,
     qpn_range: RangeInclusive<u32>,
+    srqn_range: RangeInclusive<u32>,
     attr: DeviceAttr,
     gid0: Gid,
     port_up: AtomicBool,
@@ -276,6 +283,7 @@ impl Device {
             addr,
             link_mtu,
             qpn_range,
+            srqn_range,
         } = config;
         let name_ok = !name.is_empty()
             && name.len() < 64
@@ -296,6 +304,16 @@ impl Device {
             return Err(DeviceError::InvalidQpnRange {
                 first: *qpn_range.start(),
                 last: *qpn_range.end(),
+            });
+        }
+        // SRQ number 0 means "none".
+        if *srqn_range.start() < crate::context::FIRST_SRQN
+            || *srqn_range.end() > crate::context::MAX_QPN
+            || srqn_range.is_empty()
+        {
+            return Err(DeviceError::InvalidSrqnRange {
+                first: *srqn_range.start(),
+                last: *srqn_range.end(),
             });
         }
         let active_mtu = Pmtu::largest_fitting(link_mtu, ROCE_HEADER_RESERVE).ok_or(
@@ -337,6 +355,7 @@ impl Device {
                 link_mtu,
                 active_mtu,
                 qpn_range,
+                srqn_range,
                 attr,
                 gid0: Gid::from_ip(addr),
                 port_up: AtomicBool::new(true),
@@ -348,6 +367,11 @@ impl Device {
     /// The QP numbers its contexts allot (see [`DeviceConfig::qpn_range`]).
     pub fn qpn_range(&self) -> RangeInclusive<u32> {
         self.inner.qpn_range.clone()
+    }
+
+    /// The SRQ numbers its contexts allot (see [`DeviceConfig::srqn_range`]).
+    pub fn srqn_range(&self) -> RangeInclusive<u32> {
+        self.inner.srqn_range.clone()
     }
 
     /// The device name (`uroce0`).
@@ -593,6 +617,15 @@ mod tests {
             c.qpn_range = range.clone();
             assert!(
                 matches!(Device::new(c), Err(DeviceError::InvalidQpnRange { .. })),
+                "{range:?}"
+            );
+        }
+        for (first, last) in [(0, 100), (16, 0x100_0000), (100, 99)] {
+            let range = first..=last;
+            let mut c = DeviceConfig::new("uroce0", addr);
+            c.srqn_range = range.clone();
+            assert!(
+                matches!(Device::new(c), Err(DeviceError::InvalidSrqnRange { .. })),
                 "{range:?}"
             );
         }

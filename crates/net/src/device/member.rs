@@ -282,7 +282,8 @@ impl HostMember {
         l.commit().is_ok()
     }
 
-    /// Whether a datagram for `qpn` is for a member slot not this device's: another
+    /// Whether a datagram for `qpn` (for an XRC request: the XRC SRQ number its XRCETH
+    /// names, by which it is steered) is for a member slot not this device's: another
     /// member's (a stale program delivered it here) or one nobody holds (the program
     /// sends those to the designated member; the member may have died unreaped). Slot 0
     /// (QP0, QP1) and the reserved top slot are no member's: they are handled (or dropped

@@ -539,6 +539,8 @@ impl NetDevice {
         let mut dev_cfg = DeviceConfig::new(cfg.name.clone(), cfg.addr);
         if let Some(h) = host {
             dev_cfg.qpn_range = h.qpn_range();
+            // XRC requests are steered by their XRC SRQ number's slot.
+            dev_cfg.srqn_range = h.qpn_range();
         }
         let device = Device::new(dev_cfg).map_err(|e| NetError::Device(e.to_string()))?;
         let ctx = Context::open(&device).map_err(|e| NetError::Device(e.to_string()))?;
