@@ -22,7 +22,8 @@
 //!   listener's device is closed, a REQ for its service is rejected by the designated
 //!   member (invalid service ID) rather than lost.
 //!
-//! * XRC between two members: requests reach the member of the XRC SRQ they name.
+//! * XRC between members: requests reach the member of the XRC SRQ they name (or of
+//!   their target QP, for SRQ numbers of slot 0).
 //!
 //! Each test has its own address (127.0.81.x) and its own registry directory, given
 //! through the configuration (the tests run in parallel threads of one process).
@@ -226,17 +227,41 @@ fn members_in_one_process_carry_rc_and_ud_while_others_join_and_leave() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// XRC between two members of one address: the initiator in A, the domain with its
-/// target QP and XRC SRQ in B. B's SRQ number is of B's slot (the kernel steers an XRC
-/// request by the SRQ its XRCETH names), the requests reach B, the ACKs A, and no member
-/// sees a datagram of another's slot.
+/// XRC between members of one address: the initiator in A, the domain with its target
+/// QP and XRC SRQ in B, whose SRQ numbers are of its slot (`NetConfig::xrc_srq_slots`:
+/// the kernel steers an XRC request by the SRQ its XRCETH names); then a domain in C,
+/// whose SRQ numbers are of slot 0 (the default: requests go by the target QP). The
+/// requests reach the SRQ's member, the ACKs the initiator's, and no member sees a
+/// datagram of another's slot.
 #[test]
 fn xrc_requests_reach_the_member_of_their_srq() {
     let dir = scratch("xrc");
     let addr = "127.0.81.6";
     let a = member(addr, "xra", &dir);
-    let b = member(addr, "xrb", &dir);
-    let (sa, sb) = (a.dev.host_slot().unwrap(), b.dev.host_slot().unwrap());
+    let cfg = SideConfig::new(addr, "xrb");
+    let mut net = shared_config(cfg.addr, "xrb", Some(dir.clone()));
+    net.xrc_srq_slots = true;
+    let b = Side::on(NetDevice::open(net).expect("open xrb"), &cfg);
+    let c = member(addr, "xrc", &dir);
+    // A is the designated member (the lowest slot), which gets whatever the program does
+    // not steer: the domains are in B and C.
+    let slot = |s: &Side| s.dev.host_slot().unwrap();
+    assert!(slot(&a) < slot(&b) && slot(&a) < slot(&c));
+    xrc_between(&a, &b, true, 0);
+    xrc_between(&a, &c, false, 10);
+    for (s, name) in [(&a, "A"), (&b, "B"), (&c, "C")] {
+        assert_eq!(s.dev.counters().dropped_foreign_slot, 0, "{name}");
+    }
+    a.close();
+    b.close();
+    c.close();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// An XRC_SEND QP of `ini` sends four messages into an XRC SRQ of a domain of `tgt`
+/// through a target QP of that domain; the SRQ's number is of `tgt`'s slot when
+/// `slotted`, else of slot 0.
+fn xrc_between(ini: &Side, tgt: &Side, slotted: bool, keys: u64) {
     let layout = QpnLayout::default();
     let cap = QpCap {
         max_send_wr: 8,
@@ -245,15 +270,15 @@ fn xrc_requests_reach_the_member_of_their_srq() {
         max_recv_sge: 0,
         max_inline_data: 0,
     };
-    let mut attr = QpInitAttr::new(QpType::XrcSend, &a.send_cq, &a.send_cq, cap);
+    let mut attr = QpInitAttr::new(QpType::XrcSend, &ini.send_cq, &ini.send_cq, cap);
     attr.recv_cq = None;
-    let ini = a.pd.create_qp(&attr).expect("xrc send qp");
-    let xrcd = b.dev.context().alloc_xrcd().expect("xrcd");
-    let tgt = xrcd.create_qp().expect("target qp");
+    let iqp = ini.pd.create_qp(&attr).expect("xrc send qp");
+    let xrcd = tgt.dev.context().alloc_xrcd().expect("xrcd");
+    let tqp = xrcd.create_qp().expect("target qp");
     let srq = xrcd
         .create_srq(
-            &b.pd,
-            &b.recv_cq,
+            &tgt.pd,
+            &tgt.recv_cq,
             &SrqInitAttr {
                 max_wr: 16,
                 max_sge: 1,
@@ -261,37 +286,33 @@ fn xrc_requests_reach_the_member_of_their_srq() {
             },
         )
         .expect("xrc srq");
-    assert_eq!(layout.slot_of(ini.qp_num()), sa);
-    assert_eq!(layout.slot_of(tgt.qp_num()), sb);
-    assert_eq!(layout.slot_of(srq.srq_num()), sb, "SRQ numbers of B's slot");
-    tgt.connect_rc(&RcConnect::new(a.ip(), ini.qp_num()))
+    let tslot = tgt.dev.host_slot().unwrap();
+    assert_eq!(layout.slot_of(iqp.qp_num()), ini.dev.host_slot().unwrap());
+    assert_eq!(layout.slot_of(tqp.qp_num()), tslot);
+    let want = if slotted { tslot } else { 0 };
+    assert_eq!(layout.slot_of(srq.srq_num()), want, "SRQ number's slot");
+    tqp.connect_rc(&RcConnect::new(ini.ip(), iqp.qp_num()))
         .expect("target to RTR");
-    ini.connect_rc(&RcConnect::new(b.ip(), tgt.qp_num()))
+    iqp.connect_rc(&RcConnect::new(tgt.ip(), tqp.qp_num()))
         .expect("initiator to RTS");
-    for key in 0..4u64 {
+    for key in keys..keys + 4 {
         let len = 2500; // three packets at MTU 1024
         let data = pattern(key, len);
-        a.mr.block().copy_in(0, &data).expect("fill");
-        srq.post_recv(RecvWr::new(key, vec![b.sge(8192, len)]))
+        ini.mr.block().copy_in(0, &data).expect("fill");
+        srq.post_recv(RecvWr::new(key, vec![tgt.sge(8192, len)]))
             .expect("post recv");
-        let mut wr = SendWr::send(key, vec![a.sge(0, len)]);
+        let mut wr = SendWr::send(key, vec![ini.sge(0, len)]);
         wr.xrc_remote_srqn = srq.srq_num();
-        ini.post_send(wr).expect("post send");
-        let s = one_completion(&a.send_cq, "XRC send");
+        iqp.post_send(wr).expect("post send");
+        let s = one_completion(&ini.send_cq, "XRC send");
         assert_eq!((s.wr_id, s.status), (key, WcStatus::Success));
-        let r = one_completion(&b.recv_cq, "XRC receive");
+        let r = one_completion(&tgt.recv_cq, "XRC receive");
         assert_eq!((r.wr_id, r.status), (key, WcStatus::Success));
         let mut got = vec![0; len];
-        b.mr.block().copy_out(8192, &mut got).expect("read");
+        tgt.mr.block().copy_out(8192, &mut got).expect("read");
         assert!(got == data, "XRC data differs");
     }
-    for (s, name) in [(&a, "A"), (&b, "B")] {
-        assert_eq!(s.dev.counters().dropped_foreign_slot, 0, "{name}");
-    }
-    drop((ini, tgt, srq, xrcd));
-    a.close();
-    b.close();
-    let _ = std::fs::remove_dir_all(&dir);
+    drop((iqp, tqp, srq, xrcd));
 }
 
 /// The child's part (does nothing in an ordinary test run): opens a shared device on the

@@ -245,7 +245,8 @@ fn xrc_datagram(opcode: u8, qpn: u32, srqn: u32, tag: u32) -> Vec<u8> {
 /// QP of slot 5 naming SRQs of every slot in `slots`, and XRC responses (ACK, READ
 /// response, whose bytes 12-15 are no XRCETH) to initiator QPs of every slot; checks each
 /// arrived at the member of its SRQ's slot (requests) or QPN's slot (responses), the
-/// designated member for a slot without one.
+/// designated member for a slot without one; requests naming SRQs of slot 0 go by the
+/// target QP.
 fn check_xrc(g: &Group, tx: &UdpSocket, slots: &[u16], round: u32) {
     let l = g.layout;
     let designated = g.order.slots().iter().copied().min().unwrap();
@@ -259,6 +260,11 @@ fn check_xrc(g: &Group, tx: &UdpSocket, slots: &[u16], round: u32) {
     let target = l.qpn(5, 0x42).unwrap();
     let mut expect = Vec::new();
     let mut tag = round << 16;
+    // SRQ numbers of slot 0 (no member's numbering): by the target QP.
+    for srqn in [1, 0xFFFF] {
+        tag += 1;
+        expect.push((owner(5), xrc_datagram(0xA4, target, srqn, tag)));
+    }
     for &slot in slots {
         let srqn = l.qpn(slot, 3).unwrap();
         for op in [0xA4, 0xAC, 0xB4, 0xB7] {

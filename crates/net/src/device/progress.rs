@@ -73,9 +73,13 @@ impl DeviceCore {
                 // A shared device: a datagram for another member's QP came here through a
                 // stale steering program (a member left or died): dropped, counted, and
                 // the registry checked at the end of this step. An XRC request is
-                // steered by the XRC SRQ its XRCETH names, so its SRQ number is checked.
-                let steered_by = r.packet.xrceth.map_or(qpn, |x| x.srqn);
-                if let Some(h) = self.host.as_ref().filter(|h| h.is_foreign(steered_by)) {
+                // steered by the XRC SRQ its XRCETH names (unless of slot 0).
+                let srqn = r.packet.xrceth.map(|x| x.srqn);
+                if let Some(h) = self
+                    .host
+                    .as_ref()
+                    .filter(|h| h.is_foreign(h.steered_by(qpn, srqn)))
+                {
                     h.foreign();
                     return;
                 }

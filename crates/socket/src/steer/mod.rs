@@ -66,7 +66,11 @@
 //! requests by the slot of their XRC SRQ number ([`is_xrc_request`]), and a member allots
 //! its SRQ numbers from its slot as it allots QPNs ([`QpnLayout::qpn`]). An XRC request
 //! shorter than BTH + XRCETH ([`MIN_XRC_STEERED_LEN`]) goes to the designated member, an
-//! SRQ number of slot 0, the top slot or a slot without a member likewise. XRC
+//! SRQ number of the top slot or a slot without a member likewise. An SRQ number of
+//! **slot 0** is no member's: the request goes by its destination QP, as every datagram
+//! did before, which is what a member whose SRQ numbers are not its slot's (they start
+//! at 1, as a lone process's) needs: its XRC target QPs and SRQs are in one process, and
+//! requests reach it by the target QP. XRC
 //! responses (0xAD–0xB2: read responses, ACK, atomic ACK) carry no XRCETH and go by their
 //! destination QP, the initiator's, like every other datagram.
 //!
@@ -389,13 +393,13 @@ pub const MAX_INSNS: usize = 4096;
 
 /// The instructions of a program without routes and listeners
 /// ([`SteeringTable::program`]).
-pub const FIXED_INSNS: usize = 50;
+pub const FIXED_INSNS: usize = 51;
 
 /// Instructions per listened service ID.
 const LISTENER_INSNS: usize = 5;
 
 /// The most slots one program routes: [`FIXED_INSNS`] fixed instructions, five for each
-/// of at most [`MAX_LISTENERS`] listeners, two per route, within [`MAX_INSNS`]: 1383.
+/// of at most [`MAX_LISTENERS`] listeners, two per route, within [`MAX_INSNS`]: 1382.
 pub const MAX_ROUTES: usize = (MAX_INSNS - FIXED_INSNS - LISTENER_INSNS * MAX_LISTENERS) / 2;
 
 const _: () = assert!(FIXED_INSNS + 2 * MAX_ROUTES + LISTENER_INSNS * MAX_LISTENERS <= MAX_INSNS);
@@ -649,10 +653,13 @@ impl SteeringTable {
             return word;
         }
         if payload.first().copied().is_some_and(is_xrc_request) {
-            return match u32_at(XRCETH_AT) {
-                Some(x) => self.index_of_slot(self.layout.slot_of(x & 0xFF_FFFF)),
-                None => d,
+            let Some(srqn) = u32_at(XRCETH_AT) else {
+                return d;
             };
+            let slot = self.layout.slot_of(srqn & 0xFF_FFFF);
+            if slot != 0 {
+                return self.index_of_slot(slot);
+            }
         }
         let qpn = word & 0xFF_FFFF;
         let slot = self.layout.slot_of(qpn);
@@ -709,6 +716,7 @@ impl SteeringTable {
     ///   ld   [12]                ; XRCETH: reserved byte, then the XRC SRQ number
     ///   and  #0xffffff
     ///   rsh  #local_bits         ; a = the SRQ's slot
+    ///   jeq  #0, qpn, +0         ; slot 0: not a member's numbering, by QPN
     ///   ja   routes
     /// qpn:
     ///   ld   [4]                 ; bytes 4-7: reserved byte, then the destination QP
@@ -776,16 +784,18 @@ impl SteeringTable {
             stmt(LD | W | ABS, 4),
             stmt(RET | RET_A, 0),
             // a = the opcode: an XRC request goes by the SRQ its XRCETH names.
-            jump(JMP | JGE | K, u32::from(XRC_REQUESTS_FIRST), 0, 10),
-            jump(JMP | JGE | K, u32::from(XRC_ATOMICS_LAST) + 1, 9, 0),
+            jump(JMP | JGE | K, u32::from(XRC_REQUESTS_FIRST), 0, 11),
+            jump(JMP | JGE | K, u32::from(XRC_ATOMICS_LAST) + 1, 10, 0),
             jump(JMP | JGE | K, u32::from(XRC_ATOMICS_FIRST), 1, 0),
-            jump(JMP | JGE | K, u32::from(XRC_REQUESTS_LAST) + 1, 7, 0),
+            jump(JMP | JGE | K, u32::from(XRC_REQUESTS_LAST) + 1, 8, 0),
             stmt(LD | W | LEN, 0),
             jump(JMP | JGE | K, MIN_XRC_STEERED_LEN, 1, 0),
             stmt(RET | K, d),
             stmt(LD | W | ABS, XRCETH_AT),
             stmt(ALU | AND | K, 0xFF_FFFF),
             stmt(ALU | RSH | K, u32::from(self.layout.local_bits())),
+            // An SRQ number of slot 0 is not a member's: by the destination QP.
+            jump(JMP | JEQ | K, 0, 1, 0),
         ];
         let to_routes_from_srqn = p.len();
         p.push(stmt(JMP | JA, 0));
