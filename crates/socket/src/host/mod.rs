@@ -472,7 +472,7 @@ impl HostState {
 }
 
 /// The state character and start time (field 22) of `/proc/<pid>/stat`.
-fn proc_stat(pid: u32) -> Option<(char, u64)> {
+pub(crate) fn proc_stat(pid: u32) -> Option<(char, u64)> {
     proc_stat_threads(pid).map(|(state, start, _)| (state, start))
 }
 
