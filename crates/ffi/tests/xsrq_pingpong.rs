@@ -10,7 +10,9 @@
 //! closes the domain (`ibv_close_xrcd`).
 //!
 //! Runs: the default (4096 bytes, 5 round trips), `-s 1`, `-n 1000`, event mode (`-e`),
-//! messages of many packets (`-s 100000`), and a server with two clients (`-c 2`).
+//! messages of many packets (`-s 100000`), a server with two clients (`-c 2`), and a
+//! server and client on one address with and without `UROCE_XRC_SRQ_SLOTS=1`
+//! (127.0.14.21-22).
 //!
 //! Expectations come from the program's documented behaviour, not from uroce: every
 //! process exits 0 and prints "success" last; what each side prints as its peer's
@@ -188,4 +190,61 @@ fn debian_xsrq_pingpong_two_clients() {
         s_remote, clients_local,
         "{TEST}: the server's view of its clients"
     );
+}
+
+/// The `SRQN` and `QPN RECV` fields of an address line, as numbers.
+fn srqn_and_recv_qpn(line: &str) -> (u32, u32) {
+    let field = |name: &str| {
+        let at = line
+            .find(name)
+            .unwrap_or_else(|| panic!("no {name} in {line:?}"))
+            + name.len();
+        let hex = line[at..]
+            .trim_start()
+            .split([',', ' '])
+            .next()
+            .unwrap_or("");
+        u32::from_str_radix(hex, 16).unwrap_or_else(|_| panic!("bad {name} in {line:?}"))
+    };
+    (field("SRQN"), field("QPN RECV"))
+}
+
+/// Server and client on one address (two members of the host's shared device): with SRQ
+/// numbers from each member's slot (`UROCE_XRC_SRQ_SLOTS=1`) every SEND is steered by the
+/// SRQ it names, without (the default) by the target QP, its SRQ number 1 as in a lone
+/// process; both complete.
+#[test]
+fn debian_xsrq_pingpong_on_one_address_with_and_without_slot_srq_numbers() {
+    const TEST: &str = "debian_xsrq_pingpong_on_one_address_with_and_without_slot_srq_numbers";
+    if !have_program(TEST, PROGRAM) {
+        return;
+    }
+    let dir = LibDir::new(TEST);
+    for (slots, n) in [(true, 21), (false, 22)] {
+        let port = free_tcp_port();
+        let args: Vec<String> = vec!["-g".into(), "0".into(), "-p".into(), port.to_string()];
+        let ip = addr(n);
+        let mut srv = debian_command(&dir, PROGRAM, ip, &args);
+        let mut cargs = args.clone();
+        cargs.push(ip.to_string());
+        let mut cli = debian_command(&dir, PROGRAM, ip, &cargs);
+        for c in [&mut srv, &mut cli] {
+            c.env("UROCE_SHARED", "1")
+                .env("UROCE_XRC_SRQ_SLOTS", if slots { "1" } else { "0" });
+        }
+        let (s, c) = run_server_client(TEST, srv, cli, port, LIMIT);
+        assert_both_succeeded(TEST, &s, &c);
+        assert_success(TEST, "server", &s);
+        assert_success(TEST, "client", &c);
+        for out in [&s, &c] {
+            let (local, _) = addresses(&out.stdout);
+            assert_eq!(local.len(), 1, "{TEST}:\n{}", out.stdout);
+            let (srqn, qpn) = srqn_and_recv_qpn(&local[0]);
+            if slots {
+                assert_eq!(srqn >> 16, qpn >> 16, "{TEST}: SRQ number of the QPs' slot");
+            } else {
+                assert_eq!(srqn, 1, "{TEST}: SRQ number of a lone process");
+            }
+        }
+    }
 }

@@ -25,6 +25,7 @@ pub mod stats;
 pub use cm::{CmCounters, CmEventSink, CmService};
 pub use device::{
     DeviceCounters, NetConfig, NetDevice, QpCounters, ADDR_ENV, DEFAULT_ADDR, SHARED_ENV,
+    XRC_SRQ_SLOTS_ENV,
 };
 pub use error::NetError;
 pub use gsi::{Gsi, GsiCounters, GsiError, ReceivedMad};

@@ -28,6 +28,8 @@
 //! * a device opened and closed again and again on a host with one free slot: each open
 //!   gets that slot at once (a clean leave needs no quarantine) and carries on with the
 //!   QPNs and communication IDs where the last one stopped.
+//! * XRC between members: requests reach the member of the XRC SRQ they name (or of
+//!   their target QP, for SRQ numbers of slot 0).
 //!
 //! Each test has its own address (127.0.81.x) and its own registry directory, given
 //! through the configuration (the tests run in parallel threads of one process).
@@ -49,7 +51,8 @@ use uroce_proto::cm::{AcceptParams, CmEvent, ConnId, ConnectParams};
 use uroce_socket::host::{Registry, HOST_DIR_ENV};
 use uroce_socket::steer::QpnLayout;
 use uroce_verbs::{
-    AhAttr, Qp, QpCap, QpInitAttr, QpType, RecvWr, SendWr, UdDest, WcStatus, WorkCompletion,
+    AhAttr, Qp, QpCap, QpInitAttr, QpType, RcConnect, RecvWr, SendWr, SrqInitAttr, UdDest,
+    WcStatus, WorkCompletion,
 };
 use uroce_wire::cm::rdma_cm::{gid_of, PortSpace};
 use uroce_wire::cm::{rej_reason, PathRepr};
@@ -239,6 +242,94 @@ fn members_in_one_process_carry_rc_and_ud_while_others_join_and_leave() {
     let state = reg.read().expect("read");
     assert!(state.members.is_empty() && state.groups.is_empty());
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// XRC between members of one address: the initiator in A, the domain with its target
+/// QP and XRC SRQ in B, whose SRQ numbers are of its slot (`NetConfig::xrc_srq_slots`:
+/// the kernel steers an XRC request by the SRQ its XRCETH names); then a domain in C,
+/// whose SRQ numbers are of slot 0 (the default: requests go by the target QP). The
+/// requests reach the SRQ's member, the ACKs the initiator's, and no member sees a
+/// datagram of another's slot.
+#[test]
+fn xrc_requests_reach_the_member_of_their_srq() {
+    let dir = scratch("xrc");
+    let addr = "127.0.81.6";
+    let a = member(addr, "xra", &dir);
+    let cfg = SideConfig::new(addr, "xrb");
+    let mut net = shared_config(cfg.addr, "xrb", Some(dir.clone()));
+    net.xrc_srq_slots = true;
+    let b = Side::on(NetDevice::open(net).expect("open xrb"), &cfg);
+    let c = member(addr, "xrc", &dir);
+    // A is the designated member (the lowest slot), which gets whatever the program does
+    // not steer: the domains are in B and C.
+    let slot = |s: &Side| s.dev.host_slot().unwrap();
+    assert!(slot(&a) < slot(&b) && slot(&a) < slot(&c));
+    xrc_between(&a, &b, true, 0);
+    xrc_between(&a, &c, false, 10);
+    for (s, name) in [(&a, "A"), (&b, "B"), (&c, "C")] {
+        assert_eq!(s.dev.counters().dropped_foreign_slot, 0, "{name}");
+    }
+    a.close();
+    b.close();
+    c.close();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// An XRC_SEND QP of `ini` sends four messages into an XRC SRQ of a domain of `tgt`
+/// through a target QP of that domain; the SRQ's number is of `tgt`'s slot when
+/// `slotted`, else of slot 0.
+fn xrc_between(ini: &Side, tgt: &Side, slotted: bool, keys: u64) {
+    let layout = QpnLayout::default();
+    let cap = QpCap {
+        max_send_wr: 8,
+        max_recv_wr: 0,
+        max_send_sge: 1,
+        max_recv_sge: 0,
+        max_inline_data: 0,
+    };
+    let mut attr = QpInitAttr::new(QpType::XrcSend, &ini.send_cq, &ini.send_cq, cap);
+    attr.recv_cq = None;
+    let iqp = ini.pd.create_qp(&attr).expect("xrc send qp");
+    let xrcd = tgt.dev.context().alloc_xrcd().expect("xrcd");
+    let tqp = xrcd.create_qp().expect("target qp");
+    let srq = xrcd
+        .create_srq(
+            &tgt.pd,
+            &tgt.recv_cq,
+            &SrqInitAttr {
+                max_wr: 16,
+                max_sge: 1,
+                srq_limit: 0,
+            },
+        )
+        .expect("xrc srq");
+    let tslot = tgt.dev.host_slot().unwrap();
+    assert_eq!(layout.slot_of(iqp.qp_num()), ini.dev.host_slot().unwrap());
+    assert_eq!(layout.slot_of(tqp.qp_num()), tslot);
+    let want = if slotted { tslot } else { 0 };
+    assert_eq!(layout.slot_of(srq.srq_num()), want, "SRQ number's slot");
+    tqp.connect_rc(&RcConnect::new(ini.ip(), iqp.qp_num()))
+        .expect("target to RTR");
+    iqp.connect_rc(&RcConnect::new(tgt.ip(), tqp.qp_num()))
+        .expect("initiator to RTS");
+    for key in keys..keys + 4 {
+        let len = 2500; // three packets at MTU 1024
+        let data = pattern(key, len);
+        ini.mr.block().copy_in(0, &data).expect("fill");
+        srq.post_recv(RecvWr::new(key, vec![tgt.sge(8192, len)]))
+            .expect("post recv");
+        let mut wr = SendWr::send(key, vec![ini.sge(0, len)]);
+        wr.xrc_remote_srqn = srq.srq_num();
+        iqp.post_send(wr).expect("post send");
+        let s = one_completion(&ini.send_cq, "XRC send");
+        assert_eq!((s.wr_id, s.status), (key, WcStatus::Success));
+        let r = one_completion(&tgt.recv_cq, "XRC receive");
+        assert_eq!((r.wr_id, r.status), (key, WcStatus::Success));
+        let mut got = vec![0; len];
+        tgt.mr.block().copy_out(8192, &mut got).expect("read");
+        assert!(got == data, "XRC data differs");
+    }
+    drop((iqp, tqp, srq, xrcd));
 }
 
 /// The child's part (does nothing in an ordinary test run): opens a shared device on the
@@ -718,7 +809,7 @@ fn a_device_closed_cleanly_leaves_its_slot_to_the_next_at_once_numbering_carried
     l.commit().expect("commit");
     let mut last: Option<(u16, u32, u32)> = None;
     for round in 0..4 {
-        let side = member("127.0.81.6", &format!("resume{round}"), &dir);
+        let side = member("127.0.81.8", &format!("resume{round}"), &dir);
         let slot = side.dev.host_slot().expect("a member");
         assert_eq!(slot, layout.max_slot(), "round {round}: the one free slot");
         let qpn = side.qp.qp_num();

@@ -31,6 +31,8 @@
 //!   host (used by the device runtime's opt-in shared device): a classic BPF program that
 //!   steers the datagrams of a `SO_REUSEPORT` group to the member socket that owns their
 //!   destination QP, and the per-host registry of members, slots and group orders.
+//! * [`xrcd`]: building block of XRC domains shared between processes: the per-user file
+//!   of domains, their references and their host-wide target QP numbers (not used yet).
 //!
 //! ## The ICRC / IP-header contract
 //! The RoCEv2 ICRC covers most of the IP header, including the IPv4 Identification and
@@ -74,6 +76,7 @@ pub mod socket;
 pub mod steer;
 #[allow(unsafe_code)]
 mod sys;
+pub mod xrcd;
 
 pub use capture::Capture;
 pub use counters::{CounterSnapshot, Counters};

@@ -4,7 +4,9 @@
 //! member socket of its QPN's slot, before and after a member in the middle closes (the
 //! last member moves into its index) and after a new one joins.
 //!
-//! Each test uses an address of its own (127.0.79.x): a port-0 bind with `SO_REUSEPORT`
+//! XRC requests go by the XRC SRQ their XRCETH names (127.0.95.1).
+//!
+//! Each test uses an address of its own (127.0.79.x, 127.0.95.x): a port-0 bind with `SO_REUSEPORT`
 //! may be given the port of another group of the same user on the same address (the
 //! kernel counts such a port as free for it), which would merge two tests' groups.
 
@@ -227,6 +229,78 @@ fn steers_an_ipv6_group_by_qpn() {
         IpAddr::V6(Ipv6Addr::LOCALHOST),
         IpAddr::V6(Ipv6Addr::LOCALHOST),
     );
+}
+
+/// An XRC packet (opcode `opcode`) to `qpn` whose bytes 12-15 are an XRCETH naming
+/// `srqn`, then a tag.
+fn xrc_datagram(opcode: u8, qpn: u32, srqn: u32, tag: u32) -> Vec<u8> {
+    let mut b = datagram(qpn, 0);
+    b[0] = opcode;
+    b[13..16].copy_from_slice(&srqn.to_be_bytes()[1..]);
+    b[16..20].copy_from_slice(&tag.to_be_bytes());
+    b
+}
+
+/// Sends XRC requests (SEND, RDMA READ, FETCH_ADD, SEND with invalidate) to a target
+/// QP of slot 5 naming SRQs of every slot in `slots`, and XRC responses (ACK, READ
+/// response, whose bytes 12-15 are no XRCETH) to initiator QPs of every slot; checks each
+/// arrived at the member of its SRQ's slot (requests) or QPN's slot (responses), the
+/// designated member for a slot without one; requests naming SRQs of slot 0 go by the
+/// target QP.
+fn check_xrc(g: &Group, tx: &UdpSocket, slots: &[u16], round: u32) {
+    let l = g.layout;
+    let designated = g.order.slots().iter().copied().min().unwrap();
+    let owner = |slot| {
+        if g.order.index_of(slot).is_some() {
+            slot
+        } else {
+            designated
+        }
+    };
+    let target = l.qpn(5, 0x42).unwrap();
+    let mut expect = Vec::new();
+    let mut tag = round << 16;
+    // SRQ numbers of slot 0 (no member's numbering): by the target QP.
+    for srqn in [1, 0xFFFF] {
+        tag += 1;
+        expect.push((owner(5), xrc_datagram(0xA4, target, srqn, tag)));
+    }
+    for &slot in slots {
+        let srqn = l.qpn(slot, 3).unwrap();
+        for op in [0xA4, 0xAC, 0xB4, 0xB7] {
+            tag += 1;
+            expect.push((owner(slot), xrc_datagram(op, target, srqn, tag)));
+        }
+        for op in [0xB1, 0xB0] {
+            tag += 1;
+            let initiator = l.qpn(slot, 9).unwrap();
+            let d = xrc_datagram(op, initiator, l.qpn(9, 1).unwrap(), tag);
+            expect.push((owner(slot), d));
+        }
+    }
+    for (_, d) in &expect {
+        tx.send_to(d, g.addr).unwrap();
+    }
+    let mut got = g.collect(expect.len());
+    got.sort();
+    expect.sort();
+    assert_eq!(got, expect, "round {round}: (member slot, datagram)");
+}
+
+/// XRC requests reach the member that owns the XRC SRQ their XRCETH names, whoever owns
+/// the target QP; XRC responses the member of their destination QP; before and after a
+/// member in the middle closes.
+#[test]
+fn steers_xrc_requests_by_srq_on_a_real_group() {
+    let ip = IpAddr::V4(Ipv4Addr::new(127, 0, 95, 1));
+    let mut g = Group::bind(ip, &[5, 9, 2]).unwrap();
+    let tx = UdpSocket::bind(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0)).unwrap();
+    g.attach();
+    let all = [5, 9, 2, 11];
+    check_xrc(&g, &tx, &all, 1);
+    g.close(9);
+    g.attach();
+    check_xrc(&g, &tx, &all, 2);
 }
 
 /// A socket without SO_REUSEPORT on the address keeps members out, and a member bound

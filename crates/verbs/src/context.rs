@@ -163,7 +163,7 @@ impl Context {
             device: device.clone(),
             qps: Table::new("QP", device.qpn_range(), attr.max_qp as usize + 1)
                 .starting_at(device.qpn_start()),
-            srqs: Table::new("SRQ", FIRST_SRQN..=MAX_QPN, attr.max_srq as usize),
+            srqs: Table::new("SRQ", device.srqn_range(), attr.max_srq as usize),
             mrs: Table::new(
                 "MR",
                 0..=crate::mw::FIRST_MW_INDEX - 1,

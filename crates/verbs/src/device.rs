@@ -128,6 +128,11 @@ pub struct DeviceConfig {
     /// member left cleanly carries on where that one's numbering stopped, so a number
     /// comes back only after the whole range.
     pub qpn_start: Option<u32>,
+    /// The SRQ numbers a context of the device allots (default
+    /// [`crate::context::FIRST_SRQN`]`..=`[`crate::context::MAX_QPN`]). A member of a
+    /// host-wide device allots only its slot's, as for QPNs: an XRC request is steered to
+    /// the process of the XRC SRQ its XRCETH names (`uroce_socket::steer`).
+    pub srqn_range: RangeInclusive<u32>,
 }
 
 impl DeviceConfig {
@@ -139,6 +144,7 @@ impl DeviceConfig {
             link_mtu: 1500,
             qpn_range: crate::context::FIRST_QPN..=crate::context::MAX_QPN,
             qpn_start: None,
+            srqn_range: crate::context::FIRST_SRQN..=crate::context::MAX_QPN,
         }
     }
 }
@@ -267,6 +273,7 @@ struct DeviceInner {
     active_mtu: Pmtu,
     qpn_range: RangeInclusive<u32>,
     qpn_start: u32,
+    srqn_range: RangeInclusive<u32>,
     attr: DeviceAttr,
     gid0: Gid,
     port_up: AtomicBool,
@@ -284,6 +291,7 @@ impl Device {
             link_mtu,
             qpn_range,
             qpn_start,
+            srqn_range,
         } = config;
         let name_ok = !name.is_empty()
             && name.len() < 64
@@ -304,6 +312,16 @@ impl Device {
             return Err(DeviceError::InvalidQpnRange {
                 first: *qpn_range.start(),
                 last: *qpn_range.end(),
+            });
+        }
+        // SRQ number 0 means "none".
+        if *srqn_range.start() < crate::context::FIRST_SRQN
+            || *srqn_range.end() > crate::context::MAX_QPN
+            || srqn_range.is_empty()
+        {
+            return Err(DeviceError::InvalidSrqnRange {
+                first: *srqn_range.start(),
+                last: *srqn_range.end(),
             });
         }
         let active_mtu = Pmtu::largest_fitting(link_mtu, ROCE_HEADER_RESERVE).ok_or(
@@ -348,6 +366,7 @@ impl Device {
                     .filter(|n| qpn_range.contains(n))
                     .unwrap_or(*qpn_range.start()),
                 qpn_range,
+                srqn_range,
                 attr,
                 gid0: Gid::from_ip(addr),
                 port_up: AtomicBool::new(true),
@@ -364,6 +383,11 @@ impl Device {
     /// The first QPN its contexts try (see [`DeviceConfig::qpn_start`]).
     pub fn qpn_start(&self) -> u32 {
         self.inner.qpn_start
+    }
+
+    /// The SRQ numbers its contexts allot (see [`DeviceConfig::srqn_range`]).
+    pub fn srqn_range(&self) -> RangeInclusive<u32> {
+        self.inner.srqn_range.clone()
     }
 
     /// The device name (`uroce0`).
@@ -609,6 +633,15 @@ mod tests {
             c.qpn_range = range.clone();
             assert!(
                 matches!(Device::new(c), Err(DeviceError::InvalidQpnRange { .. })),
+                "{range:?}"
+            );
+        }
+        for (first, last) in [(0, 100), (16, 0x100_0000), (100, 99)] {
+            let range = first..=last;
+            let mut c = DeviceConfig::new("uroce0", addr);
+            c.srqn_range = range.clone();
+            assert!(
+                matches!(Device::new(c), Err(DeviceError::InvalidSrqnRange { .. })),
                 "{range:?}"
             );
         }

@@ -173,6 +173,14 @@ pub enum DeviceError {
         /// Its last number.
         last: u32,
     },
+    /// The SRQ number range is empty, includes 0, or goes beyond 24 bits.
+    #[error("SRQ number range {first:#x}..={last:#x} is empty or outside 1..=0xffffff")]
+    InvalidSrqnRange {
+        /// Its first number.
+        first: u32,
+        /// Its last number.
+        last: u32,
+    },
     /// Only port 1 exists.
     #[error("port {port} does not exist (the device has port 1 only)")]
     InvalidPort {

@@ -263,6 +263,18 @@ impl HostMember {
         }
     }
 
+    /// SRQ numbers of slot 0 (from 1): XRC requests naming them are steered by their
+    /// target QP (see `NetConfig::xrc_srq_slots`).
+    pub(super) fn slot0_srqn_range(&self) -> RangeInclusive<u32> {
+        1..=self.layout.max_local()
+    }
+
+    /// The number a datagram is steered by: an XRC request's XRC SRQ number (`srqn`,
+    /// from its XRCETH) unless it is of slot 0, else the destination QP `qpn`.
+    pub(super) fn steered_by(&self, qpn: u32, srqn: Option<u32>) -> u32 {
+        srqn.filter(|&n| self.layout.slot_of(n) != 0).unwrap_or(qpn)
+    }
+
     /// The communication IDs the member's CM allots (its slot's, see
     /// `uroce_socket::steer`).
     pub(super) fn comm_ids(&self) -> Option<uroce_proto::cm::IdRange> {
@@ -327,7 +339,8 @@ impl HostMember {
         l.commit().ok().map(|_| refused)
     }
 
-    /// Whether a datagram for `qpn` is for a member slot not this device's: another
+    /// Whether a datagram for `qpn` (the number it is steered by, `steered_by`) is for a
+    /// member slot not this device's: another
     /// member's (a stale program delivered it here) or one nobody holds (the program
     /// sends those to the designated member; the member may have died unreaped). Slot 0
     /// (QP0, QP1) and the reserved top slot are no member's: they are handled (or dropped

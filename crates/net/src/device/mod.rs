@@ -108,6 +108,10 @@ pub const ADDR_ENV: &str = "UROCE_ADDR";
 /// `address:4791` exclusively); unset or any other value, the device is shared
 /// ([`NetConfig::shared`]).
 pub const SHARED_ENV: &str = "UROCE_SHARED";
+
+/// The environment variable that gives a shared device SRQ numbers of its slot
+/// ([`NetConfig::xrc_srq_slots`]) when `1`, `yes`, `true` or `on`.
+pub const XRC_SRQ_SLOTS_ENV: &str = "UROCE_XRC_SRQ_SLOTS";
 /// The address used when neither the API nor [`ADDR_ENV`] names one.
 pub const DEFAULT_ADDR: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 /// After an application's last CQ poll, the progress thread leaves the socket to the
@@ -184,6 +188,15 @@ pub struct NetConfig {
     /// (`ifaddr::link_mtu`; 65536 on loopback, so a 4096-byte port MTU), or 1500 when
     /// none is found or it is too small for any IB MTU.
     pub link_mtu: Option<u32>,
+    /// A shared device: allot SRQ numbers from the member's slot, so that the kernel
+    /// steers XRC requests to the process of the XRC SRQ they name
+    /// (`uroce_socket::steer`, *XRC requests*). Off by default (also in
+    /// [`NetConfig::from_env`] unless `UROCE_XRC_SRQ_SLOTS=1`): SRQ numbers then start at
+    /// 1 in slot 0, as a lone process's, and XRC requests go by their target QP, which
+    /// keeps programs whose processes of one domain expect each other's SRQs behind their
+    /// own target QPs (`ibv_xsrq_pingpong` with two clients) working as before, until
+    /// target QPs are shared between processes (docs/ARCHITECTURE.md, "XRC domains").
+    pub xrc_srq_slots: bool,
 }
 
 impl NetConfig {
@@ -205,6 +218,7 @@ impl NetConfig {
             shared: false,
             host_dir: None,
             link_mtu: None,
+            xrc_srq_slots: false,
         }
     }
 
@@ -234,6 +248,12 @@ impl NetConfig {
             matches!(
                 v.trim().to_ascii_lowercase().as_str(),
                 "0" | "no" | "false" | "off"
+            )
+        });
+        cfg.xrc_srq_slots = std::env::var(XRC_SRQ_SLOTS_ENV).is_ok_and(|v| {
+            matches!(
+                v.trim().to_ascii_lowercase().as_str(),
+                "1" | "yes" | "true" | "on"
             )
         });
         Ok(cfg)
@@ -571,6 +591,13 @@ impl NetDevice {
         if let Some(h) = host {
             dev_cfg.qpn_range = h.qpn_range();
             dev_cfg.qpn_start = h.qpn_start();
+            // XRC requests are steered by the slot of their XRC SRQ number, or by their
+            // target QP when it is slot 0 (see `NetConfig::xrc_srq_slots`).
+            dev_cfg.srqn_range = if cfg.xrc_srq_slots {
+                h.qpn_range()
+            } else {
+                h.slot0_srqn_range()
+            };
         }
         let device = Device::new(dev_cfg).map_err(|e| NetError::Device(e.to_string()))?;
         let ctx = Context::open(&device).map_err(|e| NetError::Device(e.to_string()))?;

@@ -72,8 +72,14 @@ impl DeviceCore {
                 let qpn = r.packet.bth.dest_qp;
                 // A shared device: a datagram for another member's QP came here through a
                 // stale steering program (a member left or died): dropped, counted, and
-                // the registry checked at the end of this step.
-                if let Some(h) = self.host.as_ref().filter(|h| h.is_foreign(qpn)) {
+                // the registry checked at the end of this step. An XRC request is
+                // steered by the XRC SRQ its XRCETH names (unless of slot 0).
+                let srqn = r.packet.xrceth.map(|x| x.srqn);
+                if let Some(h) = self
+                    .host
+                    .as_ref()
+                    .filter(|h| h.is_foreign(h.steered_by(qpn, srqn)))
+                {
                     h.foreign();
                     return;
                 }

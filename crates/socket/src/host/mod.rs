@@ -586,7 +586,7 @@ fn probe_key() -> u64 {
 }
 
 /// The state character and start time (field 22) of `/proc/<pid>/stat`.
-fn proc_stat(pid: u32) -> Option<(char, u64)> {
+pub(crate) fn proc_stat(pid: u32) -> Option<(char, u64)> {
     proc_stat_threads(pid).map(|(state, start, _)| (state, start))
 }
 

@@ -1,10 +1,11 @@
-//! # Steering a `SO_REUSEPORT` group by destination QP (building block)
+//! # Steering a `SO_REUSEPORT` group by destination QP or XRC SRQ (building block)
 //!
 //! A host-wide device lets every process of a host (every *member*) bind its own UDP
 //! socket to each device address, port 4791, with `SO_REUSEPORT`; the sockets of one
 //! `address:4791` form a *reuseport group*, and one classic BPF program attached to the
 //! group chooses, for every arriving datagram, the member socket that owns the
-//! destination QP named in its BTH, or for a CM MAD to QP1 the member that owns its
+//! destination QP named in its BTH (for an XRC request the XRC SRQ named in its XRCETH,
+//! see *XRC requests*), or for a CM MAD to QP1 the member that owns its
 //! connection or listens on its service (see *QP1*). This module has the pieces that need
 //! no registry: the QPN and communication-ID layout that names an owner ([`QpnLayout`]),
 //! a model of the kernel's member
@@ -54,6 +55,24 @@
 //!   arrive on group sockets, not on the unicast sockets steered here ([`crate::mcast`]),
 //!   so a unicast datagram to it is malformed; it is reserved so that no member can own
 //!   QPN 0xFFFFFF.
+//!
+//! ## XRC requests: by the XRC SRQ number
+//! An XRC request (opcodes 0xA0–0xAC, 0xB3–0xB7: every XRC opcode that carries an
+//! XRCETH, IBA vol 1 Annex A14) names, besides its destination (the XRC target QP), the
+//! XRC SRQ that takes its receive WQE, in the XRCETH right after the BTH (UDP payload
+//! bytes 13–15). The SRQs of one XRC domain belong to different processes, each of
+//! which consumes its SRQ's WQEs and fills its CQ, so the request must reach the process
+//! owning the SRQ, whichever process created the target QP: the program steers XRC
+//! requests by the slot of their XRC SRQ number ([`is_xrc_request`]), and a member allots
+//! its SRQ numbers from its slot as it allots QPNs ([`QpnLayout::qpn`]). An XRC request
+//! shorter than BTH + XRCETH ([`MIN_XRC_STEERED_LEN`]) goes to the designated member, an
+//! SRQ number of the top slot or a slot without a member likewise. An SRQ number of
+//! **slot 0** is no member's: the request goes by its destination QP, as every datagram
+//! did before, which is what a member whose SRQ numbers are not its slot's (they start
+//! at 1, as a lone process's) needs: its XRC target QPs and SRQs are in one process, and
+//! requests reach it by the target QP. XRC
+//! responses (0xAD–0xB2: read responses, ACK, atomic ACK) carry no XRCETH and go by their
+//! destination QP, the initiator's, like every other datagram.
 //!
 //! ## QP1: CM MADs by communication ID or service ID
 //! Every process runs its own CM agent, so a MAD to QP1 must reach the process whose
@@ -145,7 +164,7 @@ use std::os::fd::AsFd;
 use rustix::net::{sockopt, AddressFamily, SocketFlags, SocketType};
 use uroce_wire::mad::{self, cm_attr};
 use uroce_wire::opcode::op::UD_SEND_ONLY;
-use uroce_wire::{bth, deth};
+use uroce_wire::{bth, deth, xrceth};
 
 /// The BTH opcode of a steering probe (see the module docs): prefix 0xC0, unassigned by
 /// IBA vol 1 §9.2.
@@ -168,6 +187,29 @@ pub const CM_BODY_OFFSET: u32 = MAD_OFFSET + mad::LEN as u32;
 /// The shortest datagram to QP1 steered by its CM message: BTH, DETH and a whole MAD
 /// (shorter ones, which no CM parses, go to the designated member).
 pub const MIN_MAD_DATAGRAM_LEN: u32 = MAD_OFFSET + mad::MAD_LEN as u32;
+
+/// Where the XRCETH starts in an XRC request: right after the BTH (IBA vol 1 Annex A14).
+pub const XRCETH_AT: u32 = bth::LEN as u32;
+
+/// The shortest XRC request steered by its XRC SRQ number: a BTH and an XRCETH (shorter
+/// ones go to the designated member).
+pub const MIN_XRC_STEERED_LEN: u32 = XRCETH_AT + xrceth::LEN as u32;
+
+// The XRC opcodes that carry an XRCETH (IBA vol 1 Annex A14): SEND, RDMA WRITE and RDMA
+// READ requests 0xA0-0xAC, the atomics 0xB3-0xB4, SEND with invalidate 0xB6-0xB7 (0xB5,
+// unassigned, is steered with them: its receiver drops it either way). The responses
+// between (0xAD-0xB2) carry none and go by their destination QP, the initiator.
+const XRC_REQUESTS_FIRST: u8 = 0xA0;
+const XRC_REQUESTS_LAST: u8 = 0xAC;
+const XRC_ATOMICS_FIRST: u8 = 0xB3;
+const XRC_ATOMICS_LAST: u8 = 0xB7;
+
+/// Whether a datagram of BTH opcode `opcode` is steered by the XRC SRQ number of its
+/// XRCETH rather than its destination QP: the XRC requests (see the module docs).
+pub const fn is_xrc_request(opcode: u8) -> bool {
+    (opcode >= XRC_REQUESTS_FIRST && opcode <= XRC_REQUESTS_LAST)
+        || (opcode >= XRC_ATOMICS_FIRST && opcode <= XRC_ATOMICS_LAST)
+}
 
 /// The most listened service IDs one program steers ([`SteeringTable::listen`]); the
 /// registry refuses more (`crate::host::HostError::TooManyListeners`), and a table with
@@ -351,13 +393,13 @@ pub const MAX_INSNS: usize = 4096;
 
 /// The instructions of a program without routes and listeners
 /// ([`SteeringTable::program`]).
-pub const FIXED_INSNS: usize = 39;
+pub const FIXED_INSNS: usize = 51;
 
 /// Instructions per listened service ID.
 const LISTENER_INSNS: usize = 5;
 
 /// The most slots one program routes: [`FIXED_INSNS`] fixed instructions, five for each
-/// of at most [`MAX_LISTENERS`] listeners, two per route, within [`MAX_INSNS`]: 1388.
+/// of at most [`MAX_LISTENERS`] listeners, two per route, within [`MAX_INSNS`]: 1382.
 pub const MAX_ROUTES: usize = (MAX_INSNS - FIXED_INSNS - LISTENER_INSNS * MAX_LISTENERS) / 2;
 
 const _: () = assert!(FIXED_INSNS + 2 * MAX_ROUTES + LISTENER_INSNS * MAX_LISTENERS <= MAX_INSNS);
@@ -610,6 +652,15 @@ impl SteeringTable {
         if payload.first() == Some(&PROBE_OPCODE) {
             return word;
         }
+        if payload.first().copied().is_some_and(is_xrc_request) {
+            let Some(srqn) = u32_at(XRCETH_AT) else {
+                return d;
+            };
+            let slot = self.layout.slot_of(srqn & 0xFF_FFFF);
+            if slot != 0 {
+                return self.index_of_slot(slot);
+            }
+        }
         let qpn = word & 0xFF_FFFF;
         let slot = self.layout.slot_of(qpn);
         if slot != 0 {
@@ -655,6 +706,19 @@ impl SteeringTable {
     ///   jeq  #PROBE_OPCODE, +0, +2
     ///   ld   [4]                 ; a probe: bytes 4-7 are the index
     ///   ret  a
+    ///   jge  #0xA0, +0, qpn      ; an XRC request (0xA0-0xAC, 0xB3-0xB7)?
+    ///   jge  #0xB8, qpn, +0
+    ///   jge  #0xB3, +1, +0
+    ///   jge  #0xAD, qpn, +0      ; 0xAD-0xB2: XRC responses, by QPN
+    ///   ld   len                 ; a whole XRCETH after the BTH?
+    ///   jge  #16, +1, +0
+    ///   ret  #designated
+    ///   ld   [12]                ; XRCETH: reserved byte, then the XRC SRQ number
+    ///   and  #0xffffff
+    ///   rsh  #local_bits         ; a = the SRQ's slot
+    ///   jeq  #0, qpn, +0         ; slot 0: not a member's numbering, by QPN
+    ///   ja   routes
+    /// qpn:
     ///   ld   [4]                 ; bytes 4-7: reserved byte, then the destination QP
     ///   and  #0xffffff
     ///   rsh  #local_bits         ; a = slot
@@ -701,7 +765,7 @@ impl SteeringTable {
     ///   ret  #designated
     /// ```
     ///
-    /// Conditional jumps are short (the kernel's offsets are 8 bits); the two into the
+    /// Conditional jumps are short (the kernel's offsets are 8 bits); the three into the
     /// route chain are `ja`, whose offset is 32 bits. The program has [`FIXED_INSNS`]
     /// instructions, five per listener and two per route, so at most [`MAX_LISTENERS`]
     /// listeners (the lowest service IDs) and [`MAX_ROUTES`] routes (the lowest slots)
@@ -719,11 +783,28 @@ impl SteeringTable {
             jump(JMP | JEQ | K, u32::from(PROBE_OPCODE), 0, 2),
             stmt(LD | W | ABS, 4),
             stmt(RET | RET_A, 0),
+            // a = the opcode: an XRC request goes by the SRQ its XRCETH names.
+            jump(JMP | JGE | K, u32::from(XRC_REQUESTS_FIRST), 0, 11),
+            jump(JMP | JGE | K, u32::from(XRC_ATOMICS_LAST) + 1, 10, 0),
+            jump(JMP | JGE | K, u32::from(XRC_ATOMICS_FIRST), 1, 0),
+            jump(JMP | JGE | K, u32::from(XRC_REQUESTS_LAST) + 1, 8, 0),
+            stmt(LD | W | LEN, 0),
+            jump(JMP | JGE | K, MIN_XRC_STEERED_LEN, 1, 0),
+            stmt(RET | K, d),
+            stmt(LD | W | ABS, XRCETH_AT),
+            stmt(ALU | AND | K, 0xFF_FFFF),
+            stmt(ALU | RSH | K, u32::from(self.layout.local_bits())),
+            // An SRQ number of slot 0 is not a member's: by the destination QP.
+            jump(JMP | JEQ | K, 0, 1, 0),
+        ];
+        let to_routes_from_srqn = p.len();
+        p.push(stmt(JMP | JA, 0));
+        p.extend_from_slice(&[
             stmt(LD | W | ABS, 4),
             stmt(ALU | AND | K, 0xFF_FFFF),
             stmt(ALU | RSH | K, u32::from(self.layout.local_bits())),
             jump(JMP | JEQ | K, 0, 1, 0),
-        ];
+        ]);
         let to_routes_from_qpn = p.len();
         p.push(stmt(JMP | JA, 0));
         p.extend_from_slice(&[
@@ -766,7 +847,7 @@ impl SteeringTable {
         }
         p.push(stmt(RET | K, d));
         let routes = p.len();
-        for at in [to_routes_from_qpn, to_routes_from_id] {
+        for at in [to_routes_from_srqn, to_routes_from_qpn, to_routes_from_id] {
             // Forward, and shorter than the program: fits.
             p[at].k = u32::try_from(routes - at - 1).unwrap_or(0);
         }

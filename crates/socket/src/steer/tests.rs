@@ -459,6 +459,69 @@ fn the_largest_program_holds_every_route_and_listener() {
     assert_eq!(steer(&t, &p, &bth_to(l.qpn(top, 1).unwrap())), want);
     let id = *l.comm_ids(top).unwrap().end();
     assert_eq!(steer(&t, &p, &answer(cm_attr::DREQ, id)), want);
+    let to_srq = |slot| xrc_datagram(0xA4, l.qpn(1, 1).unwrap(), l.qpn(slot, 1).unwrap());
+    assert_eq!(steer(&t, &p, &to_srq(top)), want);
+    assert_eq!(steer(&t, &p, &to_srq(top + 1)), 0, "cut route");
     let id = *l.comm_ids(top + 1).unwrap().start();
     assert_eq!(steer(&t, &p, &answer(cm_attr::DREQ, id)), 0, "cut route");
+}
+
+/// A datagram of opcode `opcode` to `qpn` whose bytes 12-15 are an XRCETH naming `srqn`
+/// (a payload and an ICRC after it).
+fn xrc_datagram(opcode: u8, qpn: u32, srqn: u32) -> Vec<u8> {
+    let mut d = vec![0u8; 40];
+    d[0] = opcode;
+    d[5..8].copy_from_slice(&qpn.to_be_bytes()[1..]);
+    d[12] = 0xA5; // reserved: not read
+    d[13..16].copy_from_slice(&srqn.to_be_bytes()[1..]);
+    d
+}
+
+#[test]
+fn xrc_requests_go_by_their_srq_and_the_rest_by_qpn() {
+    // The opcodes steered by their XRCETH are exactly the ones the opcode table gives
+    // an XRCETH (and the unassigned 0xB5 among them).
+    for op in 0..=u8::MAX {
+        let has = uroce_wire::opcode::info(op)
+            .is_some_and(|i| i.headers.contains(uroce_wire::opcode::HeaderSet::XRCETH));
+        assert_eq!(is_xrc_request(op), has || op == 0xB5, "{op:#x}");
+    }
+    let l = QpnLayout::default();
+    let order = GroupOrder::from_slots(vec![7, 2, 200, 5]);
+    let t = SteeringTable::from_order(l, &order).unwrap();
+    let p = t.program();
+    assert_eq!(p.len(), FIXED_INSNS + 2 * 4);
+    let designated = order.index_of(2).unwrap();
+    let target = l.qpn(7, 3).unwrap(); // the XRC target QP (or the initiator)
+    for op in 0..=u8::MAX {
+        if op == PROBE_OPCODE {
+            continue;
+        }
+        for (srq_slot, srq_local) in [(200, 1), (5, 0xFFFF), (7, 9), (9, 1), (0, 1), (255, 2)] {
+            let srqn = (u32::from(srq_slot) << l.local_bits()) | srq_local;
+            let d = xrc_datagram(op, target, srqn);
+            let want = if is_xrc_request(op) && srq_slot != 0 {
+                order.index_of(srq_slot).unwrap_or(designated)
+            } else {
+                order.index_of(7).unwrap()
+            };
+            assert_eq!(steer(&t, &p, &d), want, "{op:#x} srqn {srqn:#x}");
+            // Every truncation: a request without a whole XRCETH, and anything shorter
+            // than a BTH, to the designated member; program and model agree.
+            for len in 0..d.len() {
+                let got = steer(&t, &p, &d[..len]);
+                if len < MIN_STEERED_LEN as usize
+                    || (is_xrc_request(op) && len < MIN_XRC_STEERED_LEN as usize)
+                {
+                    assert_eq!(got, designated, "{op:#x} cut to {len}");
+                } else {
+                    assert_eq!(got, want, "{op:#x} cut to {len}");
+                }
+            }
+        }
+    }
+    // The bits above the 24-bit SRQ number (the reserved byte) are not read.
+    let mut d = xrc_datagram(0xA4, target, l.qpn(5, 1).unwrap());
+    d[12] = 0xFF;
+    assert_eq!(steer(&t, &p, &d), order.index_of(5).unwrap());
 }
