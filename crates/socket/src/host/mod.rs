@@ -163,8 +163,9 @@ pub const REGISTRY_FILE: &str = "host-registry";
 /// How long a freed slot is not handed out again by default.
 pub const DEFAULT_QUARANTINE: Duration = Duration::from_secs(60);
 
-/// The first line of the registry file.
-const MAGIC: &str = "uroce-host 1";
+/// The first line of the registry file: its format (2: with `resume`, `probing` and
+/// `found` lines, which format 1 readers refuse).
+const MAGIC: &str = "uroce-host 2";
 
 /// Where the registry lives (see the module documentation).
 pub fn host_dir() -> PathBuf {
@@ -462,6 +463,16 @@ impl HostState {
         let mut lines = text.lines().enumerate().map(|(i, l)| (i + 1, l));
         match lines.next() {
             Some((_, MAGIC)) => {}
+            Some((_, other)) if other.starts_with("uroce-host ") => {
+                return Err((
+                    1,
+                    format!(
+                        "{other:?} was written by another version of uroce (this one reads \
+                         {MAGIC:?}): the processes of a user on one host must all run one \
+                         version, or each version its own UROCE_HOST_DIR"
+                    ),
+                ))
+            }
             _ => return Err((1, format!("expected {MAGIC:?}"))),
         }
         let mut state = HostState::empty(QpnLayout::default(), 0);

@@ -73,28 +73,32 @@ fn text_round_trips_and_bad_text_is_refused() {
     assert_eq!(HostState::parse(&t), Ok(s));
     for bad in [
         "",
-        "uroce-host 2\n",
-        "uroce-host 1\nmember 1 2\n",
-        "uroce-host 1\nslot-bits 20\n",
-        "uroce-host 1\ngroup 1.2.3.4 certain 1\n",
-        "uroce-host 1\ngroup 1.2.3.4:1 maybe 1\n",
-        "uroce-host 1\ngeneration 1 2\n",
-        "uroce-host 1\nwhat 1\n",
-        "uroce-host 1\nlisten 12 1\n",
-        "uroce-host 1\nlisten 0x1\n",
-        "uroce-host 1\nlisten 0xg 1\n",
-        "uroce-host 1\nlisten 0x1 1 2\n",
-        "uroce-host 1\nattached 1.2.3.4:1 1\n",
-        "uroce-host 1\nattached 1.2.3.4 1 1\n",
-        "uroce-host 1\nattached 1.2.3.4:1 1 1 1\n",
-        "uroce-host 1\nresume 1 2\n",
-        "uroce-host 1\nfound 1.2.3.4:1 0 1\n",
-        "uroce-host 1\ngroup 1.2.3.4:1 certain 1\nprobing 1.2.3.4:1 3\n",
-        "uroce-host 1\ngroup 1.2.3.4:1 uncertain 1\nfound 1.2.3.4:1 0\n",
-        "uroce-host 1\nresume 1 2 4294967296\n",
+        "uroce-host 3\n",
+        "uroce-host 2\nmember 1 2\n",
+        "uroce-host 2\nslot-bits 20\n",
+        "uroce-host 2\ngroup 1.2.3.4 certain 1\n",
+        "uroce-host 2\ngroup 1.2.3.4:1 maybe 1\n",
+        "uroce-host 2\ngeneration 1 2\n",
+        "uroce-host 2\nwhat 1\n",
+        "uroce-host 2\nlisten 12 1\n",
+        "uroce-host 2\nlisten 0x1\n",
+        "uroce-host 2\nlisten 0xg 1\n",
+        "uroce-host 2\nlisten 0x1 1 2\n",
+        "uroce-host 2\nattached 1.2.3.4:1 1\n",
+        "uroce-host 2\nattached 1.2.3.4 1 1\n",
+        "uroce-host 2\nattached 1.2.3.4:1 1 1 1\n",
+        "uroce-host 2\nresume 1 2\n",
+        "uroce-host 2\nfound 1.2.3.4:1 0 1\n",
+        "uroce-host 2\ngroup 1.2.3.4:1 certain 1\nprobing 1.2.3.4:1 3\n",
+        "uroce-host 2\ngroup 1.2.3.4:1 uncertain 1\nfound 1.2.3.4:1 0\n",
+        "uroce-host 2\nresume 1 2 4294967296\n",
     ] {
         assert!(HostState::parse(bad).is_err(), "{bad:?}");
     }
+    // Another version's registry is named as such.
+    let (line, why) = HostState::parse("uroce-host 1\ngeneration 3\n").unwrap_err();
+    assert_eq!(line, 1);
+    assert!(why.contains("another version of uroce"), "{why}");
 }
 
 #[test]
