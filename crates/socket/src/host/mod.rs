@@ -35,6 +35,12 @@
 //! *same* registry, or two registries would each model one reuseport group and steer
 //! each other's datagrams wrong.
 //!
+//! **Versions.** The file's first line names its format (`uroce-host 2`). A registry of
+//! another format is refused ([`HostError::Corrupt`], saying it was written by another
+//! version of uroce): two versions cannot model one reuseport group together. One whose
+//! members are all gone (an upgrade after every program of the old version ended) is
+//! discarded and replaced at the next commit.
+//!
 //! **Namespaces.** Reuseport groups belong to a network namespace, so the file's name
 //! carries the inode of the process's (`/proc/self/ns/net`): processes of one user in two
 //! network namespaces (`uroce run` can make one) keep two registries even in one
@@ -585,6 +591,30 @@ impl HostState {
     }
 }
 
+/// Whether `text` is a registry of another format (another version of uroce) none of
+/// whose members runs: its `member <slot> <pid> <start time> …` lines (the same in every
+/// format so far) name no live process.
+fn other_version_abandoned(text: &str) -> bool {
+    let mut lines = text.lines();
+    let other = lines
+        .next()
+        .is_some_and(|l| l.starts_with("uroce-host ") && l != MAGIC);
+    other
+        && !lines.any(|l| {
+            let mut w = l.split_whitespace();
+            let (Some("member"), Some(_), Some(pid), Some(start)) =
+                (w.next(), w.next(), w.next(), w.next())
+            else {
+                return false;
+            };
+            match (pid.parse::<u32>(), start.parse::<u64>()) {
+                (Ok(pid), Ok(start)) => proc_stat(pid).is_some_and(|(_, s)| s == start),
+                // Unreadable: taken for alive (the file is then refused, not replaced).
+                _ => true,
+            }
+        })
+}
+
 /// A fresh key for an uncertain group's probes ([`GroupState::key`]): from the standard
 /// library's randomly seeded hasher (seeded by the operating system), mixed with the
 /// time; never 0.
@@ -759,6 +789,11 @@ impl Registry {
             }
             Err(source) => return Err(HostError::Io { path, source }),
         };
+        if other_version_abandoned(&text) {
+            // Left by another version of uroce whose members are all gone: nothing in it
+            // steers anybody any more; the next commit replaces it.
+            return Ok(HostState::empty(self.layout, self.pid_ns));
+        }
         let state = HostState::parse(&text).map_err(|(line, why)| HostError::Corrupt {
             path,
             line,

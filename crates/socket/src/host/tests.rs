@@ -95,10 +95,35 @@ fn text_round_trips_and_bad_text_is_refused() {
     ] {
         assert!(HostState::parse(bad).is_err(), "{bad:?}");
     }
-    // Another version's registry is named as such.
+    // Another version's registry is named as such; abandoned (no member alive), it is
+    // replaced.
     let (line, why) = HostState::parse("uroce-host 1\ngeneration 3\n").unwrap_err();
     assert_eq!(line, 1);
     assert!(why.contains("another version of uroce"), "{why}");
+    let (_, me) = proc_stat(std::process::id()).unwrap();
+    let live = format!("uroce-host 1\nmember 1 {} {me} 5\n", std::process::id());
+    let dead = format!("uroce-host 1\nmember 1 {} {me} 5\n", u32::MAX);
+    assert!(!other_version_abandoned(&live));
+    assert!(other_version_abandoned(&dead));
+    assert!(other_version_abandoned("uroce-host 1\ngeneration 3\n"));
+    assert!(!other_version_abandoned(&format!("{MAGIC}\n")));
+    assert!(!other_version_abandoned("something else\n"));
+    let dir = scratch("other-version");
+    let reg = Registry::open(&dir, QpnLayout::default()).unwrap();
+    std::fs::write(reg.path(), &live).unwrap();
+    assert!(matches!(
+        reg.lock(),
+        Err(HostError::Corrupt { line: 1, .. })
+    ));
+    std::fs::write(reg.path(), &dead).unwrap();
+    let mut l = reg.lock().unwrap();
+    assert!(l.state().members.is_empty());
+    l.join().unwrap();
+    l.commit().unwrap();
+    assert!(std::fs::read_to_string(reg.path())
+        .unwrap()
+        .starts_with(MAGIC));
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
