@@ -142,6 +142,18 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// Where a process starts looking for ephemeral ports: somewhere that depends on the
+/// process and the time, so that processes sharing the host's device (each its own
+/// member, each its own port table) seldom pick the same port; a listen on a port
+/// another process of the host listens on is refused, and an id bound to an ephemeral
+/// port then takes another (`CmIdRef::listen`).
+fn ephemeral_start() -> u16 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    h.finish() as u16
+}
+
 /// One device as the RDMA CM sees it: the device, its CM, and the ids its CM connections
 /// belong to (by communication ID).
 pub(crate) struct DevState {
@@ -314,7 +326,7 @@ impl RdmaCm {
             cm: cm.clone(),
             ids: Mutex::new(HashMap::new()),
             ports: Mutex::new(HashMap::new()),
-            next_port: AtomicU16::new(0),
+            next_port: AtomicU16::new(ephemeral_start()),
         });
         if let Some(prev) = cm.set_sink(Some(Arc::new(Sink(Arc::downgrade(&state))))) {
             cm.set_sink(Some(prev));

@@ -378,3 +378,61 @@ fn the_passive_qp_takes_the_smaller_of_the_req_mtu_and_its_port_s() {
         "the port's MTU must be below 4096 here"
     );
 }
+
+/// An RDMA CM over a shared device on `addr` (a member of the host-wide device, with the
+/// registry in `dir`), as one process of the host has.
+fn shared_cm(addr: &str, dir: &std::path::Path) -> RdmaCm {
+    let mut cfg = uroce_net::NetConfig::new(ip(addr));
+    cfg.faults = None;
+    cfg.shared = true;
+    cfg.host_dir = Some(dir.to_path_buf());
+    cfg.publish_stats = false;
+    let cm = RdmaCm::new();
+    cm.add_device(std::sync::Arc::new(
+        uroce_net::NetDevice::open(cfg).expect("open shared device"),
+    ))
+    .expect("add device");
+    cm
+}
+
+#[test]
+fn a_port_another_process_listens_on_is_in_use_and_an_ephemeral_one_moves_on() {
+    let addr = "127.0.223.1";
+    let dir = std::env::temp_dir().join(format!("uroce-rdmacm-ports-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    // Two members of the host's device on one address, as two processes are.
+    let (one, two) = (shared_cm(addr, &dir), shared_cm(addr, &dir));
+    let (ch1, ch2) = (
+        one.create_event_channel().unwrap(),
+        two.create_event_channel().unwrap(),
+    );
+    let first = one.create_id(&ch1, PortSpace::Tcp).unwrap();
+    first.bind_addr(sa(addr, 7400)).unwrap();
+    first.listen(8).unwrap();
+    // The same port in the other: bound (ports are reserved per process), not listened on.
+    let second = two.create_id(&ch2, PortSpace::Tcp).unwrap();
+    second.bind_addr(sa(addr, 7400)).unwrap();
+    assert!(matches!(second.listen(8), Err(CmError::AddrInUse(7400))));
+    // An ephemeral port the other process listens on is left for another one: the next
+    // port `two` would pick is taken by a listener of `one` first.
+    let probe = two.create_id(&ch2, PortSpace::Tcp).unwrap();
+    probe.bind_addr(sa(addr, 0)).unwrap();
+    let q = probe.local_addr().unwrap().port();
+    let next = if q == *uroce_rdmacm::EPHEMERAL_PORTS.end() {
+        *uroce_rdmacm::EPHEMERAL_PORTS.start()
+    } else {
+        q + 1
+    };
+    let taken = one.create_id(&ch1, PortSpace::Tcp).unwrap();
+    taken.bind_addr(sa(addr, next)).unwrap();
+    taken.listen(8).unwrap();
+    let moved = two.create_id(&ch2, PortSpace::Tcp).unwrap();
+    moved.bind_addr(sa(addr, 0)).unwrap();
+    assert_eq!(moved.local_addr().unwrap().port(), next);
+    moved.listen(8).unwrap();
+    let port = moved.local_addr().unwrap().port();
+    assert_ne!(port, next, "the listen moved to another ephemeral port");
+    assert!(uroce_rdmacm::EPHEMERAL_PORTS.contains(&port));
+    drop((first, second, probe, taken, moved, ch1, ch2, one, two));
+    let _ = std::fs::remove_dir_all(&dir);
+}

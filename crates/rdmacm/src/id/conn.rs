@@ -3,6 +3,10 @@
 
 use super::*;
 
+/// How many other ephemeral ports a listen tries when another process of the host listens
+/// on its id's (see [`CmIdRef::listen`]).
+const EPHEMERAL_TRIES: u32 = 16;
+
 impl CmIdRef {
     /// Listens (`rdma_listen`) on the bound address's port. A UDP id with a QP answers SIDR
     /// requests with it; one without reports each request as [`EventKind::ConnectRequest`]
@@ -11,15 +15,58 @@ impl CmIdRef {
     /// # Errors
     /// [`CmError::InvalidState`] (not bound), [`CmError::AddrInUse`] when another process
     /// of the host listens on the port (a shared device: the host's registry steers the
-    /// port's requests to that process), CM errors.
+    /// port's requests to that process; an id bound to an ephemeral port takes another
+    /// one instead, a few times), CM errors.
     pub fn listen(&self, _backlog: u32) -> Result<(), CmError> {
         let mut st = lock(&self.inner.st);
         if st.phase != Phase::Bound {
             return Err(invalid("listen", st.phase));
         }
-        let (Some(dev), Some(src)) = (st.dev.clone(), st.src) else {
+        let Some(dev) = st.dev.clone() else {
             return Err(invalid("listen", st.phase));
         };
+        // Bounded: an ephemeral port another process listens on is replaced at most
+        // EPHEMERAL_TRIES times.
+        let mut tries = 0;
+        let src = loop {
+            let Some(src) = st.src else {
+                return Err(invalid("listen", st.phase));
+            };
+            match self.listen_on(&mut st, &dev, src) {
+                Err(CmError::AddrInUse(_)) if st.ephemeral && tries < EPHEMERAL_TRIES => {
+                    tries += 1;
+                    let ps = self.inner.ps;
+                    dev.release_port(ps, src.port(), self.inner.token);
+                    let port = dev.reserve_port(ps, 0, self.inner.token)?;
+                    st.src = Some(SocketAddr::new(src.ip(), port));
+                    st.port_reserved = Some(port);
+                }
+                Err(e) => return Err(e),
+                Ok(()) => break src,
+            }
+        };
+        st.phase = Phase::Listening;
+        if let Some(a) = st.alias {
+            // Without the announcement only processes that connect to the device's own
+            // address reach this listener; the listen itself stands.
+            st.announcement = alias::announce(
+                self.inner.ps.value(),
+                SocketAddr::new(a, src.port()),
+                dev.ip(),
+            )
+            .ok();
+        }
+        Ok(())
+    }
+
+    /// The CM listen of [`CmIdRef::listen`] on `src`'s port: `AddrInUse` (and nothing
+    /// listening) when the host's registry steers the port to another process.
+    fn listen_on(
+        &self,
+        st: &mut IdState,
+        dev: &Arc<DevState>,
+        src: SocketAddr,
+    ) -> Result<(), CmError> {
         // A UDP listener with a QP answers SIDR requests from it; one without reports each
         // request as a connection request whose new id answers when accepted.
         let (sidr, deferred) = match (self.inner.ps, st.qp.as_ref()) {
@@ -57,17 +104,6 @@ impl CmIdRef {
             return Err(CmError::AddrInUse(src.port()));
         }
         st.conn = Some(conn);
-        st.phase = Phase::Listening;
-        if let Some(a) = st.alias {
-            // Without the announcement only processes that connect to the device's own
-            // address reach this listener; the listen itself stands.
-            st.announcement = alias::announce(
-                self.inner.ps.value(),
-                SocketAddr::new(a, src.port()),
-                dev.ip(),
-            )
-            .ok();
-        }
         Ok(())
     }
 

@@ -119,6 +119,9 @@ struct IdState {
     src: Option<SocketAddr>,
     dst: Option<SocketAddr>,
     port_reserved: Option<u16>,
+    /// The port was picked by the id's bind (port 0 asked): a listen may move it to
+    /// another when another process of the host listens on it.
+    ephemeral: bool,
     conn: Option<ConnId>,
     qp: Option<QpRef>,
     owned_qp: Option<Qp>,
@@ -178,6 +181,7 @@ impl IdInner {
                 src: None,
                 dst: None,
                 port_reserved: None,
+                ephemeral: false,
                 conn: None,
                 qp: None,
                 owned_qp: None,
@@ -454,10 +458,16 @@ impl CmIdRef {
         st.local_ack_timeout = local_ack_timeout.min(31);
     }
 
-    fn bind_locked(&self, st: &mut IdState, dev: Arc<DevState>, port: u16) -> Result<(), CmError> {
-        let port = dev.reserve_port(self.inner.ps, port, self.inner.token)?;
+    fn bind_locked(
+        &self,
+        st: &mut IdState,
+        dev: Arc<DevState>,
+        port_asked: u16,
+    ) -> Result<(), CmError> {
+        let port = dev.reserve_port(self.inner.ps, port_asked, self.inner.token)?;
         st.src = Some(SocketAddr::new(dev.ip(), port));
         st.port_reserved = Some(port);
+        st.ephemeral = port_asked == 0;
         st.dev = Some(dev);
         st.phase = Phase::Bound;
         Ok(())
