@@ -1,6 +1,7 @@
 //! `uroce perf --server` and `uroce perf --client` as separate processes on their own
 //! loopback addresses: every operation with `--verify`, in busy and event mode, with two
-//! QPs and multi-packet sizes; the JSON output; that damaged data makes the run fail; and
+//! QPs and multi-packet sizes, over both kinds of memory (`--memory raw` and `owned`, each
+//! on either side); the JSON output; that damaged data makes the run fail; and
 //! the idle-QP memory report.
 
 mod support;
@@ -41,11 +42,13 @@ fn server(addr: &str, port: &str, extra: &[&str]) -> Background {
     Background::start(&args)
 }
 
-fn verified_pair(mode: &str, server_addr: &str, client_addr: &str, port: &str) {
+/// `memory`: the client's `--memory`; the server uses the other kind.
+fn verified_pair(mode: &str, memory: &str, server_addr: &str, client_addr: &str, port: &str) {
     let _one_at_a_time = exclusive();
     let json = TempFile::new("perf", "json");
     let json_path = json.path().to_str().expect("utf-8 path").to_string();
-    let srv = server(server_addr, port, &[]);
+    let server_memory = if memory == "raw" { "owned" } else { "raw" };
+    let srv = server(server_addr, port, &["--memory", server_memory]);
     // 5000 bytes: two packets at the 4096-byte path MTU, not a multiple of 8; 70000
     // bytes: many packets, and READs answered by several response packets.
     let out = run_uroce(
@@ -58,6 +61,8 @@ fn verified_pair(mode: &str, server_addr: &str, client_addr: &str, port: &str) {
             "--oob-port",
             port,
             "--verify",
+            "--memory",
+            memory,
             "--mode",
             mode,
             "--qps",
@@ -140,12 +145,12 @@ fn verified_pair(mode: &str, server_addr: &str, client_addr: &str, port: &str) {
 
 #[test]
 fn every_op_verified_in_busy_mode() {
-    verified_pair("busy", "127.0.1.1", "127.0.1.2", "18531");
+    verified_pair("busy", "raw", "127.0.1.1", "127.0.1.2", "18531");
 }
 
 #[test]
 fn every_op_verified_in_event_mode() {
-    verified_pair("event", "127.0.1.3", "127.0.1.4", "18532");
+    verified_pair("event", "owned", "127.0.1.3", "127.0.1.4", "18532");
 }
 
 /// A server that damages its data: the client's `--verify` must fail the run with a

@@ -8,7 +8,8 @@
 //! rounded up to 64. Without `--verify` one slot of each suffices (perftest reuses one
 //! buffer too); with it every message in flight has its own slot, so no buffer is
 //! rewritten before the operation that uses it completed, and the number of outstanding
-//! WRs is limited to the slots (at most [`VERIFY_MEM`] bytes of slots per side).
+//! WRs is limited to the slots (at most [`VERIFY_MEM`] bytes of slots per side). The
+//! region's memory is of the `--memory` kind ([`super::memory`]).
 //!
 //! # Completions
 //! One CQ per test takes the send and receive completions of all its QPs; `wr_id` is
@@ -25,13 +26,14 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context as _, Result};
 use uroce_net::NetDevice;
 use uroce_verbs::{
-    rc_init_attr, AccessFlags, AtomicInfo, CompChannel, Cq, Gid, MemBlock, Mr, Pd, Qp, QpCap,
-    QpInitAttr, QpType, RcConnect, RdmaInfo, RecvWr, SendFlags, SendOpcode, SendWr, Sge, WaitError,
-    WcStatus, WorkCompletion,
+    rc_init_attr, AccessFlags, AtomicInfo, CompChannel, Cq, Gid, Pd, Qp, QpCap, QpInitAttr, QpType,
+    RcConnect, RdmaInfo, RecvWr, SendFlags, SendOpcode, SendWr, Sge, WaitError, WcStatus,
+    WorkCompletion,
 };
 use uroce_wire::pmtu::Pmtu;
 use uroce_wire::psn::Psn;
 
+use super::memory::{MemoryKind, Region};
 use super::oob::{Oob, QpInfo};
 use super::pattern::{self, Dir};
 use super::plan::{Kind, Mode, Op, TestSpec};
@@ -174,8 +176,8 @@ fn split_wr_id(id: u64) -> (usize, u64) {
 pub struct QpRes {
     /// The QP (dropped before its region).
     pub qp: Qp,
-    /// Its buffer.
-    pub mr: Mr,
+    /// Its buffer (memory of the run's `--memory` kind).
+    pub mr: Region,
     /// Its first PSN.
     pub psn: u32,
 }
@@ -206,8 +208,9 @@ fn random_psn(i: usize) -> u32 {
 }
 
 impl Resources {
-    /// Creates the CQ, PD, QPs and regions of `spec` on `dev` and moves the QPs to INIT.
-    pub fn create(dev: &NetDevice, spec: &TestSpec) -> Result<Resources> {
+    /// Creates the CQ, PD, QPs and regions (of `memory`) of `spec` on `dev` and moves the
+    /// QPs to INIT.
+    pub fn create(dev: &NetDevice, spec: &TestSpec, memory: MemoryKind) -> Result<Resources> {
         let ctx = dev.context();
         let layout = Layout::for_spec(spec);
         let qps = spec.qps as usize;
@@ -238,9 +241,7 @@ impl Resources {
         };
         let mut list = Vec::with_capacity(qps);
         for i in 0..qps {
-            let block = MemBlock::new(layout.len())
-                .with_context(|| format!("allocating {} bytes", layout.len()))?;
-            let mr = pd.reg_mr(block, access).context("registering memory")?;
+            let mr = Region::new(&pd, memory, layout.len(), access)?;
             let qp = pd
                 .create_qp(&QpInitAttr::new(QpType::Rc, &cq, &cq, cap))
                 .context("creating an RC QP")?;

@@ -13,6 +13,9 @@
 
 pub mod counters;
 pub mod engine;
+// `unsafe` only to map the tool's buffers and register them as a raw range (`--memory raw`).
+#[allow(unsafe_code)]
+pub mod memory;
 pub mod oob;
 pub mod pattern;
 pub mod plan;
@@ -35,6 +38,7 @@ use uroce_wire::psn::Psn;
 
 use counters::CounterReport;
 use engine::{Resources, Role, Runner};
+use memory::MemoryKind;
 use oob::{Msg, Oob, OobError, VERSION};
 use plan::{Mode, TestKind, TestSpec};
 use progress::Progress;
@@ -140,6 +144,12 @@ pub struct PerfArgs {
     /// or fetched; a mismatch fails the run.
     #[arg(long)]
     pub verify: bool,
+    /// The memory of this side's regions: `raw`, the tool's own page-aligned mapping
+    /// registered as an address range, as a C program registers its memory (uroce copies
+    /// payload with plain copies), or `owned`, memory uroce allocates and Rust code may
+    /// read concurrently (word-atomic copies). In a local pair: both sides'.
+    #[arg(long, value_enum, default_value_t = MemoryKind::Raw)]
+    pub memory: MemoryKind,
     /// Send WRs kept outstanding per QP in bandwidth tests.
     #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub tx_depth: u32,
@@ -235,6 +245,8 @@ impl PerfArgs {
             self.timeout.to_string(),
             "--oob-port".into(),
             self.oob_port.to_string(),
+            "--memory".into(),
+            self.memory.name().into(),
         ];
         if let Some(t) = &self.test {
             v.extend(["--test".into(), t.to_string()]);
@@ -351,7 +363,7 @@ pub fn run_client(args: &PerfArgs, peer: IpAddr) -> Result<Vec<RunResult>> {
     let show = !args.no_progress && std::io::stderr().is_terminal();
     let mut results = Vec::with_capacity(specs.len());
     for spec in specs {
-        let r = client_test(&dev, &mut oob, &spec, show, args.counters);
+        let r = client_test(&dev, &mut oob, &spec, show, args.counters, args.memory);
         match r {
             Ok(r) => results.push(r),
             Err(e) => {
@@ -391,8 +403,9 @@ fn client_test(
     spec: &TestSpec,
     show: bool,
     counters: bool,
+    memory: MemoryKind,
 ) -> Result<RunResult> {
-    let mut res = Resources::create(dev, spec)?;
+    let mut res = Resources::create(dev, spec, memory)?;
     oob.send(&Msg::Setup {
         spec: spec.clone(),
         qps: res.info(dev),
@@ -515,7 +528,14 @@ fn serve(dev: &NetDevice, stream: std::net::TcpStream, args: &PerfArgs) -> Resul
     loop {
         match oob.recv()? {
             Msg::Setup { spec, qps } => {
-                let report = match server_test(dev, &mut oob, &spec, qps, args.inject_corruption) {
+                let report = match server_test(
+                    dev,
+                    &mut oob,
+                    &spec,
+                    qps,
+                    args.inject_corruption,
+                    args.memory,
+                ) {
                     Ok(r) => r,
                     Err(e) => {
                         if !is_peer_abort(&e) {
@@ -553,9 +573,10 @@ fn server_test(
     spec: &TestSpec,
     peers: Vec<oob::QpInfo>,
     corrupt: bool,
+    memory: MemoryKind,
 ) -> Result<CounterReport> {
     spec.validate().map_err(|e| anyhow!(e))?;
-    let mut res = Resources::create(dev, spec)?;
+    let mut res = Resources::create(dev, spec, memory)?;
     res.connect(dev, peers)?;
     let info = res.info(dev);
     let mut runner = Runner::new(&res, spec, Role::Server, oob, Progress::hidden());
@@ -608,6 +629,7 @@ pub fn run_local_pair(args: &PerfArgs) -> Result<u8> {
         .args(["perf", "--server", "--addr", &server_addr.to_string()])
         .args(["--oob-port", &args.oob_port.to_string()])
         .args(["--timeout", &timeout, "--accept-timeout", &timeout])
+        .args(["--memory", args.memory.name()])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::inherit());
