@@ -4,6 +4,7 @@
 use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::os::unix::process::CommandExt as _;
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -33,13 +34,28 @@ pub struct Output {
     pub stderr: String,
 }
 
-/// Runs `cmd` to completion, killing it after `limit`. Output goes through temporary
-/// files (no pipe can fill up). `Err` if it cannot start or runs past the limit.
+/// Runs `cmd` to completion, killing it after `limit`, or when the thread that called
+/// this ends first (the test process exiting with the command still running). Output
+/// goes through temporary files (no pipe can fill up). `Err` if it cannot start or runs
+/// past the limit.
 pub fn run(mut cmd: Command, limit: Duration) -> Result<Output, String> {
     let out_file = TempFile::new("stdout", "txt");
     let err_file = TempFile::new("stderr", "txt");
     let out = File::create(out_file.path()).map_err(|e| e.to_string())?;
     let err = File::create(err_file.path()).map_err(|e| e.to_string())?;
+    // The program dies with the thread that started it: a test that fails (panics) while
+    // a server of it still runs must not leave the server behind, holding an address (a
+    // member of a shared device on it) and disturbing later tests.
+    // SAFETY: runs in the forked child before exec; prctl is async-signal-safe and touches
+    // no memory of the parent.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(out)
