@@ -263,6 +263,16 @@ impl HostMember {
         }
     }
 
+    /// The registry's directory (the XRC domains file lies beside it: `crate::xrc`).
+    pub(super) fn registry_dir(&self) -> &std::path::Path {
+        self.registry.dir()
+    }
+
+    /// The QPN layout.
+    pub(super) fn layout(&self) -> QpnLayout {
+        self.layout
+    }
+
     /// SRQ numbers of slot 0 (from 1): XRC requests naming them are steered by their
     /// target QP (see `NetConfig::xrc_srq_slots`).
     pub(super) fn slot0_srqn_range(&self) -> RangeInclusive<u32> {

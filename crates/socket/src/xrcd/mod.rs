@@ -1,4 +1,4 @@
-//! # XRC domains across processes: the domains file (building block)
+//! # XRC domains across processes: the domains file
 //!
 //! An XRC domain opened on a file (`ibv_open_xrcd` with a file descriptor) is one domain
 //! for every process of the host that opens the same file: a target (XRC_RECV) QP created
@@ -39,8 +39,9 @@
 //! * [`LockedDomains::commit`] writes the file (replaced by a rename: an unlocked
 //!   [`Domains::read`] sees a whole one).
 //!
-//! The state each process's responder needs for a target QP (its PSNs and attributes) is
-//! not kept here; see docs/ARCHITECTURE.md, "XRC domains".
+//! `uroce_net::xrc` uses it for the domains a shared device opens on a file. The state each
+//! process's responder needs for a target QP (its PSNs and attributes) is not kept here;
+//! see docs/ARCHITECTURE.md, "XRC domains".
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
