@@ -44,7 +44,7 @@ pub(crate) struct XrcdEntry {
     pub(crate) xrcd: Xrcd,
     /// `(st_dev, st_ino)` of the file that names the domain, if any.
     inode: Option<(u64, u64)>,
-    /// This open's reference in the host's domains file: a domain on a file, of a shared
+    /// This open's reference in the device's domains file: a domain on a file, of a shared
     /// device (`uroce_net::xrc`).
     shared: Option<Arc<DomainRef>>,
     net: Arc<NetDevice>,
@@ -132,7 +132,7 @@ pub(crate) unsafe fn open_xrcd(
     let inode = if fd == -1 { None } else { Some(inode_of(fd)?) };
     let mut objs = objects();
     // A domain on a file of a shared device: one more reference of this process in the
-    // host's domains file, where O_CREAT and O_EXCL are decided for the whole host.
+    // device's domains file, where O_CREAT and O_EXCL are decided for the whole host.
     let shared = match inode {
         None => None,
         Some((dev, ino)) => net
@@ -216,7 +216,7 @@ pub unsafe extern "C" fn vctx_close_xrcd(xrcd: *mut ibv_xrcd) -> c_int {
             // only the domain holds, which waits for their references.
             match x.destroy() {
                 Ok(()) => {
-                    // This open's reference in the host's domains file goes (closed when
+                    // This open's reference in the device's domains file goes (closed when
                     // the last clone drops: a target QP's destroy may hold one for a
                     // moment). A failure to write the file does not fail the close, as
                     // the domain is closed in this process: the reference stays until
@@ -394,7 +394,7 @@ pub(crate) fn create_target_qp(
     let mut objs = objects();
     let e = objs.xrcd(a.xrcd)?;
     let net = Arc::clone(&e.net);
-    // A domain shared through the host's domains file numbers its target QPs host-wide
+    // A domain shared through the device's domains file numbers its target QPs host-wide
     // (with slot SRQ numbers: `uroce_net::xrc`).
     let number = match &e.shared {
         Some(r) => r

@@ -268,7 +268,14 @@ fn debian_xsrq_pingpong_on_one_address_with_and_without_slot_srq_numbers() {
         // Both processes recorded their reference to the domain of /tmp/xrc_domain in the
         // host's domains file and closed it: no domain is left; with slot SRQ numbers its
         // target QP numbers were allotted there (the cursor moved).
-        let file = std::fs::read_to_string(host.join("xrc-domains")).expect("domains file");
+        // The device's domains file: `<registry file>-xrc-<address>`.
+        let suffix = format!("-xrc-{ip}");
+        let path = std::fs::read_dir(&host)
+            .expect("registry directory")
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .find(|p| p.to_string_lossy().ends_with(&suffix))
+            .unwrap_or_else(|| panic!("{TEST}: no domains file *{suffix} in {host:?}"));
+        let file = std::fs::read_to_string(path).expect("domains file");
         assert!(
             !file.lines().any(|l| l.starts_with("domain ")),
             "{TEST}: a domain left:\n{file}"

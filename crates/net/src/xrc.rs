@@ -1,10 +1,12 @@
 //! XRC domains opened on a file, across the processes of a host (IBA Vol 1 Annex A14; the
 //! verbs `ibv_open_xrcd` on a file): each open of a domain on a *shared* device
 //! ([`crate::NetConfig::shared`]) is recorded as one reference of this process in the
-//! domains file of the host registry's directory ([`uroce_socket::xrcd`]), so that every
-//! process of the user agrees on which domains exist (`O_CREAT` / `O_EXCL` decide against
-//! the whole host, not one process), and a domain ends with its last reference on the host:
-//! a close, or the reap of a process that exited without closing.
+//! device's domains file ([`uroce_socket::xrcd`]; beside the host registry, one per network
+//! namespace and device address, since the kernel keeps XRC domains per device), so that
+//! every process of the user on that device agrees on which domains exist (`O_CREAT` /
+//! `O_EXCL` decide against the whole host, not one process), and a domain ends with its
+//! last reference on the host: a close, or the reap of a process that exited without
+//! closing.
 //!
 //! With slot SRQ numbers ([`crate::NetConfig::xrc_srq_slots`]) the domain's target QPs are
 //! also numbered from the domain's host-wide allotment (the reserved top slot of the QPN
@@ -58,7 +60,7 @@ fn locked(domains: &Domains) -> Result<LockedDomains<'_>, XrcdError> {
 
 impl NetDevice {
     /// Records one more reference of this process to domain `id` (the device and inode of
-    /// the file it was opened on) in the host's domains file; `None` for an exclusive
+    /// the file it was opened on) in the device's domains file; `None` for an exclusive
     /// device, whose domains stay per process. `create` (`O_CREAT`) allows creating a
     /// domain nobody on the host holds, `exclusive` (`O_EXCL`) requires it.
     ///

@@ -30,11 +30,12 @@
 //!   QPNs and communication IDs where the last one stopped.
 //! * XRC between members: requests reach the member of the XRC SRQ they name (or of
 //!   their target QP, for SRQ numbers of slot 0);
-//! * XRC domains opened on a file (the host's domains file): references of two members
+//! * XRC domains opened on a file (the device's domains file): references of two members
 //!   and of a child process (this test binary again, running [`child_xrc_domain`]),
 //!   `O_CREAT`/`O_EXCL` decided host-wide, a target QP numbered from the reserved top
 //!   slot receiving XRC traffic, the child killed without closing and reaped, the last
-//!   close destroying the domain.
+//!   close destroying the domain; a device of another address (127.0.81.10) has domains
+//!   of its own.
 //!
 //! Each test has its own address (127.0.81.x) and its own registry directory, given
 //! through the configuration (the tests run in parallel threads of one process).
@@ -408,7 +409,7 @@ fn child_xrc_domain() {
 }
 
 /// XRC domains opened on a file across processes (`NetDevice::open_xrc_domain`, the
-/// host's domains file): references of this process and of a child process are recorded,
+/// device's domains file): references of this process and of a child process are recorded,
 /// `O_CREAT`/`O_EXCL` are decided host-wide, a target QP numbered from the domain's
 /// host-wide allotment (the reserved top slot) receives XRC traffic steered by its SRQ's
 /// slot, the child killed without closing is reaped, and the last close destroys the
@@ -467,6 +468,21 @@ fn xrc_domains_on_a_file_are_counted_host_wide_and_number_target_qps() {
         .expect("shared");
     assert_eq!(refs(me), vec![2]);
     assert!(r1.numbers_target_qps() && !r2.numbers_target_qps());
+    // A device of another address has domains of its own (as the kernel's are per
+    // device): O_EXCL succeeds there.
+    let other = NetDevice::open(shared_config(
+        "127.0.81.10".parse().unwrap(),
+        "xdo",
+        Some(dir.clone()),
+    ))
+    .expect("open xdo");
+    let r3 = other
+        .open_xrc_domain(id, true, true)
+        .expect("another device's domain")
+        .expect("shared");
+    assert_ne!(other.xrc_domains().unwrap().path(), domains.path());
+    drop(r3);
+    other.close().expect("close xdo");
     assert_eq!(r2.alloc_target_qpn().expect("alloc"), None);
 
     // A target QP numbered host-wide, in B's domain, receives from A: the request is

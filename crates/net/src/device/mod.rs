@@ -818,13 +818,10 @@ impl NetDevice {
         self.shared.xrc_srq_slots
     }
 
-    /// The host's XRC domains file (beside the registry), for a shared device (see
-    /// [`crate::xrc`]).
+    /// The XRC domains file of this shared device (beside the registry, one per network
+    /// namespace and address; see [`crate::xrc`]).
     pub fn xrc_domains(&self) -> Option<uroce_socket::xrcd::Domains> {
-        self.shared
-            .host
-            .as_ref()
-            .map(|h| uroce_socket::xrcd::Domains::new(h.registry_dir(), h.layout()))
+        self.shared.host.as_ref().map(HostMember::xrc_domains)
     }
 
     /// GID 0: the local address as a RoCEv2 GID.
