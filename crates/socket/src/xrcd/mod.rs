@@ -585,5 +585,7 @@ impl LockedDomains<'_> {
     }
 }
 
+pub mod records;
+
 #[cfg(test)]
 mod tests;
