@@ -11,6 +11,10 @@
 //! (else `EINVAL`, as the kernel answers), `O_EXCL` refuses an inode that has one
 //! (`EINVAL`). With fd -1 the domain is private to this open. The last close frees the
 //! domain; it is refused with `EBUSY` while XRC SRQs or target QPs with handles exist.
+//! On a shared device every open of a file is also one reference of this process in the
+//! device's domains file (`uroce_net::xrc`): `O_CREAT` / `O_EXCL` are then decided by
+//! whether any process of the host holds the domain, a close drops the reference, and
+//! with slot SRQ numbers the domain's target QPs get numbers of its host-wide allotment.
 //!
 //! Target QP handles: the `ibv_qp` from `ibv_create_qp_ex` and every one from
 //! `ibv_open_qp` (in any context of the process) are handles of the one QP, each closed
