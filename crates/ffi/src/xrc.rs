@@ -11,6 +11,10 @@
 //! (else `EINVAL`, as the kernel answers), `O_EXCL` refuses an inode that has one
 //! (`EINVAL`). With fd -1 the domain is private to this open. The last close frees the
 //! domain; it is refused with `EBUSY` while XRC SRQs or target QPs with handles exist.
+//! On a shared device every open of a file is also one reference of this process in the
+//! device's domains file (`uroce_net::xrc`): `O_CREAT` / `O_EXCL` are then decided by
+//! whether any process of the host holds the domain, a close drops the reference, and
+//! with slot SRQ numbers the domain's target QPs get numbers of its host-wide allotment.
 //!
 //! Target QP handles: the `ibv_qp` from `ibv_create_qp_ex` and every one from
 //! `ibv_open_qp` (in any context of the process) are handles of the one QP, each closed
@@ -25,6 +29,7 @@
 use std::ffi::{c_int, c_void};
 use std::sync::{Arc, MutexGuard};
 
+use uroce_net::xrc::{DomainId, DomainOpenError, DomainRef};
 use uroce_net::NetDevice;
 use uroce_verbs::{AttrMask, CreateQpError, QpType, SrqInitAttr, Xrcd};
 
@@ -43,6 +48,9 @@ pub(crate) struct XrcdEntry {
     pub(crate) xrcd: Xrcd,
     /// `(st_dev, st_ino)` of the file that names the domain, if any.
     inode: Option<(u64, u64)>,
+    /// This open's reference in the device's domains file: a domain on a file, of a shared
+    /// device (`uroce_net::xrc`).
+    shared: Option<Arc<DomainRef>>,
     net: Arc<NetDevice>,
 }
 
@@ -127,12 +135,33 @@ pub(crate) unsafe fn open_xrcd(
     let net = Registry::net(context)?;
     let inode = if fd == -1 { None } else { Some(inode_of(fd)?) };
     let mut objs = objects();
+    // A domain on a file of a shared device: one more reference of this process in the
+    // device's domains file, where O_CREAT and O_EXCL are decided for the whole host.
+    let shared = match inode {
+        None => None,
+        Some((dev, ino)) => net
+            .open_xrc_domain(
+                DomainId { dev, ino },
+                oflags & libc::O_CREAT != 0,
+                oflags & libc::O_EXCL != 0,
+            )
+            .map_err(|e| {
+                let errno = match e {
+                    DomainOpenError::Exists(_) | DomainOpenError::Absent(_) => libc::EINVAL,
+                    DomainOpenError::File(_) => libc::EIO,
+                };
+                refused("ibv_open_xrcd", errno, e)
+            })?
+            .map(Arc::new),
+    };
     let existing = inode.and_then(|ino| {
         objs.xrcds
             .values()
             .find(|e| e.inode == Some(ino) && Arc::ptr_eq(&e.net, &net))
     });
     let xrcd = match existing {
+        // Decided host-wide above.
+        Some(e) if shared.is_some() => e.xrcd.share(),
         Some(_) if oflags & libc::O_EXCL != 0 => {
             return Err(refused(
                 "ibv_open_xrcd",
@@ -141,7 +170,7 @@ pub(crate) unsafe fn open_xrcd(
             ))
         }
         Some(e) => e.xrcd.share(),
-        None if inode.is_some() && oflags & libc::O_CREAT == 0 => {
+        None if shared.is_none() && inode.is_some() && oflags & libc::O_CREAT == 0 => {
             return Err(refused(
                 "ibv_open_xrcd",
                 libc::EINVAL,
@@ -161,6 +190,7 @@ pub(crate) unsafe fn open_xrcd(
             raw,
             xrcd,
             inode,
+            shared,
             net,
         },
     );
@@ -183,12 +213,21 @@ pub unsafe extern "C" fn vctx_close_xrcd(xrcd: *mut ibv_xrcd) -> c_int {
                 raw,
                 xrcd: x,
                 inode,
+                shared,
                 net,
             } = entry;
             // Outside the registry lock: closing the last user destroys the target QPs
             // only the domain holds, which waits for their references.
             match x.destroy() {
-                Ok(()) => Ok(()),
+                Ok(()) => {
+                    // This open's reference in the device's domains file goes (closed when
+                    // the last clone drops: a target QP's destroy may hold one for a
+                    // moment). A failure to write the file does not fail the close, as
+                    // the domain is closed in this process: the reference stays until
+                    // this process's exit is reaped.
+                    drop(shared);
+                    Ok(())
+                }
                 Err((x, e)) => {
                     let key = raw.ptr() as usize;
                     objects().xrcds.insert(
@@ -197,6 +236,7 @@ pub unsafe extern "C" fn vctx_close_xrcd(xrcd: *mut ibv_xrcd) -> c_int {
                             raw,
                             xrcd: x,
                             inode,
+                            shared,
                             net,
                         },
                     );
@@ -358,13 +398,28 @@ pub(crate) fn create_target_qp(
     let mut objs = objects();
     let e = objs.xrcd(a.xrcd)?;
     let net = Arc::clone(&e.net);
-    let qp = e.xrcd.create_qp().map_err(|e| {
-        let errno = match e {
+    // A domain shared through the device's domains file numbers its target QPs host-wide
+    // (with slot SRQ numbers: `uroce_net::xrc`).
+    let number = match &e.shared {
+        Some(r) => r
+            .alloc_target_qpn()
+            .map_err(|e| refused("ibv_create_qp_ex", libc::ENOMEM, e))?,
+        None => None,
+    };
+    let made = match number {
+        Some(n) => e.xrcd.create_qp_numbered(n),
+        None => e.xrcd.create_qp(),
+    };
+    let qp = made.map_err(|err| {
+        if let (Some(r), Some(n)) = (&e.shared, number) {
+            let _ = r.release_target_qpn(n);
+        }
+        let errno = match err {
             CreateQpError::UnsupportedType(_) => libc::EOPNOTSUPP,
-            CreateQpError::Limit { .. } => libc::ENOMEM,
+            CreateQpError::Limit { .. } | CreateQpError::QpnInUse(_) => libc::ENOMEM,
             _ => libc::EINVAL,
         };
-        refused("ibv_create_qp_ex", errno, e)
+        refused("ibv_create_qp_ex", errno, err)
     })?;
     Ok(register_target(&mut objs, qp, context, a.qp_context, net))
 }
@@ -461,14 +516,18 @@ pub(crate) fn destroy_target_handle(
         .xrcds
         .values()
         .filter(|e| Arc::ptr_eq(&e.net, &net) && e.xrcd.owned_qps().contains(&num))
-        .find_map(|e| e.xrcd.open_qp(num).ok());
+        .find_map(|e| e.xrcd.open_qp(num).ok().map(|q| (q, e.shared.clone())));
     drop(objs);
-    let result = match taken {
-        None => Ok(()),
-        Some(q) => q.destroy().map_err(|(q, e)| (q, e.to_string())),
+    let (result, shared) = match taken {
+        None => (Ok(()), None),
+        Some((q, shared)) => (q.destroy().map_err(|(q, e)| (q, e.to_string())), shared),
     };
     match result {
         Ok(()) => {
+            // Its number leaves the domain's host-wide allotment.
+            if let Some(r) = shared.filter(|r| r.numbers_target_qps()) {
+                let _ = r.release_target_qpn(num);
+            }
             // SAFETY: retired above, not revived.
             unsafe { Handle::recycle(h.0) };
             Ok(())

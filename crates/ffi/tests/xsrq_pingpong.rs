@@ -192,8 +192,8 @@ fn debian_xsrq_pingpong_two_clients() {
     );
 }
 
-/// The `SRQN` and `QPN RECV` fields of an address line, as numbers.
-fn srqn_and_recv_qpn(line: &str) -> (u32, u32) {
+/// The `SRQN`, `QPN RECV` and `QPN SEND` fields of an address line, as numbers.
+fn srqn_and_qpns(line: &str) -> (u32, u32, u32) {
     let field = |name: &str| {
         let at = line
             .find(name)
@@ -206,13 +206,15 @@ fn srqn_and_recv_qpn(line: &str) -> (u32, u32) {
             .unwrap_or("");
         u32::from_str_radix(hex, 16).unwrap_or_else(|_| panic!("bad {name} in {line:?}"))
     };
-    (field("SRQN"), field("QPN RECV"))
+    (field("SRQN"), field("QPN RECV"), field(" SEND"))
 }
 
 /// Server and client on one address (two members of the host's shared device): with SRQ
 /// numbers from each member's slot (`UROCE_XRC_SRQ_SLOTS=1`) every SEND is steered by the
-/// SRQ it names, without (the default) by the target QP, its SRQ number 1 as in a lone
-/// process; both complete.
+/// SRQ it names, and the target QPs have numbers of the domain's host-wide allotment (the
+/// reserved top slot: the domain is on a file, shared through the host's domains file);
+/// without (the default) by the target QP, of the member's slot, its SRQ number 1 as in a
+/// lone process; both complete.
 #[test]
 fn debian_xsrq_pingpong_on_one_address_with_and_without_slot_srq_numbers() {
     const TEST: &str = "debian_xsrq_pingpong_on_one_address_with_and_without_slot_srq_numbers";
@@ -220,7 +222,11 @@ fn debian_xsrq_pingpong_on_one_address_with_and_without_slot_srq_numbers() {
         return;
     }
     let dir = LibDir::new(TEST);
+    // Registry directories of this test's own (one per run), to read the domains file.
+    let hosts = std::env::temp_dir().join(format!("uroce-xsrq-host-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&hosts);
     for (slots, n) in [(true, 21), (false, 22)] {
+        let host = hosts.join(n.to_string());
         let port = free_tcp_port();
         let args: Vec<String> = vec!["-g".into(), "0".into(), "-p".into(), port.to_string()];
         let ip = addr(n);
@@ -230,6 +236,7 @@ fn debian_xsrq_pingpong_on_one_address_with_and_without_slot_srq_numbers() {
         let mut cli = debian_command(&dir, PROGRAM, ip, &cargs);
         for c in [&mut srv, &mut cli] {
             c.env("UROCE_SHARED", "1")
+                .env("UROCE_HOST_DIR", &host)
                 .env("UROCE_XRC_SRQ_SLOTS", if slots { "1" } else { "0" });
         }
         let (s, c) = run_server_client(TEST, srv, cli, port, LIMIT);
@@ -239,12 +246,45 @@ fn debian_xsrq_pingpong_on_one_address_with_and_without_slot_srq_numbers() {
         for out in [&s, &c] {
             let (local, _) = addresses(&out.stdout);
             assert_eq!(local.len(), 1, "{TEST}:\n{}", out.stdout);
-            let (srqn, qpn) = srqn_and_recv_qpn(&local[0]);
+            let (srqn, recv, send) = srqn_and_qpns(&local[0]);
             if slots {
-                assert_eq!(srqn >> 16, qpn >> 16, "{TEST}: SRQ number of the QPs' slot");
+                assert_eq!(
+                    srqn >> 16,
+                    send >> 16,
+                    "{TEST}: SRQ number of the QP's slot"
+                );
+                // The domain (on the file /tmp/xrc_domain) numbers its target QP from the
+                // reserved top slot, host-wide.
+                assert_eq!(recv >> 16, 0xFF, "{TEST}: target QP of the top slot");
             } else {
+                assert_eq!(
+                    recv >> 16,
+                    send >> 16,
+                    "{TEST}: target QP of the member's slot"
+                );
                 assert_eq!(srqn, 1, "{TEST}: SRQ number of a lone process");
             }
         }
+        // Both processes recorded their reference to the domain of /tmp/xrc_domain in the
+        // host's domains file and closed it: no domain is left; with slot SRQ numbers its
+        // target QP numbers were allotted there (the cursor moved).
+        // The device's domains file: `<registry file>-xrc-<address>`.
+        let suffix = format!("-xrc-{ip}");
+        let path = std::fs::read_dir(&host)
+            .expect("registry directory")
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .find(|p| p.to_string_lossy().ends_with(&suffix))
+            .unwrap_or_else(|| panic!("{TEST}: no domains file *{suffix} in {host:?}"));
+        let file = std::fs::read_to_string(path).expect("domains file");
+        assert!(
+            !file.lines().any(|l| l.starts_with("domain ")),
+            "{TEST}: a domain left:\n{file}"
+        );
+        assert_eq!(
+            !file.lines().any(|l| l == "cursor 0"),
+            slots,
+            "{TEST}: target QP numbers allotted in the file only with slot SRQ numbers:\n{file}"
+        );
     }
+    let _ = std::fs::remove_dir_all(&hosts);
 }

@@ -21,6 +21,7 @@ pub mod device;
 mod error;
 pub mod gsi;
 pub mod stats;
+pub mod xrc;
 
 pub use cm::{CmCounters, CmEventSink, CmService};
 pub use device::{

@@ -29,7 +29,13 @@
 //!   gets that slot at once (a clean leave needs no quarantine) and carries on with the
 //!   QPNs and communication IDs where the last one stopped.
 //! * XRC between members: requests reach the member of the XRC SRQ they name (or of
-//!   their target QP, for SRQ numbers of slot 0).
+//!   their target QP, for SRQ numbers of slot 0);
+//! * XRC domains opened on a file (the device's domains file): references of two members
+//!   and of a child process (this test binary again, running [`child_xrc_domain`]),
+//!   `O_CREAT`/`O_EXCL` decided host-wide, a target QP numbered from the reserved top
+//!   slot receiving XRC traffic, the child killed without closing and reaped, the last
+//!   close destroying the domain; a device of another address (127.0.81.10) has domains
+//!   of its own.
 //!
 //! Each test has its own address (127.0.81.x) and its own registry directory, given
 //! through the configuration (the tests run in parallel threads of one process).
@@ -46,10 +52,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use pair::{connect_qps, pattern, wait, ConnectOpts, Side, SideConfig};
+use uroce_net::xrc::{Closed, DomainId, DomainOpenError};
 use uroce_net::{seal_for, CmEventSink, CmService, NetConfig, NetDevice};
 use uroce_proto::cm::{AcceptParams, CmEvent, ConnId, ConnectParams};
 use uroce_socket::host::{Registry, HOST_DIR_ENV};
 use uroce_socket::steer::QpnLayout;
+use uroce_socket::xrcd::target_qpns;
 use uroce_verbs::{
     AhAttr, Qp, QpCap, QpInitAttr, QpType, RcConnect, RecvWr, SendWr, SrqInitAttr, UdDest,
     WcStatus, WorkCompletion,
@@ -62,6 +70,8 @@ use uroce_wire::{bth, PacketRepr, Psn};
 const LIMIT: Duration = Duration::from_secs(20);
 /// Set (to the address) only in the child process.
 const CHILD_ENV: &str = "UROCE_SHARED_TEST_CHILD";
+/// Set (to `<address> <file>`) only in the child process of the XRC domains test.
+const XRC_CHILD_ENV: &str = "UROCE_SHARED_TEST_XRC_CHILD";
 const QKEY: u32 = 0x1122_3344;
 /// A UD receive buffer starts with room for the GRH.
 const GRH: usize = 40;
@@ -279,6 +289,20 @@ fn xrc_requests_reach_the_member_of_their_srq() {
 /// through a target QP of that domain; the SRQ's number is of `tgt`'s slot when
 /// `slotted`, else of slot 0.
 fn xrc_between(ini: &Side, tgt: &Side, slotted: bool, keys: u64) {
+    let xrcd = tgt.dev.context().alloc_xrcd().expect("xrcd");
+    xrc_into(ini, tgt, &xrcd, None, slotted, keys);
+}
+
+/// [`xrc_between`] into domain `xrcd` of `tgt`, through a target QP numbered `number`
+/// (a host-wide number of the domain's) or, when `None`, one of `tgt`'s slot.
+fn xrc_into(
+    ini: &Side,
+    tgt: &Side,
+    xrcd: &uroce_verbs::Xrcd,
+    number: Option<u32>,
+    slotted: bool,
+    keys: u64,
+) {
     let layout = QpnLayout::default();
     let cap = QpCap {
         max_send_wr: 8,
@@ -290,8 +314,10 @@ fn xrc_between(ini: &Side, tgt: &Side, slotted: bool, keys: u64) {
     let mut attr = QpInitAttr::new(QpType::XrcSend, &ini.send_cq, &ini.send_cq, cap);
     attr.recv_cq = None;
     let iqp = ini.pd.create_qp(&attr).expect("xrc send qp");
-    let xrcd = tgt.dev.context().alloc_xrcd().expect("xrcd");
-    let tqp = xrcd.create_qp().expect("target qp");
+    let tqp = match number {
+        Some(n) => xrcd.create_qp_numbered(n).expect("numbered target qp"),
+        None => xrcd.create_qp().expect("target qp"),
+    };
     let srq = xrcd
         .create_srq(
             &tgt.pd,
@@ -305,7 +331,10 @@ fn xrc_between(ini: &Side, tgt: &Side, slotted: bool, keys: u64) {
         .expect("xrc srq");
     let tslot = tgt.dev.host_slot().unwrap();
     assert_eq!(layout.slot_of(iqp.qp_num()), ini.dev.host_slot().unwrap());
-    assert_eq!(layout.slot_of(tqp.qp_num()), tslot);
+    match number {
+        Some(n) => assert_eq!(tqp.qp_num(), n),
+        None => assert_eq!(layout.slot_of(tqp.qp_num()), tslot),
+    }
     let want = if slotted { tslot } else { 0 };
     assert_eq!(layout.slot_of(srq.srq_num()), want, "SRQ number's slot");
     tqp.connect_rc(&RcConnect::new(ini.ip(), iqp.qp_num()))
@@ -329,7 +358,10 @@ fn xrc_between(ini: &Side, tgt: &Side, slotted: bool, keys: u64) {
         tgt.mr.block().copy_out(8192, &mut got).expect("read");
         assert!(got == data, "XRC data differs");
     }
-    drop((iqp, tqp, srq, xrcd));
+    drop((iqp, srq));
+    tqp.destroy()
+        .map_err(|(_, e)| e)
+        .expect("destroy target qp");
 }
 
 /// The child's part (does nothing in an ordinary test run): opens a shared device on the
@@ -351,6 +383,171 @@ fn child_member() {
     for _ in 0..300 {
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// The child's part of the XRC domains test (does nothing in an ordinary test run): opens
+/// a shared device with slot SRQ numbers on the address in `UROCE_SHARED_TEST_XRC_CHILD`,
+/// opens the domain of the file named there (without `O_CREAT`: the parent holds it),
+/// says `ready <slot>`, and waits to be killed (at most 30 s) without closing.
+#[test]
+fn child_xrc_domain() {
+    let Ok(v) = std::env::var(XRC_CHILD_ENV) else {
+        return;
+    };
+    let (addr, file) = v.split_once(' ').expect("address and file");
+    let mut cfg = shared_config(addr.parse().expect("address"), "xdchild", None);
+    cfg.xrc_srq_slots = true;
+    let dev = NetDevice::open(cfg).expect("child device");
+    let f = std::fs::File::open(file).expect("domain file");
+    let id = DomainId::of_file(&f).expect("fstat");
+    let r = dev.open_xrc_domain(id, false, false).expect("open domain");
+    println!("ready {}", dev.host_slot().expect("a member"));
+    for _ in 0..300 {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    drop(r);
+}
+
+/// XRC domains opened on a file across processes (`NetDevice::open_xrc_domain`, the
+/// device's domains file): references of this process and of a child process are recorded,
+/// `O_CREAT`/`O_EXCL` are decided host-wide, a target QP numbered from the domain's
+/// host-wide allotment (the reserved top slot) receives XRC traffic steered by its SRQ's
+/// slot, the child killed without closing is reaped, and the last close destroys the
+/// domain with its target QP numbers.
+#[test]
+fn xrc_domains_on_a_file_are_counted_host_wide_and_number_target_qps() {
+    let dir = scratch("xrcd");
+    let addr = "127.0.81.9";
+    let a = member(addr, "xda", &dir);
+    let cfg = SideConfig::new(addr, "xdb");
+    let mut net = shared_config(cfg.addr, "xdb", Some(dir.clone()));
+    net.xrc_srq_slots = true;
+    let b = Side::on(NetDevice::open(net).expect("open xdb"), &cfg);
+    assert!(b.dev.xrc_srq_slots() && !a.dev.xrc_srq_slots());
+    let file = dir.join("domain");
+    std::fs::write(&file, b"").expect("domain file");
+    let id = DomainId::of_file(&std::fs::File::open(&file).expect("open")).expect("fstat");
+    let domains = b
+        .dev
+        .xrc_domains()
+        .expect("a shared device has the domains file");
+    let refs = |who: u32| -> Vec<u32> {
+        domains
+            .read()
+            .expect("read")
+            .domains
+            .get(&id)
+            .map_or(vec![], |d| {
+                d.refs
+                    .iter()
+                    .filter(|r| r.pid == who)
+                    .map(|r| r.count)
+                    .collect()
+            })
+    };
+    let me = std::process::id();
+
+    assert!(matches!(
+        b.dev.open_xrc_domain(id, false, false),
+        Err(DomainOpenError::Absent(_))
+    ));
+    let r1 = b
+        .dev
+        .open_xrc_domain(id, true, true)
+        .expect("create")
+        .expect("shared");
+    assert!(matches!(
+        b.dev.open_xrc_domain(id, true, true),
+        Err(DomainOpenError::Exists(_))
+    ));
+    // Another device of the host (another member) sees the same domain.
+    let r2 = a
+        .dev
+        .open_xrc_domain(id, false, false)
+        .expect("open")
+        .expect("shared");
+    assert_eq!(refs(me), vec![2]);
+    assert!(r1.numbers_target_qps() && !r2.numbers_target_qps());
+    // A device of another address has domains of its own (as the kernel's are per
+    // device): O_EXCL succeeds there.
+    let other = NetDevice::open(shared_config(
+        "127.0.81.10".parse().unwrap(),
+        "xdo",
+        Some(dir.clone()),
+    ))
+    .expect("open xdo");
+    let r3 = other
+        .open_xrc_domain(id, true, true)
+        .expect("another device's domain")
+        .expect("shared");
+    assert_ne!(other.xrc_domains().unwrap().path(), domains.path());
+    drop(r3);
+    other.close().expect("close xdo");
+    assert_eq!(r2.alloc_target_qpn().expect("alloc"), None);
+
+    // A target QP numbered host-wide, in B's domain, receives from A: the request is
+    // steered by the slot of the SRQ it names.
+    let qpn = r1.alloc_target_qpn().expect("alloc").expect("numbered");
+    let layout = QpnLayout::default();
+    assert!(target_qpns(layout).contains(&qpn));
+    assert!(!layout.is_member_slot(layout.slot_of(qpn)));
+    let xrcd = b.dev.context().alloc_xrcd().expect("xrcd");
+    xrc_into(&a, &b, &xrcd, Some(qpn), true, 20);
+    assert!(r1.release_target_qpn(qpn).expect("release"));
+    assert!(!domains.read().expect("read").holds(qpn));
+    drop(xrcd);
+
+    // A child process opens the domain too, and is killed without closing it.
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "child_xrc_domain",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(XRC_CHILD_ENV, format!("{addr} {}", file.display()))
+        .env(HOST_DIR_ENV, &dir)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let cpid = child.id();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    // Bounded: the child prints `ready` or exits (EOF) within its 30 s.
+    while out.read_line(&mut line).unwrap_or(0) > 0 && !line.contains("ready ") {
+        line.clear();
+    }
+    assert!(line.contains("ready "), "the child did not open the domain");
+    assert_eq!(refs(cpid), vec![1]);
+    let kept = r1.alloc_target_qpn().expect("alloc").expect("numbered");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // The next change of the file reaps the dead child's reference.
+    r2.close().expect("close");
+    assert_eq!((refs(cpid), refs(me)), (vec![], vec![1]));
+    assert!(domains.read().expect("read").holds(kept));
+    // The last reference destroys the domain and gives its target QPs back.
+    let closed = r1.close().expect("close");
+    assert_eq!(
+        closed,
+        Closed {
+            still_held: false,
+            destroyed: vec![kept]
+        }
+    );
+    assert!(domains.read().expect("read").domains.is_empty());
+    assert!(matches!(
+        b.dev.open_xrc_domain(id, false, false),
+        Err(DomainOpenError::Absent(_))
+    ));
+    // A reference dropped without `close` is closed too.
+    drop(b.dev.open_xrc_domain(id, true, false).expect("create"));
+    assert!(domains.read().expect("read").domains.is_empty());
+    assert_eq!(a.dev.counters().dropped_foreign_slot, 0);
+    assert_eq!(b.dev.counters().dropped_foreign_slot, 0);
+    a.close();
+    b.close();
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A member in a child process (this test binary running [`child_member`]) on `addr`

@@ -52,7 +52,8 @@
 //! `unsafe` is denied in the whole crate except the private `sys` module, which wraps the
 //! few system calls the standard library lacks (`setsockopt` / `getsockopt`, including
 //! `SO_ATTACH_REUSEPORT_CBPF`, `sendmmsg`,
-//! `recvmmsg`, `poll`, the `pthread_atfork` handler of [`fork`]), and [`ifaddr`] (`getifaddrs`, `if_nametoindex`), in safe functions over borrowed Rust values; each block carries a
+//! `recvmmsg`, `poll`, the `pthread_atfork` handler of [`fork`], the OFD byte-range locks of
+//! [`xrcd::records`]), and [`ifaddr`] (`getifaddrs`, `if_nametoindex`), in safe functions over borrowed Rust values; each block carries a
 //! `// SAFETY:` comment saying why the pointers it hands the kernel are valid for the
 //! call. Received bytes are only ever read through safe slices, and nothing here panics
 //! on network input.

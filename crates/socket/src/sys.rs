@@ -245,6 +245,38 @@ const fn cmsg_align(len: usize) -> usize {
 /// `SO_NETNS_COOKIE` (Linux 5.14+): the cookie of the network namespace, never reused
 /// while the system runs (an inode of a destroyed namespace is). Read from a fresh UDP
 /// socket; `None` when the kernel does not know the option.
+/// An OFD byte-range lock (`fcntl` `F_OFD_SETLKW` when `wait`, else `F_OFD_SETLK`) of
+/// `len` bytes at `start` of `fd`'s file: a write lock when `lock`, else an unlock. A lock
+/// another open file description holds gives `EAGAIN` (or `EACCES`) without `wait`.
+pub(crate) fn ofd_lock(
+    fd: BorrowedFd<'_>,
+    start: u64,
+    len: u64,
+    lock: bool,
+    wait: bool,
+) -> io::Result<()> {
+    let bad = |_| io::Error::from(io::ErrorKind::InvalidInput);
+    // SAFETY: `flock` is plain integers, valid zeroed (`l_pid` must be 0 for OFD locks).
+    let mut fl: libc::flock = unsafe { mem::zeroed() };
+    fl.l_type = if lock { libc::F_WRLCK } else { libc::F_UNLCK } as libc::c_short;
+    fl.l_whence = libc::SEEK_SET as libc::c_short;
+    fl.l_start = libc::off_t::try_from(start).map_err(bad)?;
+    fl.l_len = libc::off_t::try_from(len).map_err(bad)?;
+    let cmd = if wait {
+        libc::F_OFD_SETLKW
+    } else {
+        libc::F_OFD_SETLK
+    };
+    // SAFETY: `fcntl` with an OFD lock command reads the `flock` we own; `fd` is borrowed,
+    // so open for the call.
+    let r = unsafe { libc::fcntl(fd.as_raw_fd(), cmd, &mut fl) };
+    if r == -1 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
 pub(crate) fn netns_cookie() -> Option<u64> {
     /// `SO_NETNS_COOKIE` on the architectures uroce builds for (asm-generic).
     const SO_NETNS_COOKIE: libc::c_int = 71;

@@ -360,6 +360,10 @@ pub enum CreateQpError {
     /// The GSI QP (QPN 1) already exists in this context.
     #[error("the GSI QP (QPN 1) already exists")]
     GsiExists,
+    /// The number asked for (an XRC target QP numbered by its domain) is in use in this
+    /// context.
+    #[error("QP number {0:#x} is already in use")]
+    QpnInUse(u32),
 }
 
 /// Why `modify_qp` failed; the QP is unchanged.

@@ -20,7 +20,9 @@
 //! goes, every target QP only the domain holds is destroyed. Async events of a target QP
 //! go to the event queue of the context it lives in, which every user of the domain in
 //! this process reads (all contexts of a process share one verbs context per device:
-//! docs/ARCHITECTURE.md, "XRC domains"). Sharing a domain between processes is later work.
+//! docs/ARCHITECTURE.md, "XRC domains"). Between processes: a domain opened on a file of a
+//! shared device is recorded host-wide by `uroce_net::xrc`, which numbers its target QPs
+//! ([`Xrcd::create_qp_numbered`]); a target QP still receives only in its own process.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -142,6 +144,22 @@ impl Xrcd {
     /// Creates an XRC_RECV (target) QP in this domain. It has no send queue, PD or CQ of its
     /// own: receives come from the XRC SRQ each packet names.
     pub fn create_qp(&self) -> Result<Qp, CreateQpError> {
+        self.create_qp_at(None)
+    }
+
+    /// [`Xrcd::create_qp`] with the number `qpn`, not one from the context's range: the
+    /// number a domain shared between processes allots host-wide (the domains file of
+    /// `uroce_socket::xrcd`, from the reserved top slot of a shared device's QPN layout;
+    /// docs/ARCHITECTURE.md, "XRC domains"). [`CreateQpError::QpnInUse`] when this context
+    /// has a QP of that number; a number outside `2..=0xFFFFFE` is refused as invalid.
+    pub fn create_qp_numbered(&self, qpn: u32) -> Result<Qp, CreateQpError> {
+        if !(2..crate::context::MAX_QPN).contains(&qpn) {
+            return Err(CreateQpError::QpnInUse(qpn));
+        }
+        self.create_qp_at(Some(qpn))
+    }
+
+    fn create_qp_at(&self, qpn: Option<u32>) -> Result<Qp, CreateQpError> {
         crate::engine::refuse_without_engine(&self.core.ctx, QpType::XrcRecv)?;
         QpCore::build(
             &self.core.ctx,
@@ -154,6 +172,7 @@ impl Xrcd {
                 xrcd: Some(self.core.clone()),
                 cap: QpCap::default(),
                 sq_sig_all: false,
+                qpn,
             },
         )
     }

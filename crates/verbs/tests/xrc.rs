@@ -409,3 +409,58 @@ fn closes_and_destroys_race_traffic() {
         );
     }
 }
+
+/// A target QP created with a number given by the caller (`Xrcd::create_qp_numbered`, the
+/// host-wide number a domain shared between processes allots from the reserved top slot)
+/// has that number, outside the context's range, and receives as any other; the number is
+/// refused while in use, and reserved numbers are refused.
+#[test]
+fn numbered_target_qp_receives() {
+    let ini = initiator();
+    let (tctx, tip) = node("tgt", TGT_ADDR);
+    let pd = tctx.alloc_pd().expect("pd");
+    let cq = common::cq(&tctx, 64);
+    let mr = pd
+        .reg_mr(
+            MemBlock::new(64 * 64).expect("block"),
+            AccessFlags::LOCAL_WRITE,
+        )
+        .expect("mr");
+    let xrcd = tctx.alloc_xrcd().expect("xrcd");
+    let srq = xrc_srq(&xrcd, &pd, &cq, &mr, 2);
+    let qpn = 0x00ff_0001;
+    let tgt = xrcd.create_qp_numbered(qpn).expect("numbered target");
+    assert_eq!(tgt.qp_num(), qpn);
+    for taken in [qpn, 0, 1, 0x00ff_ffff, 0x0100_0000] {
+        assert!(
+            matches!(
+                xrcd.create_qp_numbered(taken),
+                Err(uroce_verbs::CreateQpError::QpnInUse(n)) if n == taken
+            ),
+            "{taken:#x}"
+        );
+    }
+    tgt.connect_rc(&RcConnect::new(ini.ip, ini.qp.qp_num()))
+        .expect("target to RTS");
+    connect_initiator(&ini, tip, qpn);
+    send_to(&ini, 5, srq.srq_num(), b"numbered");
+    let mut now = 0;
+    pump(
+        &[&ini.qp, &tgt],
+        &[(&ini.ctx, ini.ip), (&tctx, tip)],
+        &mut now,
+    );
+    let s = ini.cq.poll(4);
+    assert_eq!(
+        s.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+        vec![(5, WcStatus::Success)]
+    );
+    let r = cq.poll(4);
+    assert_eq!(r.len(), 1);
+    assert_eq!(r[0].status, WcStatus::Success);
+    assert_eq!(r[0].qp_num, qpn);
+    tgt.destroy().map_err(|(_, e)| e).expect("destroy");
+    // Free again once destroyed.
+    let again = xrcd.create_qp_numbered(qpn).expect("number free again");
+    again.destroy().map_err(|(_, e)| e).expect("destroy");
+}

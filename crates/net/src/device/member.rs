@@ -263,6 +263,22 @@ impl HostMember {
         }
     }
 
+    /// The XRC domains file of this member's device (`crate::xrc`): beside the registry,
+    /// named after the registry file (so one per network namespace, as the registry) and
+    /// the device's address (so one per device, as the kernel keeps XRC domains per
+    /// device): `<registry file>-xrc-<address>`.
+    pub(super) fn xrc_domains(&self) -> uroce_socket::xrcd::Domains {
+        let registry = self.registry.path();
+        let base = registry
+            .file_name()
+            .map_or_else(|| "host-registry".into(), |n| n.to_string_lossy());
+        uroce_socket::xrcd::Domains::named(
+            self.registry.dir(),
+            format!("{base}-xrc-{}", self.group.ip()),
+            self.layout,
+        )
+    }
+
     /// SRQ numbers of slot 0 (from 1): XRC requests naming them are steered by their
     /// target QP (see `NetConfig::xrc_srq_slots`).
     pub(super) fn slot0_srqn_range(&self) -> RangeInclusive<u32> {

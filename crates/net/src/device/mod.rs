@@ -366,6 +366,8 @@ struct DeviceCore {
     sock_fd: Mutex<Option<Arc<DupFd>>>,
     /// A shared device's membership of the host-wide device.
     host: Option<HostMember>,
+    /// SRQ numbers from the member's slot ([`NetConfig::xrc_srq_slots`]).
+    xrc_srq_slots: bool,
     sleeping: AtomicBool,
     stop: AtomicBool,
     /// Nanoseconds since `epoch` of the last application CQ poll (0: never).
@@ -664,6 +666,7 @@ impl NetDevice {
             doorbell,
             sock_fd: Mutex::new(Some(Arc::new(sock_fd))),
             host,
+            xrc_srq_slots: cfg.xrc_srq_slots && cfg.shared,
             sleeping: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             last_app_poll: AtomicU64::new(0),
@@ -807,6 +810,18 @@ impl NetDevice {
     /// `uroce_socket::steer`); `None` for a device of its own.
     pub fn host_slot(&self) -> Option<u16> {
         self.shared.host.as_ref().map(HostMember::slot)
+    }
+
+    /// Whether this shared device allots its SRQ numbers from its slot
+    /// ([`NetConfig::xrc_srq_slots`]; always `false` for an exclusive device).
+    pub fn xrc_srq_slots(&self) -> bool {
+        self.shared.xrc_srq_slots
+    }
+
+    /// The XRC domains file of this shared device (beside the registry, one per network
+    /// namespace and address; see [`crate::xrc`]).
+    pub fn xrc_domains(&self) -> Option<uroce_socket::xrcd::Domains> {
+        self.shared.host.as_ref().map(HostMember::xrc_domains)
     }
 
     /// GID 0: the local address as a RoCEv2 GID.

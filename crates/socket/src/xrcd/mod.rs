@@ -1,13 +1,13 @@
-//! # XRC domains across processes: the domains file (building block)
+//! # XRC domains across processes: the domains file
 //!
 //! An XRC domain opened on a file (`ibv_open_xrcd` with a file descriptor) is one domain
 //! for every process of the host that opens the same file: a target (XRC_RECV) QP created
 //! in one process delivers into the XRC SRQs of the others, survives its creator's exit,
 //! and is destroyed with the domain's last reference (IBA vol 1 Annex A14; the verbs
 //! `ibv_open_xrcd`). This module keeps what the processes of a domain must agree on about
-//! its *lifetime* and its *target QP numbers*, in one small text file per user next to the
-//! host registry ([`crate::host`]), changed only under an exclusive `flock` (released by
-//! the kernel when its holder dies):
+//! its *lifetime* and its *target QP numbers*, in one small text file next to the host
+//! registry ([`crate::host`]; a shared device has its own, [`Domains::named`]), changed
+//! only under an exclusive `flock` (released by the kernel when its holder dies):
 //! * the **domains**, each named by the device and inode of its file ([`DomainId`], what
 //!   `fstat` gives; the path does not matter, as for the kernel's domains);
 //! * each domain's **references**: pid, the process's start time (so that a reused pid is
@@ -39,8 +39,9 @@
 //! * [`LockedDomains::commit`] writes the file (replaced by a rename: an unlocked
 //!   [`Domains::read`] sees a whole one).
 //!
-//! The state each process's responder needs for a target QP (its PSNs and attributes) is
-//! not kept here; see docs/ARCHITECTURE.md, "XRC domains".
+//! `uroce_net::xrc` uses it for the domains a shared device opens on a file. The state each
+//! process's responder needs for a target QP (its PSNs and attributes) is not kept here;
+//! see docs/ARCHITECTURE.md, "XRC domains".
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -55,7 +56,8 @@ use rustix::fs::{flock, FlockOperation};
 use crate::host::Member;
 use crate::steer::{QpnLayout, MULTICAST_QPN};
 
-/// The file's name in the registry directory.
+/// The file's name in the registry directory, by default ([`Domains::named`] gives
+/// another: a shared device's is its registry's and address's).
 pub const DOMAINS_FILE: &str = "xrc-domains";
 
 const MAGIC: &str = "uroce-xrc 1";
@@ -262,6 +264,7 @@ pub fn target_qpns(layout: QpnLayout) -> std::ops::RangeInclusive<u32> {
 #[derive(Debug, Clone)]
 pub struct Domains {
     dir: PathBuf,
+    name: String,
     layout: QpnLayout,
 }
 
@@ -269,15 +272,28 @@ impl Domains {
     /// The file in `dir` (the host registry's directory: [`crate::host::host_dir`]),
     /// target QPNs from `layout`'s top slot. The directory must exist.
     pub fn new(dir: impl Into<PathBuf>, layout: QpnLayout) -> Domains {
+        Domains::named(dir, DOMAINS_FILE, layout)
+    }
+
+    /// [`Domains::new`] with the file named `name` (its lock and temporary file are
+    /// `<name>.lock` and `<name>.tmp`).
+    pub fn named(dir: impl Into<PathBuf>, name: impl Into<String>, layout: QpnLayout) -> Domains {
         Domains {
             dir: dir.into(),
+            name: name.into(),
             layout,
         }
     }
 
     /// The file's path.
     pub fn path(&self) -> PathBuf {
-        self.dir.join(DOMAINS_FILE)
+        self.dir.join(&self.name)
+    }
+
+    /// A file beside it: its name with `suffix` appended (not `with_extension`, which
+    /// would cut a name ending in an IPv4 address).
+    fn beside(&self, suffix: &str) -> PathBuf {
+        self.dir.join(format!("{}{suffix}", self.name))
     }
 
     /// The directory.
@@ -318,7 +334,7 @@ impl Domains {
     /// several processes with threads).
     #[doc(hidden)]
     pub fn lock_as(&self, pid: u32, start_time: u64) -> Result<LockedDomains<'_>, XrcdError> {
-        let path = self.path().with_extension("lock");
+        let path = self.beside(".lock");
         let io_err = |source| XrcdError::Io {
             path: path.clone(),
             source,
@@ -553,7 +569,7 @@ impl LockedDomains<'_> {
             return Ok(());
         }
         let path = self.domains.path();
-        let tmp = path.with_extension("tmp");
+        let tmp = self.domains.beside(".tmp");
         let write = || -> io::Result<()> {
             let mut f = OpenOptions::new()
                 .write(true)
@@ -568,6 +584,8 @@ impl LockedDomains<'_> {
         write().map_err(|source| XrcdError::Io { path, source })
     }
 }
+
+pub mod records;
 
 #[cfg(test)]
 mod tests;

@@ -279,3 +279,27 @@ fn processes_open_create_close_and_die_concurrently() {
     assert_eq!(created, destroyed, "every target QP destroyed exactly once");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Files named after an address (`Domains::named`, a shared device's): the lock and the
+/// temporary file are the name with `.lock` / `.tmp` appended, so two addresses that
+/// differ only in their last byte keep apart (an extension replaced would merge them).
+#[test]
+fn named_files_of_two_addresses_keep_apart() {
+    let dir = scratch("named");
+    let d8 = Domains::named(&dir, "reg-xrc-127.0.0.8", QpnLayout::default());
+    let d9 = Domains::named(&dir, "reg-xrc-127.0.0.9", QpnLayout::default());
+    assert_eq!(d9.path(), dir.join("reg-xrc-127.0.0.9"));
+    let mut l8 = d8.lock_as(10, 1000).unwrap();
+    // Not excluded by the other file's lock (a shared lock file would block here).
+    let mut l9 = d9.lock_as(10, 1000).unwrap();
+    l8.open_ref(A);
+    l9.open_ref(B);
+    l9.commit().unwrap();
+    l8.commit().unwrap();
+    assert!(dir.join("reg-xrc-127.0.0.8.lock").exists());
+    assert!(dir.join("reg-xrc-127.0.0.9.lock").exists());
+    let (s8, s9) = (d8.read().unwrap(), d9.read().unwrap());
+    assert_eq!(s8.domains.keys().copied().collect::<Vec<_>>(), vec![A]);
+    assert_eq!(s9.domains.keys().copied().collect::<Vec<_>>(), vec![B]);
+    let _ = std::fs::remove_dir_all(&dir);
+}

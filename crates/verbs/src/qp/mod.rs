@@ -127,6 +127,9 @@ pub(crate) struct QpParts {
     pub(crate) xrcd: Option<Arc<XrcdCore>>,
     pub(crate) cap: QpCap,
     pub(crate) sq_sig_all: bool,
+    /// A number given by the caller (an XRC target QP numbered host-wide by its domain,
+    /// see [`crate::Xrcd::create_qp_numbered`]) instead of one from the context's range.
+    pub(crate) qpn: Option<u32>,
 }
 
 impl QpInner {
@@ -236,6 +239,7 @@ impl QpCore {
                 xrcd: None,
                 cap,
                 sq_sig_all: a.sq_sig_all,
+                qpn: None,
             },
         )
     }
@@ -284,8 +288,11 @@ impl QpCore {
                 liveness: Liveness::new(),
             })
         };
+        let fixed = parts.qpn;
         let inserted = if parts.qp_type == QpType::Gsi {
             ctx.qps.insert_at(GSI_QPN, make)
+        } else if let Some(qpn) = fixed {
+            ctx.qps.insert_at(qpn, make)
         } else {
             ctx.qps.insert_with(make).map(|(_, core)| core)
         };
@@ -297,6 +304,9 @@ impl QpCore {
             Err(e) => {
                 dec(&ctx.live.qps);
                 Err(match e {
+                    InsertError::InUse { number, .. } if fixed.is_some() => {
+                        CreateQpError::QpnInUse(number)
+                    }
                     InsertError::InUse { .. } => CreateQpError::GsiExists,
                     InsertError::Full { .. } | InsertError::Make(()) => {
                         CreateQpError::Limit { max }
