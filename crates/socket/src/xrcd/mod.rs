@@ -45,10 +45,9 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io;
 use std::os::fd::AsFd;
-use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 
 use rustix::fs::{flock, FlockOperation};
@@ -339,14 +338,7 @@ impl Domains {
             path: path.clone(),
             source,
         };
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .open(&path)
-            .map_err(io_err)?;
+        let file = crate::host::open_private(&path).map_err(io_err)?;
         flock(&file, FlockOperation::LockExclusive).map_err(|e| io_err(e.into()))?;
         let state = self.read()?;
         Ok(LockedDomains {
@@ -569,19 +561,8 @@ impl LockedDomains<'_> {
             return Ok(());
         }
         let path = self.domains.path();
-        let tmp = self.domains.beside(".tmp");
-        let write = || -> io::Result<()> {
-            let mut f = OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .mode(0o600)
-                .open(&tmp)?;
-            io::Write::write_all(&mut f, self.state.to_text().as_bytes())?;
-            f.sync_data()?;
-            std::fs::rename(&tmp, &path)
-        };
-        write().map_err(|source| XrcdError::Io { path, source })
+        crate::host::replace_file(&path, &self.domains.beside(".tmp"), &self.state.to_text())
+            .map_err(|source| XrcdError::Io { path, source })
     }
 }
 

@@ -20,10 +20,10 @@
 //! therefore takes `&mut self` (one record locked at a time per [`Records`]); threads that
 //! must hold records at once open the file each.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io;
 use std::os::fd::AsFd;
-use std::os::unix::fs::{FileExt as _, OpenOptionsExt as _};
+use std::os::unix::fs::FileExt as _;
 use std::path::Path;
 
 /// Bytes per record, header included.
@@ -72,13 +72,7 @@ impl Records {
     /// # Errors
     /// [`RecordError::Io`].
     pub fn open(path: &Path, count: usize) -> Result<Records, RecordError> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .open(path)?;
+        let file = crate::host::open_private(path)?;
         let want = (count.max(1) * RECORD_SIZE) as u64;
         if file.metadata()?.len() < want {
             // Extending with zeros: empty records (two processes doing it at once both
