@@ -124,6 +124,17 @@ fn patient() -> ConnectOpts {
     }
 }
 
+/// [`member`] with SRQ numbers of its slot (`NetConfig::xrc_srq_slots`).
+fn slot_srq_member(addr: &str, name: &str, dir: &Path) -> Side {
+    let cfg = SideConfig::new(addr, name);
+    let mut net = shared_config(cfg.addr, name, Some(dir.to_path_buf()));
+    net.xrc_srq_slots = true;
+    Side::on(
+        NetDevice::open(net).unwrap_or_else(|e| panic!("open {name}: {e}")),
+        &cfg,
+    )
+}
+
 /// `from`'s QP `qf` sends `len` bytes (pattern `key`) to `to`'s QP `qt`, which checks
 /// them. Both sides' CQs are polled until the completions arrive (bounded).
 fn send_and_check(from: &Side, qf: &Qp, to: &Side, qt: &Qp, key: u64, what: &str) {
@@ -265,10 +276,7 @@ fn xrc_requests_reach_the_member_of_their_srq() {
     let dir = scratch("xrc");
     let addr = "127.0.81.6";
     let a = member(addr, "xra", &dir);
-    let cfg = SideConfig::new(addr, "xrb");
-    let mut net = shared_config(cfg.addr, "xrb", Some(dir.clone()));
-    net.xrc_srq_slots = true;
-    let b = Side::on(NetDevice::open(net).expect("open xrb"), &cfg);
+    let b = slot_srq_member(addr, "xrb", &dir);
     let c = member(addr, "xrc", &dir);
     // A is the designated member (the lowest slot), which gets whatever the program does
     // not steer: the domains are in B and C.
@@ -419,10 +427,7 @@ fn xrc_domains_on_a_file_are_counted_host_wide_and_number_target_qps() {
     let dir = scratch("xrcd");
     let addr = "127.0.81.9";
     let a = member(addr, "xda", &dir);
-    let cfg = SideConfig::new(addr, "xdb");
-    let mut net = shared_config(cfg.addr, "xdb", Some(dir.clone()));
-    net.xrc_srq_slots = true;
-    let b = Side::on(NetDevice::open(net).expect("open xdb"), &cfg);
+    let b = slot_srq_member(addr, "xdb", &dir);
     assert!(b.dev.xrc_srq_slots() && !a.dev.xrc_srq_slots());
     let file = dir.join("domain");
     std::fs::write(&file, b"").expect("domain file");
@@ -498,26 +503,12 @@ fn xrc_domains_on_a_file_are_counted_host_wide_and_number_target_qps() {
     drop(xrcd);
 
     // A child process opens the domain too, and is killed without closing it.
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "child_xrc_domain",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(XRC_CHILD_ENV, format!("{addr} {}", file.display()))
-        .env(HOST_DIR_ENV, &dir)
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let (mut child, _) = ready_child(
+        "child_xrc_domain",
+        (XRC_CHILD_ENV, &format!("{addr} {}", file.display())),
+        &dir,
+    );
     let cpid = child.id();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    // Bounded: the child prints `ready` or exits (EOF) within its 30 s.
-    while out.read_line(&mut line).unwrap_or(0) > 0 && !line.contains("ready ") {
-        line.clear();
-    }
-    assert!(line.contains("ready "), "the child did not open the domain");
     assert_eq!(refs(cpid), vec![1]);
     let kept = r1.alloc_target_qpn().expect("alloc").expect("numbered");
     child.kill().unwrap();
@@ -550,12 +541,12 @@ fn xrc_domains_on_a_file_are_counted_host_wide_and_number_target_qps() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A member in a child process (this test binary running [`child_member`]) on `addr`
-/// with the registry in `dir`, and its slot once it joined.
-fn child_process_member(addr: &str, dir: &Path) -> (std::process::Child, u16) {
+/// A child process (this test binary running the test `name`, with the variable `env`
+/// set and the registry in `dir`) once it printed `ready <what>`: the child and `<what>`.
+fn ready_child(name: &str, env: (&str, &str), dir: &Path) -> (std::process::Child, String) {
     let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_member", "--nocapture", "--test-threads=1"])
-        .env(CHILD_ENV, addr)
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env(env.0, env.1)
         .env(HOST_DIR_ENV, dir)
         .stdout(Stdio::piped())
         .spawn()
@@ -564,15 +555,22 @@ fn child_process_member(addr: &str, dir: &Path) -> (std::process::Child, u16) {
     let mut line = String::new();
     // Bounded: the child prints `ready` or exits (EOF) within its 30 s.
     while out.read_line(&mut line).unwrap_or(0) > 0 {
-        if let Some((_, s)) = line.split_once("ready ") {
-            let slot = s.trim().parse::<u16>().unwrap();
-            return (child, slot);
+        if let Some((_, what)) = line.split_once("ready ") {
+            let what = what.trim().to_owned();
+            return (child, what);
         }
         line.clear();
     }
     let _ = child.kill();
     let _ = child.wait();
-    panic!("the child did not join");
+    panic!("the child {name} did not get ready");
+}
+
+/// A member in a child process ([`child_member`]) on `addr` with the registry in `dir`,
+/// and its slot once it joined.
+fn child_process_member(addr: &str, dir: &Path) -> (std::process::Child, u16) {
+    let (child, slot) = ready_child("child_member", (CHILD_ENV, addr), dir);
+    (child, slot.parse().expect("the child's slot"))
 }
 
 #[test]
