@@ -44,12 +44,12 @@ fn node(name: &str, addr: &str) -> (Context, IpAddr) {
     (ctx, ip)
 }
 
-/// The target node on [`TGT_ADDR`] with a PD, a CQ of 64 entries and a 4 KiB region
+/// The target node on [`TGT_ADDR`] with a PD, a CQ of `cqe` entries and a 4 KiB region
 /// for receives.
-fn target_node() -> (Context, IpAddr, Pd, Cq, Mr) {
+fn target_node(cqe: u32) -> (Context, IpAddr, Pd, Cq, Mr) {
     let (tctx, tip) = node("tgt", TGT_ADDR);
     let pd = tctx.alloc_pd().expect("pd");
-    let cq = common::cq(&tctx, 64);
+    let cq = common::cq(&tctx, cqe);
     let mr = pd
         .reg_mr(
             MemBlock::new(64 * 64).expect("block"),
@@ -193,7 +193,7 @@ fn xrc_srq(xrcd: &Xrcd, pd: &Pd, cq: &Cq, mr: &Mr, n: u64) -> Srq {
 #[test]
 fn target_qp_outlives_its_creator_and_dies_with_the_last_domain_user() {
     let ini = initiator();
-    let (tctx, tip, pd, cq, mr) = target_node();
+    let (tctx, tip, pd, cq, mr) = target_node(64);
 
     let creator = tctx.alloc_xrcd().expect("xrcd");
     let other = creator.share();
@@ -288,7 +288,7 @@ fn target_qp_outlives_its_creator_and_dies_with_the_last_domain_user() {
 fn srqs_outside_the_domain_are_refused() {
     for foreign in [true, false] {
         let ini = initiator();
-        let (tctx, tip, pd, cq, mr) = target_node();
+        let (tctx, tip, pd, cq, mr) = target_node(64);
         let mine = tctx.alloc_xrcd().expect("xrcd");
         let theirs = tctx.alloc_xrcd().expect("xrcd");
         let good = xrc_srq(&mine, &pd, &cq, &mr, 2);
@@ -328,15 +328,7 @@ fn closes_and_destroys_race_traffic() {
     const ROUNDS: usize = 20;
     for round in 0..ROUNDS {
         let ini = initiator();
-        let (tctx, tip) = node("tgt", TGT_ADDR);
-        let pd = tctx.alloc_pd().expect("pd");
-        let cq = common::cq(&tctx, 256);
-        let mr = pd
-            .reg_mr(
-                MemBlock::new(64 * 64).expect("block"),
-                AccessFlags::LOCAL_WRITE,
-            )
-            .expect("mr");
+        let (tctx, tip, pd, cq, mr) = target_node(256);
         let u1 = tctx.alloc_xrcd().expect("xrcd");
         let u2 = u1.share();
         let srq_a = xrc_srq(&u1, &pd, &cq, &mr, 32);
@@ -416,7 +408,7 @@ fn closes_and_destroys_race_traffic() {
 #[test]
 fn numbered_target_qp_receives() {
     let ini = initiator();
-    let (tctx, tip, pd, cq, mr) = target_node();
+    let (tctx, tip, pd, cq, mr) = target_node(64);
     let xrcd = tctx.alloc_xrcd().expect("xrcd");
     let srq = xrc_srq(&xrcd, &pd, &cq, &mr, 2);
     let qpn = 0x00ff_0001;
