@@ -68,6 +68,7 @@ pub mod capture;
 pub mod counters;
 mod error;
 pub mod faults;
+mod files;
 pub mod fork;
 pub mod host;
 #[allow(unsafe_code)]

@@ -147,10 +147,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io;
 use std::net::SocketAddr;
-use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _, OpenOptionsExt as _};
+use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -591,34 +591,6 @@ impl HostState {
     }
 }
 
-/// Opens the file at `path` for reading and writing, creating it (mode 0600) when needed
-/// and never truncating it: a lock file, or a file of records (the files of the user's
-/// host directory).
-pub(crate) fn open_private(path: &Path) -> io::Result<File> {
-    OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .open(path)
-}
-
-/// Replaces the file at `path` with `text` at once: written to `tmp` (mode 0600),
-/// synced, renamed over it, so that a reader without the lock sees the old file or the
-/// new one, never a part.
-pub(crate) fn replace_file(path: &Path, tmp: &Path, text: &str) -> io::Result<()> {
-    let mut f = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(tmp)?;
-    io::Write::write_all(&mut f, text.as_bytes())?;
-    f.sync_data()?;
-    std::fs::rename(tmp, path)
-}
-
 /// Whether `text` is a registry of another format (another version of uroce) none of
 /// whose members runs: its `member <slot> <pid> <start time> …` lines (the same in every
 /// format so far) name no live process.
@@ -778,7 +750,7 @@ impl Registry {
     /// [`HostError::Io`], [`HostError::Corrupt`], [`HostError::Layout`].
     pub fn lock(&self) -> Result<Locked<'_>, HostError> {
         let path = self.path().with_extension("lock");
-        let file = open_private(&path).map_err(|source| HostError::Io {
+        let file = crate::files::open_private(&path).map_err(|source| HostError::Io {
             path: path.clone(),
             source,
         })?;
@@ -1194,7 +1166,7 @@ impl Locked<'_> {
         }
         self.state.generation = generation;
         let path = self.registry.path();
-        replace_file(&path, &path.with_extension("tmp"), &self.state.to_text())
+        crate::files::replace_file(&path, &path.with_extension("tmp"), &self.state.to_text())
             .map_err(|source| HostError::Io { path, source })?;
         Ok(self.state.generation)
     }

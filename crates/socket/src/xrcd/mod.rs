@@ -338,7 +338,7 @@ impl Domains {
             path: path.clone(),
             source,
         };
-        let file = crate::host::open_private(&path).map_err(io_err)?;
+        let file = crate::files::open_private(&path).map_err(io_err)?;
         flock(&file, FlockOperation::LockExclusive).map_err(|e| io_err(e.into()))?;
         let state = self.read()?;
         Ok(LockedDomains {
@@ -561,7 +561,7 @@ impl LockedDomains<'_> {
             return Ok(());
         }
         let path = self.domains.path();
-        crate::host::replace_file(&path, &self.domains.beside(".tmp"), &self.state.to_text())
+        crate::files::replace_file(&path, &self.domains.beside(".tmp"), &self.state.to_text())
             .map_err(|source| XrcdError::Io { path, source })
     }
 }

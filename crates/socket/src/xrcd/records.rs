@@ -72,7 +72,7 @@ impl Records {
     /// # Errors
     /// [`RecordError::Io`].
     pub fn open(path: &Path, count: usize) -> Result<Records, RecordError> {
-        let file = crate::host::open_private(path)?;
+        let file = crate::files::open_private(path)?;
         let want = (count.max(1) * RECORD_SIZE) as u64;
         if file.metadata()?.len() < want {
             // Extending with zeros: empty records (two processes doing it at once both
